@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs, by Debian package name, everything rdmamesh needs to build, test and run its
+# real-RDMA harness on a fresh Debian 12 machine. Idempotent; needs root (or sudo).
+#   deploy/install-deps.sh          build + test + Soft-RoCE VM harness
+#   deploy/install-deps.sh --build  only what building and the host tests need
+set -euo pipefail
+
+build_pkgs=(
+    build-essential cmake pkg-config git
+    libibverbs-dev librdmacm-dev rdma-core ibverbs-providers
+    libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev
+    iproute2 python3
+)
+# The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.
+vm_pkgs=(
+    qemu-system-x86 linux-image-amd64 busybox-static kmod xz-utils cpio
+    ibverbs-utils rdmacm-utils perftest
+)
+# Fuzzing and leak checking.
+tool_pkgs=(clang libclang-rt-dev valgrind)
+
+pkgs=("${build_pkgs[@]}")
+if [ "${1:-}" != "--build" ]; then
+    pkgs+=("${vm_pkgs[@]}" "${tool_pkgs[@]}")
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#pkgs[@]} packages present"
+    exit 0
+fi
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,34 @@
+#include <string.h>
+
+#include <mesh/mesh.h>
+
+static const char *const mesh_errstr[MESH_ERRNO_LAST - MESH_ERRNO_BASE] = {
+	[MESH_EPROTOVER - MESH_ERRNO_BASE] = "peer speaks another protocol version",
+	[MESH_ECLUSTER - MESH_ERRNO_BASE] = "peer belongs to another cluster",
+	[MESH_EDIALRULE - MESH_ERRNO_BASE] = "dial rule violated: a lower node id dialled a higher one",
+	[MESH_EUNKNOWNNODE - MESH_ERRNO_BASE] = "node id not in the configuration",
+	[MESH_ESTALE - MESH_ERRNO_BASE] = "stale link epoch",
+	[MESH_EBUSY - MESH_ERRNO_BASE] = "too many handshakes in flight",
+	[MESH_EQPCOUNT - MESH_ERRNO_BASE] = "peers disagree on qps_per_link",
+	[MESH_EBADMAGIC - MESH_ERRNO_BASE] = "not a mesh peer (bad magic)",
+	[MESH_EPROOF - MESH_ERRNO_BASE] = "remote mailbox key failed the write/read proof",
+	[MESH_EKEEPALIVE - MESH_ERRNO_BASE] = "keepalive timeout",
+	[MESH_ECONFIG - MESH_ERRNO_BASE] = "invalid configuration",
+	[MESH_EPEERMSG - MESH_ERRNO_BASE] = "malformed or unexpected peer message",
+	[MESH_EHANDSHAKE - MESH_ERRNO_BASE] = "handshake timed out",
+	[MESH_ESHUTDOWN - MESH_ERRNO_BASE] = "peer is shutting down",
+	[MESH_EDUPQP - MESH_ERRNO_BASE] = "QP index connected twice",
+};
+
+MESH_EXPORT const char *mesh_strerror(int err)
+{
+	int e = err < 0 ? -err : err;
+
+	if (e == 0)
+		return "success";
+	if (e > MESH_ERRNO_BASE && e < MESH_ERRNO_LAST && mesh_errstr[e - MESH_ERRNO_BASE])
+		return mesh_errstr[e - MESH_ERRNO_BASE];
+	if (e < MESH_ERRNO_BASE)
+		return strerrorname_np(e) ? strerror(e) : "unknown error";
+	return "unknown error";
+}

@@ -1,0 +1,444 @@
+/*
+ * meshctl: shows what one meshd knows: its node and its links, as an aligned table or as JSON.
+ * Every field is described once in a table below and printed through the same helpers for both
+ * forms, so text and JSON never drift. The JSON of `meshctl -j links` is a stable interface.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <mesh/mesh.h>
+
+#include "util.h"
+#include "wire.h"
+
+#define REPLY_TIMEOUT_S 5
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: meshctl [-j] [-p] [-s SOCKET] [OBJECT [show]]\n"
+		"\n"
+		"Shows the state of the local meshd.\n"
+		"\n"
+		"Objects:\n"
+		"  links   (default) one row per configured peer: state, QPs, epoch, RTT, mailbox key\n"
+		"  node    this node: id, cluster, address, transport, uptime, counters\n"
+		"\n"
+		"Options:\n"
+		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
+		"  -p, --pretty        indent the JSON\n"
+		"  -s, --socket PATH   meshd's control socket (default $%s, else %s)\n"
+		"  -V, --version       print the version\n"
+		"  -h, --help          this help\n"
+		"\n"
+		"Link states: UP (all QPs connected, keys exchanged and proven), CONNECTING (the peer\n"
+		"answered, handshake in progress), DOWN (no connection; the higher id re-dials).\n"
+		"Exit status: 0 on success, 1 on a usage error, 2 when meshd cannot be reached or fails.\n",
+		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
+}
+
+/* ---- output: one set of helpers for table and JSON ---- */
+
+struct out {
+	bool json, pretty;
+	int depth;
+	bool first; /* no comma before the next JSON member */
+};
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+static void json_sep(struct out *o)
+{
+	if (!o->first)
+		putchar(',');
+	o->first = false;
+	if (o->pretty)
+		printf("\n%*s", o->depth * 2, "");
+}
+
+static void json_key(struct out *o, const char *key)
+{
+	json_sep(o);
+	json_str(key);
+	putchar(':');
+	if (o->pretty)
+		putchar(' ');
+}
+
+static void json_open(struct out *o, const char *key, char brace)
+{
+	if (key)
+		json_key(o, key);
+	else if (o->depth)
+		json_sep(o);
+	putchar(brace);
+	o->depth++;
+	o->first = true;
+}
+
+static void json_close(struct out *o, char brace)
+{
+	o->depth--;
+	if (o->pretty && !o->first)
+		printf("\n%*s", o->depth * 2, "");
+	putchar(brace);
+	o->first = false;
+}
+
+enum field_kind { F_U32, F_U64, F_STR, F_BOOL, F_STATE, F_MAILBOX, F_ROLE };
+
+struct field {
+	const char *key;   /* JSON member */
+	const char *head;  /* table header; NULL = JSON only */
+	int width;         /* table column width, negative = left aligned */
+	enum field_kind kind;
+	size_t off;
+};
+
+#define LF(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member)}
+static const struct field link_fields[] = {
+	LF("peer", "PEER", 5, F_U32, peer),
+	LF("addr", "ADDRESS", -16, F_STR, peer_addr),
+	LF("port", "PORT", 5, F_U32, peer_port),
+	LF("state", "STATE", -10, F_STATE, state),
+	LF("dialer", "ROLE", -6, F_ROLE, dialer),
+	LF("qps", "QPS", 3, F_U32, qps),
+	LF("qps_configured", NULL, 0, F_U32, qps_configured),
+	LF("epoch", "EPOCH", 16, F_U64, epoch),
+	LF("rtt_us", "RTT_US", 7, F_U64, rtt_us),
+	LF("mailbox", "MAILBOX(ADDR:LEN:RKEY)", -30, F_MAILBOX, mailbox),
+	LF("transport", "XPORT", -5, F_STR, transport),
+	LF("state_ms", "FOR_MS", 8, F_U64, state_ms),
+	LF("ups", "UPS", 4, F_U32, ups),
+	LF("attempts", NULL, 0, F_U32, attempts),
+	LF("peer_boot_epoch", NULL, 0, F_U64, peer_boot_epoch),
+	LF("tx_msgs", NULL, 0, F_U64, tx_msgs),
+	LF("rx_msgs", NULL, 0, F_U64, rx_msgs),
+	LF("last_error", "LAST_ERROR", -1, F_STR, last_error),
+};
+
+#define NF(key, kind, member) {key, key, 0, kind, offsetof(NodeInfo, member)}
+static const struct field node_fields[] = {
+	NF("id", F_U32, id),
+	NF("cluster", F_STR, cluster),
+	NF("cluster_hash", F_U32, cluster_hash),
+	NF("addr", F_STR, addr),
+	NF("port", F_U32, port),
+	NF("transport", F_STR, transport),
+	NF("qps_per_link", F_U32, qps_per_link),
+	NF("peers", F_U32, peers),
+	NF("links_up", F_U32, links_up),
+	NF("boot_epoch", F_U64, boot_epoch),
+	NF("uptime_ms", F_U64, uptime_ms),
+	NF("pid", F_U32, pid),
+	NF("version", F_STR, version),
+	NF("ctl_errors", F_U64, ctl_errors),
+	NF("peer_rejects", F_U64, peer_rejects),
+};
+
+static const char *state_name(int s)
+{
+	switch (s) {
+	case LINK_STATE__LINK_STATE_UP:
+		return "UP";
+	case LINK_STATE__LINK_STATE_CONNECTING:
+		return "CONNECTING";
+	default:
+		return "DOWN";
+	}
+}
+
+/* Formats one field as table text (json = false) or as a JSON value. */
+static void field_print(struct out *o, const struct field *f, const void *obj, bool table)
+{
+	const char *p = (const char *)obj + f->off;
+	char buf[96];
+	const char *s = NULL;
+	bool quote = false;
+
+	switch (f->kind) {
+	case F_U32:
+		snprintf(buf, sizeof(buf), "%" PRIu32, *(const uint32_t *)p);
+		break;
+	case F_U64:
+		snprintf(buf, sizeof(buf), "%" PRIu64, *(const uint64_t *)p);
+		break;
+	case F_BOOL:
+		snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
+		break;
+	case F_ROLE:
+		if (!table) {
+			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
+			break;
+		}
+		s = *(const protobuf_c_boolean *)p ? "dial" : "accept";
+		break;
+	case F_STR:
+		s = *(char *const *)p ? *(char *const *)p : "";
+		quote = true;
+		if (table && !*s)
+			s = "-";
+		break;
+	case F_STATE:
+		s = state_name(*(const int *)p);
+		quote = true;
+		break;
+	case F_MAILBOX: {
+		const MailboxInfo *mb = *(MailboxInfo *const *)p;
+		uint64_t addr = mb ? mb->addr : 0;
+		uint32_t len = mb ? mb->len : 0, rkey = mb ? mb->rkey : 0;
+
+		if (!table) {
+			json_open(o, f->key, '{');
+			json_key(o, "addr");
+			printf("%" PRIu64, addr);
+			json_key(o, "len");
+			printf("%" PRIu32, len);
+			json_key(o, "rkey");
+			printf("%" PRIu32, rkey);
+			json_close(o, '}');
+			return;
+		}
+		if (len)
+			snprintf(buf, sizeof(buf), "0x%" PRIx64 ":%" PRIu32 ":0x%" PRIx32, addr, len, rkey);
+		else
+			snprintf(buf, sizeof(buf), "-");
+		break;
+	}
+	}
+	if (!s)
+		s = buf;
+	if (table) {
+		printf("%*s", f->width == -1 ? 0 : f->width, s);
+		return;
+	}
+	json_key(o, f->key);
+	if (quote)
+		json_str(s);
+	else
+		fputs(s, stdout);
+}
+
+static void print_links(struct out *o, const CtlReply *r)
+{
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "node");
+		printf("%" PRIu32, r->node ? r->node->id : 0);
+		json_open(o, "links", '[');
+		for (size_t i = 0; i < r->n_links; i++) {
+			json_open(o, NULL, '{');
+			for (size_t f = 0; f < ARRAY_SIZE(link_fields); f++)
+				field_print(o, &link_fields[f], r->links[i], false);
+			json_close(o, '}');
+		}
+		json_close(o, ']');
+		json_close(o, '}');
+		putchar('\n');
+		return;
+	}
+	if (r->node)
+		printf("node %" PRIu32 " (%s) links: %" PRIu32 " of %" PRIu32 " UP\n", r->node->id, r->node->cluster,
+		       r->node->links_up, r->node->peers);
+	for (size_t f = 0; f < ARRAY_SIZE(link_fields); f++) {
+		if (!link_fields[f].head)
+			continue;
+		printf("%*s%s", link_fields[f].width == -1 ? 0 : link_fields[f].width, link_fields[f].head,
+		       f + 1 < ARRAY_SIZE(link_fields) ? "  " : "");
+	}
+	putchar('\n');
+	for (size_t i = 0; i < r->n_links; i++) {
+		for (size_t f = 0; f < ARRAY_SIZE(link_fields); f++) {
+			if (!link_fields[f].head)
+				continue;
+			field_print(o, &link_fields[f], r->links[i], true);
+			if (f + 1 < ARRAY_SIZE(link_fields))
+				fputs("  ", stdout);
+		}
+		putchar('\n');
+	}
+}
+
+static void print_node(struct out *o, const CtlReply *r)
+{
+	if (!r->node)
+		return;
+	if (o->json) {
+		json_open(o, NULL, '{');
+		for (size_t f = 0; f < ARRAY_SIZE(node_fields); f++)
+			field_print(o, &node_fields[f], r->node, false);
+		json_close(o, '}');
+		putchar('\n');
+		return;
+	}
+	for (size_t f = 0; f < ARRAY_SIZE(node_fields); f++) {
+		printf("%-14s ", node_fields[f].key);
+		field_print(o, &node_fields[f], r->node, true);
+		putchar('\n');
+	}
+}
+
+/* ---- talking to meshd ---- */
+
+static int request(const char *path, CtlObject obj, CtlReply **out)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = REPLY_TIMEOUT_S};
+	CtlRequest req = CTL_REQUEST__INIT;
+	uint8_t qbuf[64], *rbuf;
+	ssize_t n;
+	size_t qlen;
+	int fd, ret;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "meshctl: socket path %s is too long\n", path);
+		return -ENAMETOOLONG;
+	}
+	util_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -errno;
+		fprintf(stderr, "meshctl: cannot connect to %s: %s (is meshd running? see -s and $%s)\n", path,
+			strerror(errno), MESH_SOCKET_ENV);
+		close(fd);
+		return ret;
+	}
+	/* Never hang on a stuck daemon. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	req.version = MESH_CTL_VERSION;
+	req.object = obj;
+	qlen = ctl_request__pack(&req, qbuf);
+	if (send(fd, qbuf, qlen, MSG_NOSIGNAL) != (ssize_t)qlen) {
+		ret = -errno;
+		fprintf(stderr, "meshctl: send to %s: %s\n", path, strerror(errno));
+		close(fd);
+		return ret;
+	}
+	rbuf = malloc(MESH_CTL_REPLY_MAX);
+	if (!rbuf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	n = recv(fd, rbuf, MESH_CTL_REPLY_MAX, MSG_TRUNC);
+	ret = -errno;
+	close(fd);
+	if (n <= 0 || n > (ssize_t)MESH_CTL_REPLY_MAX) {
+		if (n == 0 || n > (ssize_t)MESH_CTL_REPLY_MAX)
+			ret = -EPROTO;
+		fprintf(stderr, "meshctl: no reply from meshd at %s: %s\n", path,
+			n == 0 ? "connection closed" : n > 0 ? "reply too large" : strerror(-ret));
+		free(rbuf);
+		return ret;
+	}
+	*out = ctl_reply__unpack(NULL, (size_t)n, rbuf);
+	free(rbuf);
+	if (!*out) {
+		fprintf(stderr, "meshctl: undecodable reply from meshd at %s\n", path);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"json", no_argument, NULL, 'j'},    {"pretty", no_argument, NULL, 'p'},
+		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
+		{"help", no_argument, NULL, 'h'},    {NULL, 0, NULL, 0},
+	};
+	static const struct {
+		const char *name;
+		CtlObject obj;
+		void (*print)(struct out *, const CtlReply *);
+	} objects[] = {
+		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
+		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
+	};
+	struct out o = {.first = true};
+	const char *sock = getenv(MESH_SOCKET_ENV);
+	CtlReply *r = NULL;
+	size_t obj = 0;
+	int c, ret;
+
+	if (!sock || !*sock)
+		sock = MESH_SOCKET_DEFAULT;
+	while ((c = getopt_long(argc, argv, "jps:Vh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			o.json = true;
+			break;
+		case 'p':
+			o.json = o.pretty = true;
+			break;
+		case 's':
+			sock = optarg;
+			break;
+		case 'V':
+			printf("meshctl %d.%d\n", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (optind < argc) {
+		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
+			;
+		if (obj == ARRAY_SIZE(objects)) {
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node)\n", argv[optind]);
+			return 1;
+		}
+		optind++;
+	}
+	if (optind < argc && strcmp(argv[optind], "show")) {
+		fprintf(stderr, "meshctl: unknown command '%s' for %s (expected: show)\n", argv[optind],
+			objects[obj].name);
+		return 1;
+	}
+	if (optind < argc)
+		optind++;
+	if (optind < argc) {
+		fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind]);
+		return 1;
+	}
+	ret = request(sock, objects[obj].obj, &r);
+	if (ret)
+		return 2;
+	if (r->status) {
+		fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
+			mesh_strerror(r->status));
+		ctl_reply__free_unpacked(r, NULL);
+		return 2;
+	}
+	objects[obj].print(&o, r);
+	ctl_reply__free_unpacked(r, NULL);
+	return 0;
+}

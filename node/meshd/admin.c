@@ -1,0 +1,293 @@
+#include <errno.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mesh/mesh.h>
+
+#include "admin.h"
+#include "log.h"
+#include "util.h"
+
+static int mkdir_parent(const char *path)
+{
+	char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *dir;
+
+	util_strlcpy(tmp, path, sizeof(tmp));
+	dir = dirname(tmp);
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
+	       struct mesh *m)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct epoll_event ee = {.events = EPOLLIN};
+	int fd, ret;
+
+	memset(a, 0, sizeof(*a));
+	a->lfd = -1;
+	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
+		a->clients[i] = -1;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		log_error("socket path %s is longer than %zu bytes", path, sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	util_strlcpy(sa.sun_path, path, sizeof(sa.sun_path));
+	ret = mkdir_parent(path);
+	if (ret) {
+		log_error("cannot create the directory of %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ret = -errno;
+		log_error("socket(AF_UNIX, SOCK_SEQPACKET): %m");
+		return ret;
+	}
+	/* A socket file nobody answers on is left over from a killed meshd: replace it. One that
+	 * answers belongs to a running meshd: refuse, never steal it. */
+	if (!access(path, F_OK)) {
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+		if (probe >= 0 && !connect(probe, (struct sockaddr *)&sa, sizeof(sa))) {
+			close(probe);
+			close(fd);
+			log_error("%s: another meshd is serving this socket", path);
+			return -EADDRINUSE;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(path);
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 64)) {
+		ret = -errno;
+		log_error("cannot listen on %s: %m", path);
+		close(fd);
+		return ret;
+	}
+	ee.data.u64 = tag_listen | (uint32_t)fd;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee)) {
+		ret = -errno;
+		log_error("epoll_ctl: %m");
+		close(fd);
+		unlink(path);
+		return ret;
+	}
+	a->lfd = fd;
+	a->epfd = epfd;
+	a->tag_listen = tag_listen;
+	a->tag_client = tag_client;
+	a->mesh = m;
+	util_strlcpy(a->path, path, sizeof(a->path));
+	return 0;
+}
+
+static void admin_drop(struct admin *a, int slot)
+{
+	epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->clients[slot], NULL);
+	close(a->clients[slot]);
+	a->clients[slot] = -1;
+}
+
+void admin_close(struct admin *a)
+{
+	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
+		if (a->clients[i] >= 0)
+			admin_drop(a, i);
+	if (a->lfd >= 0) {
+		close(a->lfd);
+		unlink(a->path);
+		a->lfd = -1;
+	}
+}
+
+void admin_on_listen(struct admin *a)
+{
+	struct epoll_event ee = {.events = EPOLLIN};
+	int fd, slot;
+
+	while ((fd = accept4(a->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+		for (slot = 0; slot < ADMIN_CLIENTS_MAX && a->clients[slot] >= 0; slot++)
+			;
+		if (slot == ADMIN_CLIENTS_MAX) {
+			log_warn("%d local clients connected: refusing one more", ADMIN_CLIENTS_MAX);
+			close(fd);
+			continue;
+		}
+		ee.data.u64 = a->tag_client | (uint32_t)fd;
+		if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ee)) {
+			log_error("epoll_ctl: %m");
+			close(fd);
+			continue;
+		}
+		a->clients[slot] = fd;
+	}
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		log_warn("accept on %s: %m", a->path);
+}
+
+static void fill_node(struct mesh *m, NodeInfo *n, char *version)
+{
+	n->id = m->self->id;
+	n->cluster = (char *)m->cfg->cluster_name;
+	n->cluster_hash = m->cluster_hash;
+	n->addr = (char *)m->self->addr;
+	n->port = m->self->port;
+	n->transport = (char *)xport_name(m->xport);
+	n->boot_epoch = m->boot_epoch;
+	n->uptime_ms = util_now_ms() - m->start_ms;
+	n->peers = (uint32_t)m->n_links;
+	n->links_up = mesh_links_up(m);
+	n->qps_per_link = m->cfg->qps_per_link;
+	n->pid = (uint32_t)getpid();
+	n->version = version;
+	n->peer_rejects = m->peer_rejects;
+}
+
+static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo *mb)
+{
+	enum link_state s = link_state(l);
+
+	li->peer = l->peer->id;
+	li->peer_addr = (char *)l->peer->addr;
+	li->peer_port = l->peer->port;
+	li->state = s == LINK_STATE_UP_ ? LINK_STATE__LINK_STATE_UP
+		    : s == LINK_STATE_CONNECTING_ ? LINK_STATE__LINK_STATE_CONNECTING
+						   : LINK_STATE__LINK_STATE_DOWN;
+	li->dialer = l->dialer;
+	li->qps = l->n_est;
+	li->qps_configured = m->cfg->qps_per_link;
+	li->epoch = l->epoch;
+	li->rtt_us = l->rtt_us;
+	if (l->phase >= LINK_PROOF) {
+		mb->addr = l->peer_mb_addr;
+		mb->len = l->peer_mb_len;
+		mb->rkey = l->peer_mb_rkey;
+	}
+	li->mailbox = mb;
+	li->transport = (char *)xport_name(m->xport);
+	li->state_ms = util_now_ms() - l->phase_ms;
+	li->ups = l->ups;
+	li->attempts = l->failures;
+	li->last_error = l->last_error;
+	li->peer_boot_epoch = l->peer_boot_epoch;
+	li->tx_msgs = l->tx_msgs;
+	li->rx_msgs = l->rx_msgs;
+}
+
+static void admin_reply(struct admin *a, int slot, const CtlReply *r)
+{
+	size_t n = ctl_reply__get_packed_size(r);
+	uint8_t *buf;
+	ssize_t sent;
+
+	if (n > MESH_CTL_REPLY_MAX) {
+		CtlReply e = CTL_REPLY__INIT;
+
+		log_warn("reply of %zu bytes exceeds %u: answering with an error", n, MESH_CTL_REPLY_MAX);
+		e.status = -EMSGSIZE;
+		e.error = "reply too large for one message";
+		admin_reply(a, slot, &e);
+		return;
+	}
+	buf = malloc(n ? n : 1);
+	if (!buf) {
+		admin_drop(a, slot);
+		return;
+	}
+	ctl_reply__pack(r, buf);
+	sent = send(a->clients[slot], buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	free(buf);
+	if (sent < 0) {
+		/* A client that does not read its replies loses its connection, never meshd's time. */
+		log_warn("reply of %zu bytes to local client: %m; dropping it", n);
+		admin_drop(a, slot);
+	}
+}
+
+static void admin_reply_error(struct admin *a, int slot, int status, const char *why)
+{
+	CtlReply r = CTL_REPLY__INIT;
+	struct ucred cred = {0};
+	socklen_t cl = sizeof(cred);
+
+	getsockopt(a->clients[slot], SOL_SOCKET, SO_PEERCRED, &cred, &cl);
+	log_warn("local client pid %d uid %u: bad request: %s", cred.pid, cred.uid, why);
+	a->errors++;
+	r.status = status;
+	r.error = (char *)why;
+	admin_reply(a, slot, &r);
+}
+
+void admin_on_client(struct admin *a, int fd)
+{
+	uint8_t buf[MESH_CTL_REQ_MAX + 1];
+	CtlRequest *req;
+	CtlReply r = CTL_REPLY__INIT;
+	NodeInfo node = NODE_INFO__INIT;
+	LinkInfo *lis = NULL, **lptrs = NULL;
+	MailboxInfo *mbs = NULL;
+	const char *why;
+	char version[16];
+	ssize_t n;
+	int slot, ret;
+
+	for (slot = 0; slot < ADMIN_CLIENTS_MAX && a->clients[slot] != fd; slot++)
+		;
+	if (slot == ADMIN_CLIENTS_MAX)
+		return;
+	/* MSG_TRUNC returns the real length of an oversized datagram. */
+	n = recv(fd, buf, sizeof(buf), MSG_TRUNC | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n <= 0) {
+		admin_drop(a, slot);
+		return;
+	}
+	if ((size_t)n > MESH_CTL_REQ_MAX) {
+		admin_reply_error(a, slot, -EMSGSIZE, "request longer than 4096 bytes");
+		return;
+	}
+	ret = mesh_ctl_req_decode(buf, (size_t)n, &req, &why);
+	if (ret) {
+		admin_reply_error(a, slot, ret, why);
+		return;
+	}
+	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+	fill_node(a->mesh, &node, version);
+	node.ctl_errors = a->errors;
+	r.node = &node;
+	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->mesh->n_links) {
+		size_t nl = a->mesh->n_links;
+
+		lis = calloc(nl, sizeof(*lis));
+		lptrs = calloc(nl, sizeof(*lptrs));
+		mbs = calloc(nl, sizeof(*mbs));
+		if (!lis || !lptrs || !mbs) {
+			admin_reply_error(a, slot, -ENOMEM, "out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < nl; i++) {
+			link_info__init(&lis[i]);
+			mailbox_info__init(&mbs[i]);
+			fill_link(a->mesh, &a->mesh->links[i], &lis[i], &mbs[i]);
+			lptrs[i] = &lis[i];
+		}
+		r.n_links = nl;
+		r.links = lptrs;
+	}
+	admin_reply(a, slot, &r);
+out:
+	free(lis);
+	free(lptrs);
+	free(mbs);
+	mesh_ctl_req_free(req);
+}

@@ -1,0 +1,35 @@
+/*
+ * meshd's local control socket: unix SOCK_SEQPACKET, one protobuf CtlRequest per datagram, one
+ * CtlReply per request. Clients are hostile until checked: an oversized, undecodable or unknown
+ * request gets an error reply and a log line naming the client (SO_PEERCRED), and meshd goes on
+ * serving everyone else.
+ */
+#ifndef MESH_MESHD_ADMIN_H
+#define MESH_MESHD_ADMIN_H
+
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "mesh.h"
+
+#define ADMIN_CLIENTS_MAX 64
+
+struct admin {
+	int lfd;
+	int epfd;
+	uint64_t tag_listen, tag_client; /* epoll tags: tag | fd */
+	struct mesh *mesh;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int clients[ADMIN_CLIENTS_MAX];
+	uint64_t errors;
+};
+
+/* Binds path (creating its directory, replacing a stale socket, refusing a live one) and adds the
+ * listening fd to epfd. */
+int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
+	       struct mesh *m);
+void admin_close(struct admin *a);
+void admin_on_listen(struct admin *a);
+void admin_on_client(struct admin *a, int fd);
+
+#endif

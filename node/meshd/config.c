@@ -1,0 +1,391 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libconfig.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mesh/mesh.h>
+
+#include "config.h"
+#include "log.h"
+#include "util.h"
+#include "wire.h"
+
+enum config_type { CFG_UINT, CFG_STRING };
+
+struct config_key {
+	const char *name; /* member of the cluster group */
+	enum config_type type;
+	size_t offset;
+	size_t size; /* string buffer size */
+	const char *def;
+	uint32_t min, max;
+	const char *const *choices; /* strings: allowed values, NULL-terminated; NULL = any */
+	const char *help;
+};
+
+static const char *const transport_choices[] = {"rdma", NULL};
+static const char *const log_choices[] = {"error", "warn", "info", "debug", NULL};
+
+#define KEY_UINT(n, def, lo, hi, help) \
+	{#n, CFG_UINT, offsetof(struct mesh_config, n), 0, def, lo, hi, NULL, help}
+#define KEY_STR(n, field, def, choices, help) \
+	{#n, CFG_STRING, offsetof(struct mesh_config, field), sizeof(((struct mesh_config *)0)->field), def, 0, 0, choices, help}
+
+static const struct config_key config_keys[] = {
+	KEY_STR(name, cluster_name, NULL, NULL,
+		"cluster name (required); peers with another name are rejected"),
+	KEY_STR(transport, transport, "rdma", transport_choices,
+		"transport provider of every link: rdma (rdma_cm + verbs)"),
+	KEY_UINT(qps_per_link, "2", 1, MESH_QPS_PER_LINK_MAX,
+		 "RC queue pairs per link; both ends must agree"),
+	KEY_UINT(keepalive_interval_ms, "1000", 10, 600000,
+		 "interval between keepalives on an UP link"),
+	KEY_UINT(keepalive_timeout_ms, "5000", 50, 3600000,
+		 "a link with no message from the peer for this long goes DOWN"),
+	KEY_UINT(connect_timeout_ms, "5000", 100, 600000,
+		 "rdma_cm address and route resolution timeout (>= 2000 under emulation)"),
+	KEY_UINT(handshake_timeout_ms, "15000", 100, 600000,
+		 "a link attempt not UP within this time is abandoned and retried"),
+	KEY_UINT(backoff_initial_ms, "100", 1, 600000,
+		 "first re-dial delay after a failed attempt; doubles per failure, jittered"),
+	KEY_UINT(backoff_max_ms, "5000", 1, 3600000, "upper bound of the re-dial delay"),
+	KEY_UINT(max_handshakes, "8", 1, 65535,
+		 "link handshakes in flight at once (dialled + accepted), so a large cluster does not storm itself"),
+	KEY_UINT(mailbox_size, "4096", MESH_MAILBOX_MIN, 1u << 20,
+		 "bytes of the registered per-link mailbox the peer may write and read"),
+	KEY_STR(log_level, log_level, "info", log_choices, "error | warn | info | debug"),
+};
+
+struct node_key {
+	const char *name;
+	uint32_t min, max;
+	const char *help;
+};
+
+static const struct node_key node_keys[] = {
+	{"id", 0, MESH_NODE_ID_MAX, "node id, unique in the cluster (required)"},
+	{"addr", 0, 0, "numeric IPv4/IPv6 address the node listens on (required)"},
+	{"port", 1, 65535, "rdma_cm port the node listens on (required)"},
+};
+
+static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
+{
+	va_list ap;
+	int n = line > 0 ? snprintf(err, errlen, "%s:%d: ", path, line) : snprintf(err, errlen, "%s: ", path);
+
+	if (n >= 0 && (size_t)n < errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	return -MESH_ECONFIG;
+}
+
+static int setting_line(const config_setting_t *s)
+{
+	return s ? (int)config_setting_source_line(s) : 0;
+}
+
+static int config_set_uint(struct mesh_config *cfg, const struct config_key *k, long long v,
+			   const char *path, int line, char *err, size_t errlen)
+{
+	if (v < (long long)k->min || v > (long long)k->max)
+		return config_fail(err, errlen, path, line, "cluster.%s %lld out of range %u..%u", k->name, v,
+				   k->min, k->max);
+	*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)v;
+	return 0;
+}
+
+static int config_set_str(struct mesh_config *cfg, const struct config_key *k, const char *v,
+			  const char *path, int line, char *err, size_t errlen)
+{
+	char *dst = (char *)cfg + k->offset;
+
+	if (strlen(v) >= k->size)
+		return config_fail(err, errlen, path, line, "cluster.%s is longer than %zu characters", k->name,
+				   k->size - 1);
+	if (k->choices) {
+		const char *const *c;
+
+		for (c = k->choices; *c && strcmp(*c, v); c++)
+			;
+		if (!*c) {
+			char list[128] = "";
+
+			for (c = k->choices; *c; c++) {
+				strncat(list, *c, sizeof(list) - strlen(list) - 1);
+				if (c[1])
+					strncat(list, " | ", sizeof(list) - strlen(list) - 1);
+			}
+			return config_fail(err, errlen, path, line, "cluster.%s \"%s\" is not one of %s", k->name, v,
+					   list);
+		}
+	}
+	util_strlcpy(dst, v, k->size);
+	return 0;
+}
+
+static int config_defaults(struct mesh_config *cfg)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
+		const struct config_key *k = &config_keys[i];
+
+		if (!k->def)
+			continue;
+		if (k->type == CFG_UINT)
+			*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)strtoul(k->def, NULL, 10);
+		else
+			util_strlcpy((char *)cfg + k->offset, k->def, k->size);
+	}
+	return 0;
+}
+
+static int config_read_cluster(struct mesh_config *cfg, config_setting_t *grp, const char *path,
+			       char *err, size_t errlen)
+{
+	int n = config_setting_length(grp);
+
+	if (!config_setting_is_group(grp))
+		return config_fail(err, errlen, path, setting_line(grp), "cluster must be a group { ... }");
+	for (int i = 0; i < n; i++) {
+		config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+		const char *name = config_setting_name(s);
+		const struct config_key *k = NULL;
+		int line = setting_line(s), ret;
+
+		for (size_t j = 0; j < ARRAY_SIZE(config_keys); j++)
+			if (!strcmp(config_keys[j].name, name))
+				k = &config_keys[j];
+		if (!k)
+			return config_fail(err, errlen, path, line,
+					   "unknown key cluster.%s (meshd --dump-config lists the keys)", name);
+		if (k->type == CFG_UINT) {
+			int t = config_setting_type(s);
+
+			if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+				return config_fail(err, errlen, path, line, "cluster.%s must be an integer", name);
+			ret = config_set_uint(cfg, k, config_setting_get_int64(s), path, line, err, errlen);
+		} else {
+			if (config_setting_type(s) != CONFIG_TYPE_STRING)
+				return config_fail(err, errlen, path, line, "cluster.%s must be a string", name);
+			ret = config_set_str(cfg, k, config_setting_get_string(s), path, line, err, errlen);
+		}
+		if (ret)
+			return ret;
+	}
+	if (!cfg->cluster_name[0])
+		return config_fail(err, errlen, path, setting_line(grp), "cluster.name is required");
+	if (cfg->keepalive_timeout_ms <= cfg->keepalive_interval_ms)
+		return config_fail(err, errlen, path, setting_line(grp),
+				   "cluster.keepalive_timeout_ms (%u) must exceed keepalive_interval_ms (%u)",
+				   cfg->keepalive_timeout_ms, cfg->keepalive_interval_ms);
+	if (cfg->backoff_max_ms < cfg->backoff_initial_ms)
+		return config_fail(err, errlen, path, setting_line(grp),
+				   "cluster.backoff_max_ms (%u) is below backoff_initial_ms (%u)", cfg->backoff_max_ms,
+				   cfg->backoff_initial_ms);
+	return 0;
+}
+
+static int node_cmp(const void *a, const void *b)
+{
+	const struct config_node *x = a, *y = b;
+
+	return (int)x->id - (int)y->id;
+}
+
+static int config_read_node(struct config_node *node, config_setting_t *grp, const char *path,
+			    char *err, size_t errlen)
+{
+	int n = config_setting_length(grp), have = 0;
+	int line = setting_line(grp);
+
+	if (!config_setting_is_group(grp))
+		return config_fail(err, errlen, path, line, "each entry of nodes must be a group { id; addr; port; }");
+	node->line = line;
+	for (int i = 0; i < n; i++) {
+		config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+		const char *name = config_setting_name(s);
+		int sl = setting_line(s), t = config_setting_type(s);
+		size_t j;
+
+		for (j = 0; j < ARRAY_SIZE(node_keys) && strcmp(node_keys[j].name, name); j++)
+			;
+		if (j == ARRAY_SIZE(node_keys))
+			return config_fail(err, errlen, path, sl, "unknown key nodes.%s (expected id, addr, port)", name);
+		have |= 1 << j;
+		if (!strcmp(name, "addr")) {
+			const char *a;
+			unsigned char tmp[16];
+
+			if (t != CONFIG_TYPE_STRING)
+				return config_fail(err, errlen, path, sl, "nodes.addr must be a string");
+			a = config_setting_get_string(s);
+			if (strlen(a) >= sizeof(node->addr) ||
+			    (inet_pton(AF_INET, a, tmp) != 1 && inet_pton(AF_INET6, a, tmp) != 1))
+				return config_fail(err, errlen, path, sl,
+						   "nodes.addr \"%s\" is not a numeric IPv4 or IPv6 address", a);
+			util_strlcpy(node->addr, a, sizeof(node->addr));
+		} else {
+			long long v;
+
+			if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+				return config_fail(err, errlen, path, sl, "nodes.%s must be an integer", name);
+			v = config_setting_get_int64(s);
+			if (v < node_keys[j].min || v > node_keys[j].max)
+				return config_fail(err, errlen, path, sl, "node %s %lld out of range %u..%u", name, v,
+						   node_keys[j].min, node_keys[j].max);
+			if (!strcmp(name, "id"))
+				node->id = (uint16_t)v;
+			else
+				node->port = (uint16_t)v;
+		}
+	}
+	for (size_t j = 0; j < ARRAY_SIZE(node_keys); j++)
+		if (!(have & (1 << j)))
+			return config_fail(err, errlen, path, line, "node is missing %s", node_keys[j].name);
+	return 0;
+}
+
+static int config_read_nodes(struct mesh_config *cfg, config_setting_t *list, const char *path,
+			     char *err, size_t errlen)
+{
+	int n = config_setting_length(list), ret;
+
+	cfg->nodes_line = setting_line(list);
+	if (!config_setting_is_list(list) && !config_setting_is_array(list))
+		return config_fail(err, errlen, path, cfg->nodes_line, "nodes must be a list ( {...}, {...} )");
+	if (n < 1)
+		return config_fail(err, errlen, path, cfg->nodes_line, "nodes is empty");
+	if (n > (int)MESH_NODE_ID_MAX + 1)
+		return config_fail(err, errlen, path, cfg->nodes_line, "more than 65536 nodes");
+	cfg->nodes = calloc((size_t)n, sizeof(*cfg->nodes));
+	if (!cfg->nodes)
+		return -ENOMEM;
+	cfg->n_nodes = (size_t)n;
+	for (int i = 0; i < n; i++) {
+		ret = config_read_node(&cfg->nodes[i], config_setting_get_elem(list, (unsigned)i), path, err, errlen);
+		if (ret)
+			return ret;
+		for (int j = 0; j < i; j++) {
+			if (cfg->nodes[j].id == cfg->nodes[i].id)
+				return config_fail(err, errlen, path, cfg->nodes[i].line,
+						   "duplicate node id %u (first defined at line %d)", cfg->nodes[i].id,
+						   cfg->nodes[j].line);
+			if (cfg->nodes[j].port == cfg->nodes[i].port && !strcmp(cfg->nodes[j].addr, cfg->nodes[i].addr))
+				return config_fail(err, errlen, path, cfg->nodes[i].line,
+						   "node %u uses %s port %u, like node %u at line %d", cfg->nodes[i].id,
+						   cfg->nodes[i].addr, cfg->nodes[i].port, cfg->nodes[j].id, cfg->nodes[j].line);
+		}
+	}
+	qsort(cfg->nodes, cfg->n_nodes, sizeof(*cfg->nodes), node_cmp);
+	return 0;
+}
+
+int config_load(const char *path, struct mesh_config *cfg, char *err, size_t errlen)
+{
+	config_t lc;
+	config_setting_t *root, *s;
+	FILE *f;
+	int ret = 0;
+
+	memset(cfg, 0, sizeof(*cfg));
+	util_strlcpy(cfg->path, path, sizeof(cfg->path));
+	config_defaults(cfg);
+	/* Open ourselves: libconfig reports a missing file as a parse error without errno. */
+	f = fopen(path, "r");
+	if (!f) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return ret;
+	}
+	config_init(&lc);
+	if (!config_read(&lc, f)) {
+		ret = config_fail(err, errlen, path, config_error_line(&lc), "%s", config_error_text(&lc));
+		goto out;
+	}
+	root = config_root_setting(&lc);
+	for (int i = 0; i < config_setting_length(root); i++) {
+		s = config_setting_get_elem(root, (unsigned)i);
+		if (strcmp(config_setting_name(s), "cluster") && strcmp(config_setting_name(s), "nodes")) {
+			ret = config_fail(err, errlen, path, setting_line(s),
+					  "unknown key %s (expected cluster and nodes)", config_setting_name(s));
+			goto out;
+		}
+	}
+	s = config_lookup(&lc, "cluster");
+	if (!s) {
+		ret = config_fail(err, errlen, path, 0, "missing cluster = { name = \"...\"; ... };");
+		goto out;
+	}
+	ret = config_read_cluster(cfg, s, path, err, errlen);
+	if (ret)
+		goto out;
+	s = config_lookup(&lc, "nodes");
+	if (!s) {
+		ret = config_fail(err, errlen, path, 0, "missing nodes = ( { id; addr; port; }, ... );");
+		goto out;
+	}
+	ret = config_read_nodes(cfg, s, path, err, errlen);
+out:
+	config_destroy(&lc);
+	fclose(f);
+	if (ret)
+		config_free(cfg);
+	return ret;
+}
+
+void config_free(struct mesh_config *cfg)
+{
+	if (!cfg)
+		return;
+	free(cfg->nodes);
+	cfg->nodes = NULL;
+	cfg->n_nodes = 0;
+}
+
+const struct config_node *config_node_find(const struct mesh_config *cfg, uint32_t id)
+{
+	struct config_node key = {.id = (uint16_t)id};
+
+	if (id > MESH_NODE_ID_MAX || !cfg->nodes)
+		return NULL;
+	return bsearch(&key, cfg->nodes, cfg->n_nodes, sizeof(key), node_cmp);
+}
+
+void config_dump(FILE *out, const struct mesh_config *cfg)
+{
+	fprintf(out, "# cluster = { ... };  every key, with its default, range and meaning\n");
+	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
+		const struct config_key *k = &config_keys[i];
+		char range[48], cur[CONFIG_NAME_MAX + 8] = "";
+
+		if (k->type == CFG_UINT) {
+			snprintf(range, sizeof(range), "%u..%u", k->min, k->max);
+			if (cfg)
+				snprintf(cur, sizeof(cur), "%u", *(const uint32_t *)((const char *)cfg + k->offset));
+		} else {
+			snprintf(range, sizeof(range), "string");
+			if (cfg)
+				snprintf(cur, sizeof(cur), "\"%s\"", (const char *)cfg + k->offset);
+		}
+		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s%s%s\n", k->name,
+			k->type == CFG_UINT ? "integer" : "string", k->def ? k->def : "(none)", range, k->help,
+			cfg ? "; in force: " : "", cur);
+	}
+	fprintf(out, "# nodes = ( { ... }, ... );  one entry per node\n");
+	for (size_t i = 0; i < ARRAY_SIZE(node_keys); i++) {
+		char range[32];
+
+		if (node_keys[i].max)
+			snprintf(range, sizeof(range), "%u..%u", node_keys[i].min, node_keys[i].max);
+		else
+			snprintf(range, sizeof(range), "address");
+		fprintf(out, "nodes.%-24s %-8s default %-8s range %-14s %s\n", node_keys[i].name,
+			node_keys[i].max ? "integer" : "string", "(none)", range, node_keys[i].help);
+	}
+}

@@ -1,0 +1,55 @@
+/*
+ * The cluster configuration (libconfig): one file describes the whole cluster, every meshd reads
+ * the same file and picks its own node by id. Every key has one row in a table (name, type,
+ * default, range, help) that validates the file, rejects unknown keys with file:line and prints
+ * `meshd --dump-config`.
+ */
+#ifndef MESH_MESHD_CONFIG_H
+#define MESH_MESHD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_NAME_MAX 64
+#define CONFIG_ADDR_MAX 64
+
+struct config_node {
+	uint16_t id;
+	uint16_t port;
+	char addr[CONFIG_ADDR_MAX];
+	int line; /* where the node was defined, for messages */
+};
+
+struct mesh_config {
+	char path[256];
+	char cluster_name[CONFIG_NAME_MAX];
+	char transport[16];
+	char log_level[16];
+	uint32_t qps_per_link;
+	uint32_t keepalive_interval_ms;
+	uint32_t keepalive_timeout_ms;
+	uint32_t connect_timeout_ms;
+	uint32_t handshake_timeout_ms;
+	uint32_t backoff_initial_ms;
+	uint32_t backoff_max_ms;
+	uint32_t max_handshakes;
+	uint32_t mailbox_size;
+	int nodes_line;
+	size_t n_nodes;
+	struct config_node *nodes; /* sorted by id */
+};
+
+/* Loads and validates path. On failure returns -ENOENT/-EACCES (file) or -MESH_ECONFIG and
+ * writes "path:line: what is wrong" into err. */
+int config_load(const char *path, struct mesh_config *cfg, char *err, size_t errlen);
+void config_free(struct mesh_config *cfg);
+
+/* The node with this id, or NULL. */
+const struct config_node *config_node_find(const struct mesh_config *cfg, uint32_t id);
+
+/* Prints every key with its type, default, range and help (meshd --dump-config). With cfg, the
+ * values in force are printed as well. */
+void config_dump(FILE *out, const struct mesh_config *cfg);
+
+#endif

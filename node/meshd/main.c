@@ -1,0 +1,360 @@
+/*
+ * meshd: keeps this node's part of the full RC mesh and serves local clients.
+ * One thread, one epoll: the transport's fd, a periodic timer, signals and the control socket.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <mesh/mesh.h>
+
+#include "admin.h"
+#include "config.h"
+#include "log.h"
+#include "mesh.h"
+#include "transport.h"
+#include "util.h"
+
+enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT };
+#define TAG(t) ((uint64_t)(t) << 32)
+#define EVENT_BATCH 64
+#define STOP_GRACE_MS 300
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: meshd --config FILE --node-id ID [--socket PATH]\n"
+		"       meshd --dump-config [--config FILE]\n"
+		"\n"
+		"Keeps this node's links of the cluster's full mesh of RC queue pairs: dials every\n"
+		"peer with a lower id, accepts every peer with a higher id, proves each link's keys,\n"
+		"watches it with keepalives and re-dials with backoff. Runs in the foreground and logs\n"
+		"to stderr. SIGTERM or SIGINT disconnects cleanly.\n"
+		"\n"
+		"  -c, --config FILE    cluster configuration (libconfig), the same file on every node\n"
+		"  -n, --node-id ID     this node's id in FILE (0..65535)\n"
+		"  -s, --socket PATH    local control socket (default $%s, else %s)\n"
+		"  -l, --log-level LVL  error|warn|info|debug (overrides cluster.log_level)\n"
+		"      --dump-config    print every configuration key with default, range and help\n"
+		"                       (with --config: and the values in force), then exit\n"
+		"  -V, --version        print the version\n"
+		"  -h, --help           this help\n"
+		"\n"
+		"Exit status: 0 after a clean stop, 1 on a configuration or start-up error.\n",
+		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
+}
+
+struct daemon {
+	struct mesh_config cfg;
+	xport_t *xport;
+	struct mesh mesh;
+	struct admin admin;
+	int epfd, tfd, sfd;
+};
+
+static int add_fd(int epfd, int fd, uint64_t tag)
+{
+	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = tag | (uint32_t)fd};
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee) ? -errno : 0;
+}
+
+static void drain_xport(struct daemon *d)
+{
+	struct xport_event evs[EVENT_BATCH];
+	int n;
+
+	do {
+		n = xport_poll(d->xport, evs, EVENT_BATCH);
+		for (int i = 0; i < n; i++)
+			mesh_handle_event(&d->mesh, &evs[i]);
+		mesh_reap(&d->mesh);
+	} while (n == EVENT_BATCH);
+	if (n < 0)
+		log_error("transport poll: %s", mesh_strerror(n));
+}
+
+static int timer_start(uint32_t period_ms)
+{
+	struct itimerspec its = {
+		.it_interval = {.tv_sec = period_ms / 1000, .tv_nsec = (long)(period_ms % 1000) * 1000000L},
+		.it_value = {.tv_sec = 0, .tv_nsec = 1000000L},
+	};
+	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (timerfd_settime(fd, 0, &its, NULL)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static int signals_open(void)
+{
+	sigset_t set;
+	int fd;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, NULL))
+		return -errno;
+	signal(SIGPIPE, SIG_IGN);
+	fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Lets the Goodbye messages go out before the QPs are torn down, for at most STOP_GRACE_MS. */
+static void stop_gracefully(struct daemon *d)
+{
+	uint64_t until = util_now_ms() + STOP_GRACE_MS;
+	struct epoll_event ev;
+
+	mesh_stop(&d->mesh);
+	while (util_now_ms() < until) {
+		bool busy = false;
+
+		for (size_t i = 0; i < d->mesh.n_links; i++)
+			busy |= d->mesh.links[i].send_busy != 0;
+		if (!busy)
+			break;
+		/* Any fd may wake us; only the transport matters now. */
+		epoll_wait(d->epfd, &ev, 1, 20);
+		drain_xport(d);
+	}
+}
+
+static int run(struct daemon *d)
+{
+	struct epoll_event evs[32];
+	bool running = true;
+
+	while (running) {
+		int n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), -1);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			log_error("epoll_wait: %m");
+			return -errno;
+		}
+		for (int i = 0; i < n; i++) {
+			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
+			int fd = (int)(uint32_t)evs[i].data.u64;
+
+			switch (tag) {
+			case TAG_XPORT:
+				drain_xport(d);
+				break;
+			case TAG_TIMER: {
+				uint64_t exp;
+
+				if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
+					log_warn("timerfd read: %m");
+				mesh_tick(&d->mesh, util_now_ms());
+				mesh_reap(&d->mesh);
+				break;
+			}
+			case TAG_SIGNAL: {
+				struct signalfd_siginfo si;
+
+				if (read(fd, &si, sizeof(si)) == sizeof(si)) {
+					log_info("signal %s: stopping", strsignal((int)si.ssi_signo));
+					running = false;
+				}
+				break;
+			}
+			case TAG_ADMIN_LISTEN:
+				admin_on_listen(&d->admin);
+				break;
+			case TAG_ADMIN_CLIENT:
+				admin_on_client(&d->admin, fd);
+				break;
+			}
+		}
+	}
+	stop_gracefully(d);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'},   {"node-id", required_argument, NULL, 'n'},
+		{"socket", required_argument, NULL, 's'},   {"log-level", required_argument, NULL, 'l'},
+		{"dump-config", no_argument, NULL, 'D'},    {"version", no_argument, NULL, 'V'},
+		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+	};
+	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL;
+	long node_id = -1;
+	bool dump = false;
+	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1};
+	struct xport_attr xa;
+	const struct config_node *self;
+	const struct xport_ops *ops;
+	char err[512], prefix[32];
+	int c, ret, status = 1;
+
+	if (!sock || !*sock)
+		sock = MESH_SOCKET_DEFAULT;
+	while ((c = getopt_long(argc, argv, "c:n:s:l:Vh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			cfg_path = optarg;
+			break;
+		case 'n': {
+			char *end;
+
+			errno = 0;
+			node_id = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || node_id < 0 || node_id > 65535) {
+				fprintf(stderr, "meshd: --node-id %s: expected a number 0..65535\n", optarg);
+				return 1;
+			}
+			break;
+		}
+		case 's':
+			sock = optarg;
+			break;
+		case 'l':
+			level = optarg;
+			break;
+		case 'D':
+			dump = true;
+			break;
+		case 'V':
+			printf("meshd %d.%d\n", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "meshd: unexpected argument '%s' (try --help)\n", argv[optind]);
+		return 1;
+	}
+	if (level && log_level_parse(level) < 0) {
+		fprintf(stderr, "meshd: --log-level %s: expected error, warn, info or debug\n", level);
+		return 1;
+	}
+	if (dump && !cfg_path) {
+		config_dump(stdout, NULL);
+		return 0;
+	}
+	if (!cfg_path || (node_id < 0 && !dump)) {
+		fprintf(stderr, "meshd: --config and --node-id are required (try --help)\n");
+		return 1;
+	}
+	ret = config_load(cfg_path, &d.cfg, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "meshd: %s\n", err);
+		return 1;
+	}
+	if (dump) {
+		config_dump(stdout, &d.cfg);
+		config_free(&d.cfg);
+		return 0;
+	}
+	self = config_node_find(&d.cfg, (uint32_t)node_id);
+	if (!self) {
+		fprintf(stderr, "meshd: %s:%d: node id %ld is not in nodes (%zu nodes, ids %u..%u)\n", cfg_path,
+			d.cfg.nodes_line, node_id, d.cfg.n_nodes, d.cfg.nodes[0].id, d.cfg.nodes[d.cfg.n_nodes - 1].id);
+		config_free(&d.cfg);
+		return 1;
+	}
+	snprintf(prefix, sizeof(prefix), "meshd[%u]", self->id);
+	log_set_prefix(prefix);
+	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
+
+	ops = xport_ops_find(d.cfg.transport);
+	if (!ops) {
+		log_error("transport %s is not built in", d.cfg.transport);
+		goto out_config;
+	}
+	xa = (struct xport_attr){
+		.connect_timeout_ms = d.cfg.connect_timeout_ms,
+		.max_send_wr = LINK_SEND_BUFS + 2 * MESH_QPS_PER_LINK_MAX,
+		.max_recv_wr = LINK_RECV_BUFS,
+	};
+	ret = xport_create(ops, &xa, &d.xport);
+	if (ret) {
+		log_error("cannot start the %s transport: %s", ops->name, mesh_strerror(ret));
+		goto out_config;
+	}
+	ret = xport_listen(d.xport, self->addr, self->port);
+	if (ret) {
+		log_error("cannot listen on %s port %u: %s", self->addr, self->port, mesh_strerror(ret));
+		goto out_xport;
+	}
+	ret = mesh_init(&d.mesh, &d.cfg, self, d.xport);
+	if (ret) {
+		log_error("cannot set up the links: %s", mesh_strerror(ret));
+		goto out_xport;
+	}
+	d.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d.epfd < 0) {
+		log_error("epoll_create1: %m");
+		goto out_mesh;
+	}
+	d.sfd = signals_open();
+	if (d.sfd < 0) {
+		log_error("signalfd: %s", strerror(-d.sfd));
+		goto out_epoll;
+	}
+	/* The tick paces keepalives, timeouts and re-dials: a quarter of the keepalive interval,
+	 * at most 100 ms, so an idle meshd wakes rarely. */
+	d.tfd = timer_start(MAX(5u, MIN(100u, d.cfg.keepalive_interval_ms / 4)));
+	if (d.tfd < 0) {
+		log_error("timerfd: %s", strerror(-d.tfd));
+		goto out_signals;
+	}
+	ret = add_fd(d.epfd, xport_event_fd(d.xport), TAG(TAG_XPORT));
+	if (!ret)
+		ret = add_fd(d.epfd, d.tfd, TAG(TAG_TIMER));
+	if (!ret)
+		ret = add_fd(d.epfd, d.sfd, TAG(TAG_SIGNAL));
+	if (ret) {
+		log_error("epoll_ctl: %s", strerror(-ret));
+		goto out_timer;
+	}
+	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_LISTEN), TAG(TAG_ADMIN_CLIENT), &d.mesh);
+	if (ret)
+		goto out_timer;
+	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
+		 self->id, d.cfg.cluster_name, self->addr, self->port, ops->name, d.cfg.qps_per_link, d.mesh.n_links,
+		 sock);
+	if (!run(&d))
+		status = 0;
+	admin_close(&d.admin);
+out_timer:
+	close(d.tfd);
+out_signals:
+	close(d.sfd);
+out_epoll:
+	close(d.epfd);
+out_mesh:
+	mesh_cleanup(&d.mesh);
+out_xport:
+	xport_destroy(d.xport);
+out_config:
+	config_free(&d.cfg);
+	if (!status)
+		log_info("stopped");
+	return status;
+}

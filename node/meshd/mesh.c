@@ -1,0 +1,861 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mesh/mesh.h>
+
+#include "log.h"
+#include "mesh.h"
+#include "util.h"
+
+/* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
+ * connection has its own CQ, so a wr_id never outlives its attempt. */
+enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ };
+#define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+#define WR_KIND(id) ((uint32_t)((id) >> 32))
+#define WR_IDX(id) ((uint32_t)(id))
+
+/* Layout of link->buf. */
+#define BUF_RECV_OFF 0
+#define BUF_SEND_OFF (BUF_RECV_OFF + LINK_RECV_BUFS * MESH_PEER_MSG_MAX)
+#define BUF_PROOF_OFF (BUF_SEND_OFF + LINK_SEND_BUFS * MESH_PEER_MSG_MAX)
+#define BUF_TOKEN_OFF (BUF_PROOF_OFF + MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
+#define BUF_LEN (BUF_TOKEN_OFF + MESH_PROOF_LEN)
+
+static uint64_t now_ms(void)
+{
+	return util_now_ms();
+}
+
+static const char *const phase_names[] = {"IDLE", "QPS", "HELLO", "PROOF", "READY_WAIT", "UP"};
+
+static bool phase_in_handshake(enum link_phase p)
+{
+	return p >= LINK_QPS && p <= LINK_READY_WAIT;
+}
+
+enum link_state link_state(const struct link *l)
+{
+	if (l->phase == LINK_UP)
+		return LINK_STATE_UP_;
+	/* A dial nobody has answered yet is still DOWN; CONNECTING means the peer is talking to us. */
+	if (l->phase == LINK_IDLE || (l->phase == LINK_QPS && l->dialer && l->n_est == 0))
+		return LINK_STATE_DOWN_;
+	return LINK_STATE_CONNECTING_;
+}
+
+const char *link_state_name(enum link_state s)
+{
+	switch (s) {
+	case LINK_STATE_UP_:
+		return "UP";
+	case LINK_STATE_CONNECTING_:
+		return "CONNECTING";
+	default:
+		return "DOWN";
+	}
+}
+
+uint32_t mesh_links_up(const struct mesh *m)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < m->n_links; i++)
+		n += m->links[i].phase == LINK_UP;
+	return n;
+}
+
+struct link *mesh_link_find(struct mesh *m, uint32_t peer)
+{
+	size_t lo = 0, hi = m->n_links;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (m->links[mid].peer->id == peer)
+			return &m->links[mid];
+		if (m->links[mid].peer->id < peer)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static int grave_push(void ***arr, size_t *n, size_t *cap, void *p)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		void **a = realloc(*arr, nc * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		*arr = a;
+		*cap = nc;
+	}
+	(*arr)[(*n)++] = p;
+	return 0;
+}
+
+/* Detaches a connection: no event for it reaches a link again, and it is destroyed in mesh_reap. */
+static void mesh_bury_conn(struct mesh *m, xport_conn_t *c)
+{
+	c->ctx = NULL;
+	if (grave_push((void ***)&m->grave.conns, &m->grave.n_conns, &m->grave.cap_conns, c)) {
+		/* Out of memory: destroying now is safe unless later events of this batch refer to it,
+		 * and those are skipped by ctx == NULL only while it exists; accept the leak instead. */
+		log_error("out of memory: leaking a connection to %s", c->peer_addr);
+	}
+}
+
+static void mesh_bury_mr(struct mesh *m, xport_mr_t *mr)
+{
+	if (mr && grave_push((void ***)&m->grave.mrs, &m->grave.n_mrs, &m->grave.cap_mrs, mr))
+		log_error("out of memory: leaking a memory registration");
+}
+
+void mesh_reap(struct mesh *m)
+{
+	for (size_t i = 0; i < m->grave.n_conns; i++)
+		xport_conn_destroy(m->grave.conns[i]);
+	m->grave.n_conns = 0;
+	/* MRs after the QPs that could still reference them. */
+	for (size_t i = 0; i < m->grave.n_mrs; i++)
+		xport_mr_dereg(m->xport, m->grave.mrs[i]);
+	m->grave.n_mrs = 0;
+}
+
+static void link_set_phase(struct link *l, enum link_phase p)
+{
+	struct mesh *m = l->mesh;
+
+	if (phase_in_handshake(l->phase) && !phase_in_handshake(p))
+		m->handshakes--;
+	else if (!phase_in_handshake(l->phase) && phase_in_handshake(p))
+		m->handshakes++;
+	log_debug("node %u: %s -> %s", l->peer->id, phase_names[l->phase], phase_names[p]);
+	l->phase = p;
+	l->phase_ms = now_ms();
+}
+
+/* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
+ * and schedules the next dial when we are the dialler. */
+static void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void link_fail(struct link *l, int err, const char *fmt, ...)
+{
+	struct mesh *m = l->mesh;
+	char why[LINK_ERR_MAX - 32];
+	va_list ap;
+	bool was_up = l->phase == LINK_UP;
+
+	char prev[LINK_ERR_MAX];
+
+	if (l->phase == LINK_IDLE)
+		return;
+	util_strlcpy(prev, l->last_error, sizeof(prev));
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	snprintf(l->last_error, sizeof(l->last_error), "%s (%s)", why, mesh_strerror(err));
+	/* Log once per cause: a peer that stays away is not worth a line per re-dial. */
+	if (was_up)
+		log_warn("link to node %u DOWN: %s", l->peer->id, l->last_error);
+	else if (!m->stopping && (l->failures == 0 || strcmp(prev, l->last_error)))
+		log_info("link to node %u: attempt epoch %llu failed: %s%s", l->peer->id,
+			 (unsigned long long)l->epoch, l->last_error, l->dialer ? "; re-dialling with backoff" : "");
+	else
+		log_debug("link to node %u: attempt epoch %llu failed: %s", l->peer->id,
+			  (unsigned long long)l->epoch, l->last_error);
+	for (uint32_t i = 0; i < MESH_QPS_PER_LINK_MAX; i++) {
+		if (!l->conns[i])
+			continue;
+		xport_disconnect(l->conns[i]);
+		mesh_bury_conn(m, l->conns[i]);
+		l->conns[i] = NULL;
+	}
+	mesh_bury_mr(m, l->mr_local);
+	mesh_bury_mr(m, l->mr_mailbox);
+	l->mr_local = l->mr_mailbox = NULL;
+	l->n_est = 0;
+	l->send_busy = 0;
+	l->recvs_posted = false;
+	l->have_peer_hello = false;
+	l->peer_ready = false;
+	l->proofs_done = 0;
+	link_set_phase(l, LINK_IDLE);
+	if (l->dialer) {
+		uint64_t backoff = m->cfg->backoff_initial_ms;
+
+		for (uint32_t i = 0; i < l->failures && backoff < m->cfg->backoff_max_ms; i++)
+			backoff *= 2;
+		backoff = MIN(backoff, m->cfg->backoff_max_ms);
+		/* Full jitter over the upper half: restarts of many nodes do not re-dial in lockstep. */
+		l->next_dial_ms = now_ms() + backoff / 2 + util_rand_below(backoff / 2 + 1);
+		l->failures++;
+	}
+}
+
+/* Registers the link's memory on the device of its first connection of an attempt. */
+static int link_register(struct link *l, xport_conn_t *c)
+{
+	int ret;
+
+	if (l->mr_local)
+		return 0;
+	memset(l->mailbox, 0, l->mesh->cfg->mailbox_size);
+	ret = xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_local);
+	if (ret)
+		return ret;
+	ret = xport_mr_reg(c, l->mailbox, l->mesh->cfg->mailbox_size,
+			   XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &l->mr_mailbox);
+	if (ret) {
+		xport_mr_dereg(l->mesh->xport, l->mr_local);
+		l->mr_local = NULL;
+	}
+	return ret;
+}
+
+/* Control messages use QP 0 only; its receives are posted as soon as it exists. */
+static int link_post_recvs(struct link *l)
+{
+	int ret;
+
+	if (l->recvs_posted || !l->conns[0] || !l->mr_local)
+		return 0;
+	for (uint32_t i = 0; i < LINK_RECV_BUFS; i++) {
+		ret = xport_post_recv(l->conns[0], l->mr_local, l->buf + BUF_RECV_OFF + i * MESH_PEER_MSG_MAX,
+				      MESH_PEER_MSG_MAX, WR_ID(WR_RECV, i));
+		if (ret)
+			return ret;
+	}
+	l->recvs_posted = true;
+	return 0;
+}
+
+static int link_send(struct link *l, const PeerMsg *msg)
+{
+	uint32_t slot;
+	uint8_t *p;
+	int len, ret;
+
+	if (!l->conns[0])
+		return -ENOTCONN;
+	for (slot = 0; slot < LINK_SEND_BUFS && (l->send_busy & (1u << slot)); slot++)
+		;
+	if (slot == LINK_SEND_BUFS)
+		return -ENOBUFS;
+	p = l->buf + BUF_SEND_OFF + slot * MESH_PEER_MSG_MAX;
+	len = mesh_peer_msg_encode(msg, p, MESH_PEER_MSG_MAX);
+	if (len < 0)
+		return len;
+	ret = xport_post_send(l->conns[0], l->mr_local, p, (uint32_t)len, WR_ID(WR_SEND, slot));
+	if (ret)
+		return ret;
+	l->send_busy |= 1u << slot;
+	l->tx_msgs++;
+	return 0;
+}
+
+static int link_send_hello(struct link *l)
+{
+	struct mesh *m = l->mesh;
+	Hello h = HELLO__INIT;
+	PeerMsg msg = PEER_MSG__INIT;
+
+	h.node_id = m->self->id;
+	h.cluster_hash = m->cluster_hash;
+	h.boot_epoch = m->boot_epoch;
+	h.link_epoch = l->epoch;
+	h.features = MESH_FEAT_ALL;
+	h.qp_count = m->cfg->qps_per_link;
+	h.mailbox_addr = (uintptr_t)l->mailbox;
+	h.mailbox_len = m->cfg->mailbox_size;
+	h.mailbox_rkey = l->mr_mailbox->rkey;
+	msg.body_case = PEER_MSG__BODY_HELLO;
+	msg.hello = &h;
+	return link_send(l, &msg);
+}
+
+/* Proves the peer's mailbox key on every QP: write our token into slot i, read slot i back. RC
+ * executes requests of one QP in order, so the READ returns what the WRITE stored. */
+static int link_start_proof(struct link *l)
+{
+	uint32_t q = l->mesh->cfg->qps_per_link;
+	uint8_t *token = l->buf + BUF_TOKEN_OFF; /* the WRITE's source must be registered memory */
+	int ret;
+
+	for (uint32_t i = 0; i < MESH_PROOF_LEN; i += 8) {
+		uint64_t r = util_rand64();
+
+		memcpy(token + i, &r, 8);
+	}
+	/* Bind the token to this node, so two peers' tokens never collide. */
+	token[0] = (uint8_t)(l->mesh->self->id >> 8);
+	token[1] = (uint8_t)l->mesh->self->id;
+	for (uint32_t i = 0; i < q; i++) {
+		uint64_t raddr = l->peer_mb_addr + (uint64_t)i * MESH_PROOF_LEN;
+		uint8_t *scratch = l->buf + BUF_PROOF_OFF + i * MESH_PROOF_LEN;
+
+		memset(scratch, 0, MESH_PROOF_LEN);
+		ret = xport_post_write(l->conns[i], l->mr_local, token, MESH_PROOF_LEN, raddr, l->peer_mb_rkey,
+				       WR_ID(WR_PROOF_WRITE, i));
+		if (ret)
+			return ret;
+		ret = xport_post_read(l->conns[i], l->mr_local, scratch, MESH_PROOF_LEN, raddr, l->peer_mb_rkey,
+				      WR_ID(WR_PROOF_READ, i));
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void link_progress(struct link *l)
+{
+	struct mesh *m = l->mesh;
+	int ret;
+
+	if (l->phase == LINK_QPS && l->n_est == m->cfg->qps_per_link) {
+		ret = link_send_hello(l);
+		if (ret) {
+			link_fail(l, ret, "cannot send Hello");
+			return;
+		}
+		link_set_phase(l, LINK_HELLO);
+	}
+	if (l->phase == LINK_HELLO && l->have_peer_hello) {
+		ret = link_start_proof(l);
+		if (ret) {
+			link_fail(l, ret, "cannot post the mailbox proof");
+			return;
+		}
+		link_set_phase(l, LINK_PROOF);
+	}
+	if (l->phase == LINK_PROOF && l->proofs_done == m->cfg->qps_per_link) {
+		PeerMsg msg = PEER_MSG__INIT;
+		Ready r = READY__INIT;
+
+		r.link_epoch = l->epoch;
+		msg.body_case = PEER_MSG__BODY_READY;
+		msg.ready = &r;
+		ret = link_send(l, &msg);
+		if (ret) {
+			link_fail(l, ret, "cannot send Ready");
+			return;
+		}
+		link_set_phase(l, LINK_READY_WAIT);
+	}
+	if (l->phase == LINK_READY_WAIT && l->peer_ready) {
+		uint64_t t = now_ms();
+
+		link_set_phase(l, LINK_UP);
+		l->ups++;
+		l->failures = 0;
+		l->last_rx_ms = t;
+		l->next_ka_ms = t;
+		l->last_error[0] = '\0';
+		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
+			 l->peer->id, (unsigned long long)l->epoch, l->n_est, (unsigned long long)l->peer_mb_addr,
+			 l->peer_mb_len, l->peer_mb_rkey, (unsigned long long)(t - l->attempt_ms));
+	}
+}
+
+/* Starts an attempt: the epoch grows across our restarts (wall clock) and across attempts. */
+static void link_begin(struct link *l, uint64_t epoch)
+{
+	l->epoch = epoch;
+	l->attempt_ms = now_ms();
+	l->n_est = 0;
+	link_set_phase(l, LINK_QPS);
+}
+
+static void link_dial(struct link *l)
+{
+	struct mesh *m = l->mesh;
+	uint8_t pdata[XPORT_PDATA_MAX];
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_CONNECT,
+		.qp_count = (uint8_t)m->cfg->qps_per_link,
+		.cluster_hash = m->cluster_hash,
+		.src_node = m->self->id,
+		.dst_node = l->peer->id,
+		.boot_epoch = m->boot_epoch,
+	};
+	int ret = 0, len;
+
+	link_begin(l, MAX(l->epoch + 1, util_wall_us()));
+	pd.link_epoch = l->epoch;
+	log_debug("dialling node %u at %s:%u, epoch %llu", l->peer->id, l->peer->addr, l->peer->port,
+		  (unsigned long long)l->epoch);
+	for (uint32_t i = 0; i < m->cfg->qps_per_link; i++) {
+		pd.qp_index = (uint8_t)i;
+		len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
+		ret = xport_connect(m->xport, m->self->addr, l->peer->addr, l->peer->port, pdata, (size_t)len, l, i,
+				    &l->conns[i]);
+		if (ret) {
+			l->conns[i] = NULL;
+			break;
+		}
+	}
+	if (ret)
+		link_fail(l, ret, "cannot dial %s:%u", l->peer->addr, l->peer->port);
+}
+
+static void mesh_reject(struct mesh *m, xport_conn_t *c, const struct mesh_cm_pdata *req, int reason)
+{
+	uint8_t pdata[XPORT_PDATA_MAX];
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_REJECT,
+		.cluster_hash = m->cluster_hash,
+		.src_node = m->self->id,
+		.dst_node = req ? req->src_node : 0,
+		.link_epoch = req ? req->link_epoch : 0,
+		.boot_epoch = m->boot_epoch,
+		.reason = reason,
+	};
+	int len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
+
+	m->peer_rejects++;
+	xport_reject(c, pdata, (size_t)len);
+	mesh_bury_conn(m, c);
+}
+
+/* A connection request: validate the private data against the configuration and the dial rule,
+ * then join it to the link's current attempt (or start a new one for a newer epoch). */
+static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
+{
+	xport_conn_t *c = ev->conn;
+	struct mesh_cm_pdata pd, rep;
+	uint8_t pdata[XPORT_PDATA_MAX];
+	struct link *l;
+	int ret, len;
+
+	ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
+	if (!ret && pd.kind != MESH_CM_CONNECT)
+		ret = -EPROTO;
+	if (ret) {
+		log_warn("rejecting %s: bad private data (%u bytes): %s", c->peer_addr, ev->pdata_len,
+			 mesh_strerror(ret));
+		mesh_reject(m, c, NULL, ret);
+		return;
+	}
+	if (pd.cluster_hash != m->cluster_hash) {
+		log_warn("rejecting %s (node %u): cluster hash 0x%08x, ours 0x%08x (\"%s\")", c->peer_addr, pd.src_node,
+			 pd.cluster_hash, m->cluster_hash, m->cfg->cluster_name);
+		mesh_reject(m, c, &pd, -MESH_ECLUSTER);
+		return;
+	}
+	if (pd.dst_node != m->self->id) {
+		log_warn("rejecting %s (node %u): it dialled node %u, we are node %u", c->peer_addr, pd.src_node,
+			 pd.dst_node, m->self->id);
+		mesh_reject(m, c, &pd, -MESH_EUNKNOWNNODE);
+		return;
+	}
+	l = mesh_link_find(m, pd.src_node);
+	if (!l) {
+		log_warn("rejecting %s: node %u is not in %s", c->peer_addr, pd.src_node, m->cfg->path);
+		mesh_reject(m, c, &pd, -MESH_EUNKNOWNNODE);
+		return;
+	}
+	if (!mesh_dials(pd.src_node, m->self->id)) {
+		log_warn("rejecting %s: node %u dialled node %u, but the higher id dials", c->peer_addr, pd.src_node,
+			 m->self->id);
+		mesh_reject(m, c, &pd, -MESH_EDIALRULE);
+		return;
+	}
+	if (pd.qp_count != m->cfg->qps_per_link) {
+		log_warn("rejecting %s (node %u): %u QPs per link, ours %u", c->peer_addr, pd.src_node, pd.qp_count,
+			 m->cfg->qps_per_link);
+		mesh_reject(m, c, &pd, -MESH_EQPCOUNT);
+		return;
+	}
+	if (pd.link_epoch < l->epoch) {
+		log_warn("rejecting %s (node %u): stale epoch %llu, current %llu", c->peer_addr, pd.src_node,
+			 (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
+		mesh_reject(m, c, &pd, -MESH_ESTALE);
+		return;
+	}
+	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE) {
+		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
+			log_info("rejecting %s (node %u): %u handshakes in flight", c->peer_addr, pd.src_node,
+				 m->handshakes);
+			mesh_reject(m, c, &pd, -MESH_EBUSY);
+			return;
+		}
+		if (l->phase != LINK_IDLE)
+			link_fail(l, -MESH_ESTALE, "node %u re-dialled with epoch %llu", pd.src_node,
+				  (unsigned long long)pd.link_epoch);
+		link_begin(l, pd.link_epoch);
+	}
+	if (l->phase != LINK_QPS || l->conns[pd.qp_index]) {
+		log_warn("rejecting %s (node %u): QP %u of epoch %llu %s", c->peer_addr, pd.src_node, pd.qp_index,
+			 (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
+		mesh_reject(m, c, &pd, -MESH_EDUPQP);
+		return;
+	}
+	c->ctx = l;
+	c->index = pd.qp_index;
+	l->conns[pd.qp_index] = c;
+	ret = link_register(l, c);
+	if (!ret)
+		ret = link_post_recvs(l);
+	if (!ret) {
+		rep = pd;
+		rep.kind = MESH_CM_ACCEPT;
+		rep.src_node = m->self->id;
+		rep.dst_node = pd.src_node;
+		rep.boot_epoch = m->boot_epoch;
+		len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
+		ret = xport_accept(c, pdata, (size_t)len);
+	}
+	if (ret)
+		link_fail(l, ret, "cannot accept QP %u", pd.qp_index);
+}
+
+static void mesh_on_established(struct link *l, const struct xport_event *ev)
+{
+	struct mesh *m = l->mesh;
+	struct mesh_cm_pdata pd;
+	int ret;
+
+	if (l->phase != LINK_QPS) {
+		link_fail(l, -EPROTO, "QP %u established in phase %s", ev->conn->index, phase_names[l->phase]);
+		return;
+	}
+	if (l->dialer) {
+		/* The acceptor answers with its own private data: check it as strictly as a request. */
+		ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
+		if (!ret && (pd.kind != MESH_CM_ACCEPT || pd.src_node != l->peer->id || pd.dst_node != m->self->id ||
+			     pd.link_epoch != l->epoch || pd.qp_index != ev->conn->index))
+			ret = -MESH_EPEERMSG;
+		if (!ret && pd.cluster_hash != m->cluster_hash)
+			ret = -MESH_ECLUSTER;
+		if (ret) {
+			link_fail(l, ret, "QP %u: bad accept private data from %s", ev->conn->index, ev->conn->peer_addr);
+			return;
+		}
+		ret = link_register(l, ev->conn);
+		if (!ret)
+			ret = link_post_recvs(l);
+		if (ret) {
+			link_fail(l, ret, "cannot register or post on QP %u", ev->conn->index);
+			return;
+		}
+	}
+	l->n_est++;
+	link_progress(l);
+}
+
+static void link_on_hello(struct link *l, const Hello *h)
+{
+	struct mesh *m = l->mesh;
+
+	if (l->have_peer_hello || l->phase > LINK_HELLO) {
+		link_fail(l, -MESH_EPEERMSG, "second Hello");
+		return;
+	}
+	if (h->node_id != l->peer->id || h->cluster_hash != m->cluster_hash || h->link_epoch != l->epoch) {
+		link_fail(l, -MESH_EPEERMSG, "Hello from node %u, cluster 0x%08x, epoch %llu does not match", h->node_id,
+			  h->cluster_hash, (unsigned long long)h->link_epoch);
+		return;
+	}
+	if (h->qp_count != m->cfg->qps_per_link) {
+		link_fail(l, -MESH_EQPCOUNT, "Hello says %u QPs", h->qp_count);
+		return;
+	}
+	if (h->mailbox_len < h->qp_count * MESH_PROOF_LEN) {
+		link_fail(l, -MESH_EPEERMSG, "peer mailbox of %u bytes is too small for %u proofs", h->mailbox_len,
+			  h->qp_count);
+		return;
+	}
+	l->have_peer_hello = true;
+	l->peer_boot_epoch = h->boot_epoch;
+	l->features = h->features & MESH_FEAT_ALL;
+	l->peer_mb_addr = h->mailbox_addr;
+	l->peer_mb_len = h->mailbox_len;
+	l->peer_mb_rkey = h->mailbox_rkey;
+	link_progress(l);
+}
+
+static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
+{
+	PeerMsg *msg;
+	const char *why;
+	int ret = mesh_peer_msg_decode(buf, len, &msg, &why);
+
+	if (ret) {
+		link_fail(l, -MESH_EPEERMSG, "undecodable message of %u bytes: %s", len, why);
+		return;
+	}
+	l->rx_msgs++;
+	l->last_rx_ms = now_ms();
+	switch (msg->body_case) {
+	case PEER_MSG__BODY_HELLO:
+		link_on_hello(l, msg->hello);
+		break;
+	case PEER_MSG__BODY_READY:
+		if (msg->ready->link_epoch != l->epoch || !l->have_peer_hello) {
+			link_fail(l, -MESH_EPEERMSG, "unexpected Ready (epoch %llu)",
+				  (unsigned long long)msg->ready->link_epoch);
+			break;
+		}
+		l->peer_ready = true;
+		link_progress(l);
+		break;
+	case PEER_MSG__BODY_KEEPALIVE:
+		if (l->phase == LINK_UP && (l->features & MESH_FEAT_KEEPALIVE)) {
+			KeepaliveAck a = KEEPALIVE_ACK__INIT;
+			PeerMsg reply = PEER_MSG__INIT;
+
+			a.seq = msg->keepalive->seq;
+			a.sent_us = msg->keepalive->sent_us;
+			reply.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
+			reply.keepalive_ack = &a;
+			ret = link_send(l, &reply);
+			if (ret && ret != -ENOBUFS)
+				link_fail(l, ret, "cannot answer a keepalive");
+		}
+		break;
+	case PEER_MSG__BODY_KEEPALIVE_ACK: {
+		uint64_t t = util_now_us();
+
+		if (msg->keepalive_ack->sent_us <= t)
+			l->rtt_us = t - msg->keepalive_ack->sent_us;
+		break;
+	}
+	case PEER_MSG__BODY_GOODBYE:
+		link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
+		break;
+	default:
+		break;
+	}
+	mesh_peer_msg_free(msg);
+}
+
+static void link_on_completion(struct link *l, const struct xport_event *ev)
+{
+	uint32_t kind = WR_KIND(ev->wr_id), idx = WR_IDX(ev->wr_id);
+	int ret;
+
+	if (ev->status) {
+		link_fail(l, ev->status, "QP %u: work request %u/%u failed: %s", ev->conn->index, kind, idx,
+			  ev->status_str ? ev->status_str : "?");
+		return;
+	}
+	switch (kind) {
+	case WR_RECV:
+		if (idx >= LINK_RECV_BUFS || ev->conn->index != 0) {
+			link_fail(l, -EPROTO, "receive completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
+			return;
+		}
+		if (ev->byte_len > MESH_PEER_MSG_MAX) {
+			link_fail(l, -MESH_EPEERMSG, "message of %u bytes", ev->byte_len);
+			return;
+		}
+		link_on_message(l, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
+		if (l->phase == LINK_IDLE || !l->conns[0])
+			return; /* the message ended the attempt */
+		ret = xport_post_recv(l->conns[0], l->mr_local, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
+				      MESH_PEER_MSG_MAX, ev->wr_id);
+		if (ret)
+			link_fail(l, ret, "cannot repost a receive");
+		return;
+	case WR_SEND:
+		if (idx < LINK_SEND_BUFS)
+			l->send_busy &= ~(1u << idx);
+		return;
+	case WR_PROOF_WRITE:
+		return;
+	case WR_PROOF_READ:
+		if (idx >= l->mesh->cfg->qps_per_link || l->phase != LINK_PROOF) {
+			link_fail(l, -EPROTO, "unexpected proof completion for QP %u", idx);
+			return;
+		}
+		if (memcmp(l->buf + BUF_PROOF_OFF + idx * MESH_PROOF_LEN, l->buf + BUF_TOKEN_OFF, MESH_PROOF_LEN)) {
+			link_fail(l, -MESH_EPROOF, "QP %u read back other bytes than it wrote to 0x%llx rkey 0x%x", idx,
+				  (unsigned long long)(l->peer_mb_addr + idx * MESH_PROOF_LEN), l->peer_mb_rkey);
+			return;
+		}
+		l->proofs_done++;
+		link_progress(l);
+		return;
+	default:
+		link_fail(l, -EPROTO, "completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
+	}
+}
+
+static const char *reject_reason(const struct xport_event *ev)
+{
+	struct mesh_cm_pdata pd;
+
+	if (mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd) || pd.kind != MESH_CM_REJECT || !pd.reason)
+		return "no mesh reason: nobody listening, or not a meshd";
+	return mesh_strerror(pd.reason);
+}
+
+void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
+{
+	struct link *l;
+
+	if (ev->type == XPORT_EV_CONNECT_REQUEST) {
+		if (m->stopping) {
+			mesh_reject(m, ev->conn, NULL, -MESH_ESHUTDOWN);
+			return;
+		}
+		mesh_on_request(m, ev);
+		return;
+	}
+	l = ev->conn->ctx;
+	if (!l)
+		return; /* detached earlier in this batch */
+	switch (ev->type) {
+	case XPORT_EV_ESTABLISHED:
+		mesh_on_established(l, ev);
+		break;
+	case XPORT_EV_REJECTED:
+		link_fail(l, ev->status, "node %u at %s rejected QP %u: %s", l->peer->id, ev->conn->peer_addr,
+			  ev->conn->index, reject_reason(ev));
+		break;
+	case XPORT_EV_CONNECT_ERROR:
+		link_fail(l, ev->status, "QP %u to %s: %s", ev->conn->index, ev->conn->peer_addr,
+			  ev->status_str ? ev->status_str : "connect failed");
+		break;
+	case XPORT_EV_DISCONNECTED:
+		link_fail(l, ev->status, "QP %u disconnected", ev->conn->index);
+		break;
+	case XPORT_EV_COMPLETION:
+		link_on_completion(l, ev);
+		break;
+	default:
+		break;
+	}
+}
+
+static void link_tick(struct link *l, uint64_t t)
+{
+	struct mesh *m = l->mesh;
+	const struct mesh_config *cfg = m->cfg;
+
+	if (l->phase == LINK_UP) {
+		if (t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
+			link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u for %llu ms", l->peer->id,
+				  (unsigned long long)(t - l->last_rx_ms));
+			return;
+		}
+		if (t >= l->next_ka_ms && (l->features & MESH_FEAT_KEEPALIVE)) {
+			Keepalive k = KEEPALIVE__INIT;
+			PeerMsg msg = PEER_MSG__INIT;
+			int ret;
+
+			k.seq = ++l->ka_seq;
+			k.sent_us = util_now_us();
+			msg.body_case = PEER_MSG__BODY_KEEPALIVE;
+			msg.keepalive = &k;
+			ret = link_send(l, &msg);
+			/* All slots busy means the peer is not completing our sends: the timeout decides. */
+			if (ret && ret != -ENOBUFS) {
+				link_fail(l, ret, "cannot send a keepalive");
+				return;
+			}
+			l->next_ka_ms = t + cfg->keepalive_interval_ms;
+		}
+		return;
+	}
+	if (phase_in_handshake(l->phase)) {
+		if (t - l->attempt_ms > cfg->handshake_timeout_ms)
+			link_fail(l, -MESH_EHANDSHAKE, "not UP after %llu ms in phase %s",
+				  (unsigned long long)(t - l->attempt_ms), phase_names[l->phase]);
+		return;
+	}
+	if (l->dialer && !m->stopping && t >= l->next_dial_ms && m->handshakes < cfg->max_handshakes)
+		link_dial(l);
+}
+
+void mesh_tick(struct mesh *m, uint64_t t)
+{
+	for (size_t i = 0; i < m->n_links; i++)
+		link_tick(&m->links[i], t);
+}
+
+void mesh_stop(struct mesh *m)
+{
+	m->stopping = true;
+	for (size_t i = 0; i < m->n_links; i++) {
+		struct link *l = &m->links[i];
+
+		if (l->phase == LINK_UP && (l->features & MESH_FEAT_GOODBYE)) {
+			Goodbye g = GOODBYE__INIT;
+			PeerMsg msg = PEER_MSG__INIT;
+
+			g.reason = MESH_ESHUTDOWN;
+			msg.body_case = PEER_MSG__BODY_GOODBYE;
+			msg.goodbye = &g;
+			link_send(l, &msg);
+		}
+	}
+}
+
+/* Called after mesh_stop() once the goodbyes had their chance: disconnect everything. */
+static void mesh_disconnect_all(struct mesh *m)
+{
+	for (size_t i = 0; i < m->n_links; i++)
+		link_fail(&m->links[i], -MESH_ESHUTDOWN, "shutting down");
+	mesh_reap(m);
+}
+
+int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *x)
+{
+	size_t n = 0;
+
+	memset(m, 0, sizeof(*m));
+	m->cfg = cfg;
+	m->self = self;
+	m->xport = x;
+	m->cluster_hash = mesh_cluster_hash(cfg->cluster_name);
+	m->boot_epoch = util_wall_us();
+	m->start_ms = now_ms();
+	m->links = calloc(cfg->n_nodes, sizeof(*m->links));
+	if (!m->links)
+		return -ENOMEM;
+	for (size_t i = 0; i < cfg->n_nodes; i++) {
+		struct link *l;
+
+		if (cfg->nodes[i].id == self->id)
+			continue;
+		l = &m->links[n++];
+		l->mesh = m;
+		l->peer = &cfg->nodes[i];
+		l->dialer = mesh_dials(self->id, l->peer->id);
+		l->phase = LINK_IDLE;
+		l->phase_ms = m->start_ms;
+		l->next_dial_ms = m->start_ms;
+		m->n_links = n;
+		l->buf_len = BUF_LEN;
+		l->buf = aligned_alloc(4096, (BUF_LEN + 4095) & ~(size_t)4095);
+		l->mailbox = aligned_alloc(4096, (cfg->mailbox_size + 4095) & ~(size_t)4095);
+		if (!l->buf || !l->mailbox) {
+			mesh_cleanup(m);
+			return -ENOMEM;
+		}
+		memset(l->buf, 0, l->buf_len);
+	}
+	return 0;
+}
+
+void mesh_cleanup(struct mesh *m)
+{
+	if (!m->links)
+		return;
+	mesh_disconnect_all(m);
+	for (size_t i = 0; i < m->n_links; i++) {
+		free(m->links[i].buf);
+		free(m->links[i].mailbox);
+	}
+	free(m->links);
+	m->links = NULL;
+	free(m->grave.conns);
+	free(m->grave.mrs);
+	memset(&m->grave, 0, sizeof(m->grave));
+}

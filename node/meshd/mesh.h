@@ -1,0 +1,126 @@
+/*
+ * The mesh: one link per configured peer, the dial rule, admission of handshakes, and the link
+ * state machine. Driven by three entry points so that it runs the same under meshd's epoll loop
+ * and under the unit tests' fake transport:
+ *   mesh_handle_event()  for every event a transport poll returns,
+ *   mesh_reap()          after each batch of events (destroys detached connections),
+ *   mesh_tick()          periodically (keepalives, timeouts, re-dials).
+ */
+#ifndef MESH_MESHD_MESH_H
+#define MESH_MESHD_MESH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "transport.h"
+#include "wire.h"
+
+/* Phases of one link attempt; links_state() maps them to DOWN / CONNECTING / UP. */
+enum link_phase {
+	LINK_IDLE,       /* no attempt: DOWN (dialler: waiting for the next dial) */
+	LINK_QPS,        /* QPs connecting */
+	LINK_HELLO,      /* all QPs connected, our Hello sent, waiting for the peer's */
+	LINK_PROOF,      /* writing and reading back our token in the peer's mailbox */
+	LINK_READY_WAIT, /* our proof done and Ready sent, waiting for the peer's Ready */
+	LINK_UP,
+};
+
+enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
+
+#define LINK_RECV_BUFS 16
+#define LINK_SEND_BUFS 16
+#define LINK_ERR_MAX 160
+
+struct mesh;
+
+struct link {
+	struct mesh *mesh;
+	const struct config_node *peer;
+	bool dialer; /* our id is higher: we dial */
+	enum link_phase phase;
+	uint64_t epoch;
+	uint64_t phase_ms;   /* when the current phase began */
+	uint64_t attempt_ms; /* when the current attempt began */
+	xport_conn_t *conns[MESH_QPS_PER_LINK_MAX];
+	uint32_t n_est; /* established QPs of the current attempt */
+
+	/* Registered memory: receive and send slots plus proof scratch (local), and the mailbox the
+	 * peer may write and read (remote). Allocated once, registered per attempt. */
+	uint8_t *buf;
+	size_t buf_len;
+	uint8_t *mailbox;
+	xport_mr_t *mr_local;
+	xport_mr_t *mr_mailbox;
+	uint32_t send_busy; /* bitmap of send slots in flight */
+	bool recvs_posted;
+
+	/* The peer's Hello of this attempt. */
+	bool have_peer_hello;
+	uint64_t peer_boot_epoch;
+	uint64_t features; /* agreed: ours & theirs */
+	uint64_t peer_mb_addr;
+	uint32_t peer_mb_len;
+	uint32_t peer_mb_rkey;
+
+	uint32_t proofs_done;
+	bool peer_ready;
+
+	/* Liveness and re-dial. */
+	uint64_t last_rx_ms;
+	uint64_t next_ka_ms;
+	uint64_t ka_seq;
+	uint64_t rtt_us;
+	uint32_t failures; /* failed attempts since the last UP */
+	uint64_t next_dial_ms;
+
+	/* Counters. */
+	uint32_t ups;
+	uint64_t tx_msgs, rx_msgs;
+	char last_error[LINK_ERR_MAX];
+};
+
+struct mesh_graveyard {
+	xport_conn_t **conns;
+	size_t n_conns, cap_conns;
+	xport_mr_t **mrs;
+	size_t n_mrs, cap_mrs;
+};
+
+struct mesh {
+	const struct mesh_config *cfg;
+	const struct config_node *self;
+	xport_t *xport;
+	uint32_t cluster_hash;
+	uint64_t boot_epoch; /* wall clock us at start */
+	uint64_t start_ms;
+	size_t n_links;
+	struct link *links; /* one per peer, sorted by peer id */
+	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
+	uint64_t peer_rejects;
+	bool stopping;
+	struct mesh_graveyard grave;
+};
+
+/* Sets up links for every peer of cfg (self = our node). The transport is already created. */
+int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *x);
+void mesh_cleanup(struct mesh *m);
+
+void mesh_handle_event(struct mesh *m, const struct xport_event *ev);
+void mesh_reap(struct mesh *m);
+void mesh_tick(struct mesh *m, uint64_t now_ms);
+/* Clean shutdown: Goodbye on UP links, then disconnect everything. */
+void mesh_stop(struct mesh *m);
+
+struct link *mesh_link_find(struct mesh *m, uint32_t peer);
+enum link_state link_state(const struct link *l);
+const char *link_state_name(enum link_state s);
+uint32_t mesh_links_up(const struct mesh *m);
+
+/* Dial rule: the higher id dials the lower. */
+static inline bool mesh_dials(uint32_t self, uint32_t peer)
+{
+	return self > peer;
+}
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * The transport layer: an RC-like interface small enough for two providers (rdma now, tcp next)
+ * and large enough that link and channel code is written once. meshd reaches a provider only
+ * through the const ops table below; nothing above this header knows which provider runs.
+ *
+ * Model: a provider instance (xport_t) owns one pollable fd. When it is readable the owner calls
+ * xport_poll() until it returns fewer events than asked for; events are connection events
+ * (requests, established, failures, disconnects) and work completions. A connection (xport_conn_t)
+ * is one RC queue pair. Private data travels with connect/accept/reject, at most
+ * XPORT_PDATA_MAX bytes.
+ *
+ * Lifetime: events returned by one poll may refer to a connection that the owner destroys while
+ * handling an earlier event of the same batch. The owner therefore detaches a connection
+ * (conn->ctx = NULL) and destroys it only after the batch; events whose conn->ctx is NULL are to be
+ * skipped. After xport_conn_destroy() no further event refers to that connection.
+ *
+ * Errors: 0 or a count on success, a negative errno on failure.
+ */
+#ifndef MESH_TRANSPORT_H
+#define MESH_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define XPORT_PDATA_MAX 56
+#define XPORT_ADDR_MAX 64
+
+typedef struct xport xport_t;
+typedef struct xport_conn xport_conn_t;
+typedef struct xport_mr xport_mr_t;
+struct xport_ops;
+
+/* Base structs: providers embed them first and keep their state after. */
+struct xport {
+	const struct xport_ops *ops;
+};
+
+struct xport_conn {
+	xport_t *xport;
+	void *ctx;      /* owner's pointer; NULL marks a detached connection */
+	uint32_t index; /* owner's index (e.g. QP number within a link) */
+	char peer_addr[XPORT_ADDR_MAX];
+};
+
+enum xport_access {
+	XPORT_ACCESS_LOCAL = 1 << 0,        /* local write (receive buffers, read targets) */
+	XPORT_ACCESS_REMOTE_WRITE = 1 << 1,
+	XPORT_ACCESS_REMOTE_READ = 1 << 2,
+};
+
+struct xport_mr {
+	void *addr;
+	size_t len;
+	uint32_t lkey;
+	uint32_t rkey;
+};
+
+enum xport_ev_type {
+	XPORT_EV_CONNECT_REQUEST = 1, /* passive side: new conn (QP ready for post_recv), pdata */
+	XPORT_EV_ESTABLISHED,         /* conn connected; active side gets the accept's pdata */
+	XPORT_EV_REJECTED,            /* active side: peer rejected (pdata may hold a reason) */
+	XPORT_EV_CONNECT_ERROR,       /* active or passive: could not connect; status says why */
+	XPORT_EV_DISCONNECTED,        /* the connection is gone (peer closed, error, device removed) */
+	XPORT_EV_COMPLETION,          /* a posted work request finished */
+};
+
+enum xport_op {
+	XPORT_OP_SEND = 1,
+	XPORT_OP_RECV,
+	XPORT_OP_WRITE,
+	XPORT_OP_WRITE_IMM,
+	XPORT_OP_READ,
+	XPORT_OP_RECV_IMM, /* the receive side of a WRITE_WITH_IMM */
+};
+
+struct xport_event {
+	enum xport_ev_type type;
+	xport_conn_t *conn;
+	int status; /* 0 or negative errno; completions: -EIO with wc_status set */
+	/* connection events */
+	uint8_t pdata_len;
+	uint8_t pdata[XPORT_PDATA_MAX];
+	/* completions */
+	enum xport_op op;
+	uint64_t wr_id;
+	uint32_t byte_len;
+	uint32_t imm;
+	bool has_imm;
+	int wc_status;          /* provider's status code when status != 0 (ibv_wc_status) */
+	const char *status_str; /* static text for logs */
+};
+
+struct xport_attr {
+	uint32_t connect_timeout_ms; /* address/route resolution */
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+};
+
+struct xport_ops {
+	const char *name;
+	int (*create)(const struct xport_attr *attr, xport_t **out);
+	void (*destroy)(xport_t *x);
+	int (*event_fd)(xport_t *x);
+	int (*listen)(xport_t *x, const char *addr, uint16_t port);
+	/* Starts an asynchronous connect from src_addr to addr:port; ESTABLISHED/REJECTED/
+	 * CONNECT_ERROR follows. */
+	int (*connect)(xport_t *x, const char *src_addr, const char *addr, uint16_t port,
+		       const void *pdata, size_t pdata_len, void *ctx, uint32_t index, xport_conn_t **out);
+	int (*accept)(xport_conn_t *c, const void *pdata, size_t pdata_len);
+	int (*reject)(xport_conn_t *c, const void *pdata, size_t pdata_len);
+	int (*disconnect)(xport_conn_t *c);
+	void (*conn_destroy)(xport_conn_t *c);
+	/* Registers memory on the connection's device; valid for every conn on that device. */
+	int (*mr_reg)(xport_conn_t *c, void *addr, size_t len, unsigned access, xport_mr_t **out);
+	void (*mr_dereg)(xport_mr_t *mr);
+	int (*post_send)(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id);
+	int (*post_recv)(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t len, uint64_t wr_id);
+	int (*post_write)(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
+			  uint32_t rkey, uint64_t wr_id);
+	int (*post_write_imm)(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
+			      uint32_t rkey, uint32_t imm, uint64_t wr_id);
+	int (*post_read)(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t len, uint64_t raddr, uint32_t rkey,
+			 uint64_t wr_id);
+	/* Fills up to max events; returns the count (0: nothing pending) or a negative errno. */
+	int (*poll)(xport_t *x, struct xport_event *evs, int max);
+};
+
+/* Providers. */
+extern const struct xport_ops xport_rdma_ops;
+
+/* Provider by name ("rdma"); NULL if unknown. */
+const struct xport_ops *xport_ops_find(const char *name);
+
+static inline int xport_create(const struct xport_ops *ops, const struct xport_attr *attr, xport_t **out)
+{
+	return ops->create(attr, out);
+}
+static inline void xport_destroy(xport_t *x)
+{
+	if (x)
+		x->ops->destroy(x);
+}
+static inline const char *xport_name(const xport_t *x)
+{
+	return x->ops->name;
+}
+static inline int xport_event_fd(xport_t *x)
+{
+	return x->ops->event_fd(x);
+}
+static inline int xport_listen(xport_t *x, const char *addr, uint16_t port)
+{
+	return x->ops->listen(x, addr, port);
+}
+static inline int xport_connect(xport_t *x, const char *src, const char *addr, uint16_t port, const void *pdata,
+				size_t len, void *ctx, uint32_t index, xport_conn_t **out)
+{
+	return x->ops->connect(x, src, addr, port, pdata, len, ctx, index, out);
+}
+static inline int xport_accept(xport_conn_t *c, const void *pdata, size_t len)
+{
+	return c->xport->ops->accept(c, pdata, len);
+}
+static inline int xport_reject(xport_conn_t *c, const void *pdata, size_t len)
+{
+	return c->xport->ops->reject(c, pdata, len);
+}
+static inline int xport_disconnect(xport_conn_t *c)
+{
+	return c->xport->ops->disconnect(c);
+}
+static inline void xport_conn_destroy(xport_conn_t *c)
+{
+	if (c)
+		c->xport->ops->conn_destroy(c);
+}
+static inline int xport_mr_reg(xport_conn_t *c, void *addr, size_t len, unsigned access, xport_mr_t **out)
+{
+	return c->xport->ops->mr_reg(c, addr, len, access, out);
+}
+static inline void xport_mr_dereg(xport_t *x, xport_mr_t *mr)
+{
+	if (mr)
+		x->ops->mr_dereg(mr);
+}
+static inline int xport_post_send(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id)
+{
+	return c->xport->ops->post_send(c, mr, buf, len, wr_id);
+}
+static inline int xport_post_recv(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t len, uint64_t wr_id)
+{
+	return c->xport->ops->post_recv(c, mr, buf, len, wr_id);
+}
+static inline int xport_post_write(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len,
+				   uint64_t raddr, uint32_t rkey, uint64_t wr_id)
+{
+	return c->xport->ops->post_write(c, mr, buf, len, raddr, rkey, wr_id);
+}
+static inline int xport_post_write_imm(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len,
+				       uint64_t raddr, uint32_t rkey, uint32_t imm, uint64_t wr_id)
+{
+	return c->xport->ops->post_write_imm(c, mr, buf, len, raddr, rkey, imm, wr_id);
+}
+static inline int xport_post_read(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t len, uint64_t raddr,
+				  uint32_t rkey, uint64_t wr_id)
+{
+	return c->xport->ops->post_read(c, mr, buf, len, raddr, rkey, wr_id);
+}
+static inline int xport_poll(xport_t *x, struct xport_event *evs, int max)
+{
+	return x->ops->poll(x, evs, max);
+}
+
+#endif

@@ -1,0 +1,48 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+enum log_level log_current_level = LOG_LVL_INFO;
+static char log_prefix[64] = "mesh";
+
+static const char *const log_names[] = {"error", "warn", "info", "debug"};
+
+void log_set_level(enum log_level lvl)
+{
+	log_current_level = lvl;
+}
+
+int log_level_parse(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof(log_names) / sizeof(log_names[0])); i++)
+		if (!strcmp(name, log_names[i]))
+			return i;
+	return -EINVAL;
+}
+
+const char *log_level_name(enum log_level lvl)
+{
+	return (unsigned)lvl < sizeof(log_names) / sizeof(log_names[0]) ? log_names[lvl] : "?";
+}
+
+void log_set_prefix(const char *prefix)
+{
+	snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
+}
+
+void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
+{
+	char line[1024];
+	int n;
+	va_list ap;
+
+	n = snprintf(line, sizeof(line), "%s %s: %s: ", log_prefix, log_names[lvl], func);
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < sizeof(line))
+		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	/* One fputs per line keeps lines whole when several meshd share a terminal or a log file. */
+	fprintf(stderr, "%s\n", line);
+}

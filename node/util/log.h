@@ -1,0 +1,45 @@
+/*
+ * One logging family for meshd and meshctl: checks the level before formatting, stamps the
+ * function, keeps errno intact (so "%m" and the caller's errno survive), writes one line to stderr
+ * (meshd runs in the foreground under systemd, which timestamps). Debug logging of the data path
+ * compiles out unless MESH_DEBUG_LOG is defined.
+ */
+#ifndef MESH_UTIL_LOG_H
+#define MESH_UTIL_LOG_H
+
+#include <errno.h>
+
+enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
+
+extern enum log_level log_current_level;
+
+void log_set_level(enum log_level lvl);
+/* "error" | "warn" | "info" | "debug" -> level; -EINVAL for anything else. */
+int log_level_parse(const char *name);
+const char *log_level_name(enum log_level lvl);
+/* A prefix for every line, e.g. "meshd[3]". */
+void log_set_prefix(const char *prefix);
+
+void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define log_at(lvl, ...)                                                 \
+	do {                                                             \
+		if ((lvl) <= log_current_level) {                        \
+			int log_saved_errno_ = errno;                    \
+			log_write((lvl), __func__, __VA_ARGS__);         \
+			errno = log_saved_errno_;                        \
+		}                                                        \
+	} while (0)
+
+#define log_error(...) log_at(LOG_LVL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_at(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...) log_at(LOG_LVL_INFO, __VA_ARGS__)
+#define log_debug(...) log_at(LOG_LVL_DEBUG, __VA_ARGS__)
+#ifdef MESH_DEBUG_LOG
+#define log_trace(...) log_at(LOG_LVL_DEBUG, __VA_ARGS__)
+#else
+#define log_trace(...) do { } while (0)
+#endif
+
+#endif

@@ -1,0 +1,25 @@
+/* Small shared internals of node/: clocks, randomness, bounded string copy. */
+#ifndef MESH_UTIL_UTIL_H
+#define MESH_UTIL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* CLOCK_MONOTONIC in microseconds / milliseconds: all timers and RTTs. */
+uint64_t util_now_us(void);
+uint64_t util_now_ms(void);
+/* CLOCK_REALTIME in microseconds: boot and link epochs, which must grow across restarts. */
+uint64_t util_wall_us(void);
+
+/* Uniform in [0, bound) (bound > 0); seeded from getrandom() on first use. */
+uint64_t util_rand_below(uint64_t bound);
+uint64_t util_rand64(void);
+
+/* Copies at most size-1 bytes and always terminates; returns strlen(src). */
+size_t util_strlcpy(char *dst, const char *src, size_t size);
+
+#endif

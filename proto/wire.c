@@ -1,0 +1,176 @@
+#include <endian.h>
+#include <errno.h>
+#include <string.h>
+
+#include <mesh/mesh.h>
+
+#include "wire.h"
+
+int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len)
+{
+	struct mesh_cm_wire w;
+
+	if (len < sizeof(w))
+		return -ENOSPC;
+	memset(&w, 0, sizeof(w));
+	w.magic = htobe32(MESH_CM_MAGIC);
+	w.version = MESH_CM_VERSION;
+	w.kind = pd->kind;
+	w.qp_index = pd->qp_index;
+	w.qp_count = pd->qp_count;
+	w.cluster_hash = htobe32(pd->cluster_hash);
+	w.src_node = htobe16(pd->src_node);
+	w.dst_node = htobe16(pd->dst_node);
+	w.link_epoch = htobe64(pd->link_epoch);
+	w.boot_epoch = htobe64(pd->boot_epoch);
+	if (pd->reason < 0 && -pd->reason > MESH_ERRNO_BASE && -pd->reason - MESH_ERRNO_BASE <= UINT16_MAX)
+		w.reason = htobe16((uint16_t)(-pd->reason - MESH_ERRNO_BASE));
+	memcpy(buf, &w, sizeof(w));
+	return (int)sizeof(w);
+}
+
+int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
+{
+	struct mesh_cm_wire w;
+	struct mesh_cm_pdata pd;
+
+	if (!buf || len < sizeof(w))
+		return -EBADMSG;
+	memcpy(&w, buf, sizeof(w));
+	if (be32toh(w.magic) != MESH_CM_MAGIC)
+		return -MESH_EBADMAGIC;
+	if (w.version != MESH_CM_VERSION)
+		return -MESH_EPROTOVER;
+	if (w.kind < MESH_CM_CONNECT || w.kind > MESH_CM_REJECT)
+		return -EPROTO;
+	if (w.kind != MESH_CM_REJECT &&
+	    (w.qp_count == 0 || w.qp_count > MESH_QPS_PER_LINK_MAX || w.qp_index >= w.qp_count))
+		return -EPROTO;
+	memset(&pd, 0, sizeof(pd));
+	pd.version = w.version;
+	pd.kind = w.kind;
+	pd.qp_index = w.qp_index;
+	pd.qp_count = w.qp_count;
+	pd.cluster_hash = be32toh(w.cluster_hash);
+	pd.src_node = be16toh(w.src_node);
+	pd.dst_node = be16toh(w.dst_node);
+	pd.link_epoch = be64toh(w.link_epoch);
+	pd.boot_epoch = be64toh(w.boot_epoch);
+	if (w.reason)
+		pd.reason = -(MESH_ERRNO_BASE + (int)be16toh(w.reason));
+	*out = pd;
+	return 0;
+}
+
+uint32_t mesh_cluster_hash(const char *name)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *name; name++) {
+		h ^= (uint8_t)*name;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+int mesh_peer_msg_encode(const PeerMsg *msg, void *buf, size_t len)
+{
+	size_t n = peer_msg__get_packed_size(msg);
+
+	if (n > len || n > MESH_PEER_MSG_MAX)
+		return -EMSGSIZE;
+	return (int)peer_msg__pack(msg, buf);
+}
+
+static const char *peer_msg_check(const PeerMsg *m)
+{
+	switch (m->body_case) {
+	case PEER_MSG__BODY_HELLO: {
+		const Hello *h = m->hello;
+
+		if (h->node_id > MESH_NODE_ID_MAX)
+			return "hello.node_id out of range 0..65535";
+		if (h->qp_count == 0 || h->qp_count > MESH_QPS_PER_LINK_MAX)
+			return "hello.qp_count out of range 1..16";
+		if (h->mailbox_len < MESH_MAILBOX_MIN)
+			return "hello.mailbox_len below the minimum";
+		if (h->mailbox_addr == 0)
+			return "hello.mailbox_addr is 0";
+		if (h->mailbox_addr + h->mailbox_len < h->mailbox_addr)
+			return "hello.mailbox wraps the address space";
+		return NULL;
+	}
+	case PEER_MSG__BODY_READY:
+	case PEER_MSG__BODY_KEEPALIVE:
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+	case PEER_MSG__BODY_GOODBYE:
+		return NULL;
+	default:
+		return "message has no known body";
+	}
+}
+
+int mesh_peer_msg_decode(const void *buf, size_t len, PeerMsg **out, const char **why)
+{
+	PeerMsg *m;
+	const char *bad;
+
+	*why = NULL;
+	if (len > MESH_PEER_MSG_MAX) {
+		*why = "message longer than 1024 bytes";
+		return -EMSGSIZE;
+	}
+	m = peer_msg__unpack(NULL, len, buf);
+	if (!m) {
+		*why = "undecodable protobuf";
+		return -EBADMSG;
+	}
+	bad = peer_msg_check(m);
+	if (bad) {
+		peer_msg__free_unpacked(m, NULL);
+		*why = bad;
+		return -EPROTO;
+	}
+	*out = m;
+	return 0;
+}
+
+void mesh_peer_msg_free(PeerMsg *msg)
+{
+	if (msg)
+		peer_msg__free_unpacked(msg, NULL);
+}
+
+int mesh_ctl_req_decode(const void *buf, size_t len, CtlRequest **out, const char **why)
+{
+	CtlRequest *r;
+
+	*why = NULL;
+	if (len > MESH_CTL_REQ_MAX) {
+		*why = "request longer than 4096 bytes";
+		return -EMSGSIZE;
+	}
+	r = ctl_request__unpack(NULL, len, buf);
+	if (!r) {
+		*why = "undecodable protobuf";
+		return -EBADMSG;
+	}
+	if (r->version != MESH_CTL_VERSION) {
+		*why = "unsupported control protocol version";
+		ctl_request__free_unpacked(r, NULL);
+		return -EPROTO;
+	}
+	if (r->object != CTL_OBJECT__CTL_OBJECT_LINKS && r->object != CTL_OBJECT__CTL_OBJECT_NODE) {
+		*why = "unknown object";
+		ctl_request__free_unpacked(r, NULL);
+		return -EPROTO;
+	}
+	*out = r;
+	return 0;
+}
+
+void mesh_ctl_req_free(CtlRequest *req)
+{
+	if (req)
+		ctl_request__free_unpacked(req, NULL);
+}

@@ -1,0 +1,100 @@
+/*
+ * Wire contracts that are not protobuf: the rdma_cm private data of connect/accept/reject, limits
+ * and versions, and the checked decoders of peer and control messages.
+ *
+ * The private data is a fixed, versioned, big-endian struct. IB/RoCE RC connect requests carry at
+ * most 56 bytes of private data, so the struct is size-checked at build time; a receiver accepts
+ * more bytes (the CM pads) but never fewer.
+ */
+#ifndef MESH_PROTO_WIRE_H
+#define MESH_PROTO_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctl.pb-c.h"
+#include "peer.pb-c.h"
+
+#define MESH_CM_MAGIC 0x4d455348u /* "MESH" */
+#define MESH_CM_VERSION 1
+#define MESH_CM_PDATA_MAX 56 /* rdma_cm RC connect private data limit */
+
+#define MESH_NODE_ID_MAX 65535u
+#define MESH_QPS_PER_LINK_MAX 16u
+
+/* Largest peer message a receiver accepts: also the size of each posted receive buffer. */
+#define MESH_PEER_MSG_MAX 1024u
+/* Largest local control request meshd accepts; replies may be larger. */
+#define MESH_CTL_REQ_MAX 4096u
+#define MESH_CTL_REPLY_MAX (1u << 20)
+#define MESH_CTL_VERSION 1
+
+/* Feature bits of Hello. A message kind is sent only if both sides announced its bit. */
+#define MESH_FEAT_KEEPALIVE (1ull << 0)
+#define MESH_FEAT_GOODBYE (1ull << 1)
+#define MESH_FEAT_ALL (MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE)
+
+/* The mailbox's first bytes are the proof slot: the peer writes its token there and reads it back. */
+#define MESH_PROOF_LEN 32u
+#define MESH_MAILBOX_MIN (MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
+
+enum mesh_cm_kind {
+	MESH_CM_CONNECT = 1, /* dialler -> acceptor, in rdma_connect */
+	MESH_CM_ACCEPT = 2,  /* acceptor -> dialler, in rdma_accept */
+	MESH_CM_REJECT = 3,  /* acceptor -> dialler, in rdma_reject, reason set */
+};
+
+/* The private data as it travels (big-endian fields). */
+struct mesh_cm_wire {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t kind;
+	uint8_t qp_index;
+	uint8_t qp_count;
+	uint32_t cluster_hash;
+	uint16_t src_node;
+	uint16_t dst_node;
+	uint64_t link_epoch;
+	uint64_t boot_epoch;
+	uint16_t reason; /* MESH_E* code without its base, reject only */
+	uint8_t reserved[6];
+};
+_Static_assert(sizeof(struct mesh_cm_wire) == 40, "cm private data layout changed");
+_Static_assert(sizeof(struct mesh_cm_wire) <= MESH_CM_PDATA_MAX, "cm private data exceeds the RC limit");
+
+/* The same in host order. */
+struct mesh_cm_pdata {
+	uint8_t version;
+	uint8_t kind;
+	uint8_t qp_index;
+	uint8_t qp_count;
+	uint32_t cluster_hash;
+	uint16_t src_node;
+	uint16_t dst_node;
+	uint64_t link_epoch;
+	uint64_t boot_epoch;
+	int reason; /* negative MESH_E* code, or 0 */
+};
+
+/* Writes sizeof(struct mesh_cm_wire) bytes to buf; returns that length or -ENOSPC. */
+int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len);
+/* Checks magic, version, kind and counts; returns 0, -EBADMSG (too short), -MESH_EBADMAGIC,
+ * -MESH_EPROTOVER or -EPROTO (field out of range). */
+int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out);
+
+/* FNV-1a 32-bit: the cluster name's hash, carried in private data and Hello. */
+uint32_t mesh_cluster_hash(const char *name);
+
+/* Peer messages: encode into buf (returns the length, -EMSGSIZE if it does not fit). */
+int mesh_peer_msg_encode(const PeerMsg *msg, void *buf, size_t len);
+/* Decodes and range-checks a peer message; the caller frees *out with mesh_peer_msg_free.
+ * Returns 0, -EMSGSIZE (longer than MESH_PEER_MSG_MAX), -EBADMSG (undecodable) or -EPROTO
+ * (a field out of range; *why names it). */
+int mesh_peer_msg_decode(const void *buf, size_t len, PeerMsg **out, const char **why);
+void mesh_peer_msg_free(PeerMsg *msg);
+
+/* Control request: decode with the size limit and check version and object. */
+int mesh_ctl_req_decode(const void *buf, size_t len, CtlRequest **out, const char **why);
+void mesh_ctl_req_free(CtlRequest *req);
+
+#endif
