@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Integration test of the mesh: several meshd processes on this machine, checked through
+`meshctl -j`. Run it where the transport works: for rdma inside the Soft-RoCE VM
+(tests/rdma/rxe-vm), for tcp anywhere.
+
+What it asserts, in order:
+  1. N meshd (one address and N ports, or N addresses) form the full mesh: on every node every
+     link is UP with qps_per_link QPs and a peer mailbox (addr, len, rkey); time to full mesh.
+  2. Hostile peers (wrong cluster, lower id dialling higher, unknown node, bad version, garbage
+     private data) are rejected with the right reason, and every link stays UP.
+  3. Garbage on the local control socket gets an error reply; meshd keeps serving.
+  4. SIGSTOP of a node: its peers take their links DOWN by keepalive timeout; SIGCONT heals.
+     SIGKILL of the highest node: its peers show the link DOWN within the keepalive timeout.
+  5. Restart it: all links UP again, each with a new, larger epoch.
+  6. SIGTERM: every meshd exits 0.
+Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+passed = failed = 0
+
+
+def check(ok, what, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {what}", flush=True)
+    else:
+        failed += 1
+        print(f"FAIL {what}{': ' + detail if detail else ''}", flush=True)
+    return ok
+
+
+def wait_until(pred, timeout, step=0.1):
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > end:
+            return v
+        time.sleep(step)
+
+
+class Cluster:
+    def __init__(self, args, workdir):
+        self.a = args
+        self.dir = workdir
+        self.n = args.nodes
+        addrs = args.addrs.split()
+        self.nodes = {}
+        for i in range(1, self.n + 1):
+            addr = addrs[(i - 1) % len(addrs)]
+            port = args.base_port + (i if len(addrs) == 1 else 0)
+            self.nodes[i] = dict(addr=addr, port=port, sock=os.path.join(workdir, f"meshd{i}.sock"),
+                                 log=os.path.join(workdir, f"meshd{i}.log"), proc=None)
+        self.conf = os.path.join(workdir, "mesh.conf")
+        with open(self.conf, "w") as f:
+            f.write('cluster = {\n  name = "itest";\n'
+                    f'  transport = "{args.transport}";\n  qps_per_link = {args.qps};\n'
+                    f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
+                    '  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 20000;\n'
+                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 2000;\n  log_level = "info";\n};\n')
+            f.write("nodes = (\n" + ",\n".join(
+                f'  {{ id = {i}; addr = "{v["addr"]}"; port = {v["port"]}; }}' for i, v in self.nodes.items())
+                + "\n);\n")
+
+    def bin(self, name):
+        return os.path.join(self.a.build, "node", name)
+
+    def start(self, i):
+        nd = self.nodes[i]
+        logf = open(nd["log"], "a")
+        nd["proc"] = subprocess.Popen([self.bin("meshd"), "-c", self.conf, "-n", str(i), "-s", nd["sock"]],
+                                      stdout=logf, stderr=logf)
+        logf.close()
+
+    def ctl(self, i, *what):
+        r = subprocess.run([self.bin("meshctl"), "-j", "-s", self.nodes[i]["sock"], *what],
+                           capture_output=True, text=True, timeout=10)
+        if r.returncode != 0:
+            return None
+        return json.loads(r.stdout)
+
+    def links(self, i):
+        j = self.ctl(i, "links")
+        return {l["peer"]: l for l in j["links"]} if j else None
+
+    def all_up(self, nodes=None):
+        for i in nodes or self.nodes:
+            ls = self.links(i)
+            if not ls or len(ls) != self.n - 1:
+                return False
+            for l in ls.values():
+                if l["state"] != "UP" or l["qps"] != self.a.qps or not l["mailbox"]["rkey"] \
+                        or not l["mailbox"]["addr"] or l["mailbox"]["len"] < 512:
+                    return False
+        return True
+
+    def dump_logs(self):
+        for i, nd in self.nodes.items():
+            print(f"--- meshd {i} log (last 30 lines)")
+            with open(nd["log"]) as f:
+                print("".join(f.readlines()[-30:]), end="")
+
+
+def probe(c, node, expect, *extra):
+    nd = c.nodes[node]
+    cmd = [os.path.join(c.a.build, "tests", "integration", "mesh_probe"), "-a", nd["addr"], "-p", str(nd["port"]),
+           "--expect", expect, *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--addrs", default="10.77.0.1", help="one address (N ports) or N addresses")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--qps", type=int, default=2)
+    ap.add_argument("--transport", default="rdma")
+    ap.add_argument("--base-port", type=int, default=7470)
+    ap.add_argument("--ka-interval", type=int, default=300)
+    ap.add_argument("--ka-timeout", type=int, default=3000)
+    ap.add_argument("--up-timeout", type=float, default=90)
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+
+    workdir = tempfile.mkdtemp(prefix="mesh-itest-")
+    c = Cluster(args, workdir)
+    print(f"# {args.nodes} meshd, {args.qps} QPs per link, transport {args.transport}, addresses {args.addrs}")
+    try:
+        t0 = time.monotonic()
+        for i in c.nodes:
+            c.start(i)
+        up = wait_until(c.all_up, args.up_timeout, 0.2)
+        t_mesh = time.monotonic() - t0
+        check(up, f"full mesh UP on all {args.nodes} nodes with {args.qps} QPs and a mailbox per link",
+              f"not within {args.up_timeout}s")
+        print(f"# time from start to full mesh: {t_mesh:.2f} s")
+        out = subprocess.run([c.bin("meshctl"), "-s", c.nodes[1]["sock"], "links"], capture_output=True, text=True)
+        print("# meshctl links on node 1:")
+        print("".join("#   " + line + "\n" for line in out.stdout.splitlines()), end="")
+        if not up:
+            raise RuntimeError("no mesh")
+
+        # Each side reports the same epoch for a link, and the other side's mailbox key.
+        ok = True
+        for i in c.nodes:
+            for p, l in c.links(i).items():
+                back = c.links(p)[i]
+                ok &= back["epoch"] == l["epoch"] and l["dialer"] == (i > p) and back["dialer"] == (p > i)
+        check(ok, "both ends of every link agree on the epoch, and the higher id is the dialler")
+
+        # 2. hostile peers, against the lowest and the highest node
+        top = args.nodes
+        cases = [
+            (1, "reject:2002", ["--src", str(top), "--dst", "1", "--cluster", "other"], "another cluster"),
+            (top, "reject:2003", ["--src", "1", "--dst", str(top), "--cluster", "itest"], "lower id dialling higher"),
+            (1, "reject:2004", ["--src", "999", "--dst", "1", "--cluster", "itest"], "unknown node id"),
+            (1, "reject:2004", ["--src", str(top), "--dst", "7", "--cluster", "itest"], "wrong destination id"),
+            (1, "reject:2001", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--version", "9"], "bad version"),
+            (1, "reject:2007", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--qps", "5"], "QP count"),
+            (1, "reject:2005", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--epoch", "1"], "stale epoch"),
+            (1, "reject", ["--garbage"], "garbage private data"),
+        ]
+        for node, expect, extra, what in cases:
+            ok, out = probe(c, node, expect, *extra)
+            check(ok, f"peer with {what} rejected by node {node} ({expect})", out)
+        check(wait_until(c.all_up, 5), "every link still UP after the hostile peers")
+        rej = c.ctl(1, "node")["peer_rejects"]
+        check(rej >= 6, f"node 1 counted the rejected peers (peer_rejects {rej})")
+
+        # 3. garbage on the local socket
+        ok = True
+        for payload in (b"\xff" * 7, bytes(random.Random(1).randrange(256) for _ in range(300)), b"\x08" * 5000,
+                        b"\x08\x02\x10\x07"):  # the last: version 2, object 7
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(5)
+            s.connect(c.nodes[1]["sock"])
+            s.send(payload)
+            try:
+                reply = s.recv(65536)
+            except OSError:
+                reply = b""
+            s.close()
+            ok &= len(reply) > 0
+        check(ok, "garbage requests on the control socket each get an error reply")
+        node = c.ctl(1, "node")
+        check(node is not None and node["ctl_errors"] >= 4 and c.all_up([1]),
+              "meshd keeps serving after garbage on its control socket", json.dumps(node))
+
+        # 4a. a frozen peer (SIGSTOP) keeps its QPs but stops answering: only keepalives notice
+        mid = 2 if args.nodes > 2 else 1
+        peers_of_mid = [i for i in c.nodes if i != mid]
+        c.nodes[mid]["proc"].send_signal(signal.SIGSTOP)
+        t1 = time.monotonic()
+        down = wait_until(lambda: all(c.links(i)[mid]["state"] != "UP" for i in peers_of_mid),
+                          args.ka_timeout / 1000 + 10)
+        t_ka = time.monotonic() - t1
+        errs = [c.links(i)[mid]["last_error"] for i in peers_of_mid]
+        check(down and all("keepalive" in e for e in errs),
+              f"frozen node {mid} (SIGSTOP): its peers take the link DOWN by keepalive timeout ({t_ka:.2f} s, "
+              f"timeout {args.ka_timeout} ms)", str(errs))
+        c.nodes[mid]["proc"].send_signal(signal.SIGCONT)
+        check(wait_until(c.all_up, args.up_timeout, 0.2), f"node {mid} thawed (SIGCONT): full mesh UP again")
+
+        # 4b. kill the highest node
+        epochs = {i: c.links(i)[top]["epoch"] for i in c.nodes if i != top}
+        c.nodes[top]["proc"].send_signal(signal.SIGKILL)
+        c.nodes[top]["proc"].wait()
+        t1 = time.monotonic()
+        others = [i for i in c.nodes if i != top]
+        down = wait_until(lambda: all(c.links(i)[top]["state"] == "DOWN" for i in others),
+                          args.ka_timeout / 1000 + 10)
+        t_down = time.monotonic() - t1
+        check(down, f"after SIGKILL of node {top}, its {len(others)} peers show the link DOWN ({t_down:.2f} s)")
+        check(all(l["state"] == "UP" for i in others for p, l in c.links(i).items() if p != top),
+            "the links among the surviving nodes stay UP")
+
+        # 5. restart it
+        t2 = time.monotonic()
+        c.start(top)
+        up = wait_until(c.all_up, args.up_timeout, 0.2)
+        t_re = time.monotonic() - t2
+        check(up, f"node {top} restarted: full mesh UP again ({t_re:.2f} s)")
+        if up:
+            newer = all(c.links(i)[top]["epoch"] > epochs[i] for i in others)
+            check(newer, "every re-formed link has a new, larger epoch")
+            check(all(c.links(i)[top]["ups"] >= 2 for i in others), "the peers count the link UP twice")
+
+        # 6. clean stop
+        for nd in c.nodes.values():
+            nd["proc"].send_signal(signal.SIGTERM)
+        codes = []
+        for nd in c.nodes.values():
+            try:
+                codes.append(nd["proc"].wait(timeout=15))
+            except subprocess.TimeoutExpired:
+                nd["proc"].kill()
+                codes.append("hung")
+        check(codes == [0] * args.nodes, "SIGTERM: every meshd exits 0", str(codes))
+        leftovers = [nd["sock"] for nd in c.nodes.values() if os.path.exists(nd["sock"])]
+        check(not leftovers, "every meshd removed its control socket", str(leftovers))
+    except Exception as e:  # report, never hang
+        check(False, "test aborted", repr(e))
+    finally:
+        for nd in c.nodes.values():
+            if nd["proc"] and nd["proc"].poll() is None:
+                nd["proc"].kill()
+                nd["proc"].wait()
+        if failed:
+            c.dump_logs()
+        errors = 0
+        for nd in c.nodes.values():
+            with open(nd["log"]) as f:
+                text = f.read()
+            errors += sum(1 for line in text.splitlines() if "ERROR" in line or "AddressSanitizer" in line
+                          or "runtime error" in line)
+        check(errors == 0, "no sanitizer reports in the meshd logs", f"{errors} lines")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
