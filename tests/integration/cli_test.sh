@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Command-line contract of meshd and meshctl, runnable on any machine (no RDMA needed):
+# every bad configuration is refused with file:line and a non-zero exit, usage errors are named,
+# and meshctl never hangs on a missing daemon.
+#   tests/integration/cli_test.sh BUILD_DIR
+set -u
+B=${1:?usage: cli_test.sh BUILD_DIR}
+MESHD=$B/node/meshd
+MESHCTL=$B/node/meshctl
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' <<<"$2"; }
+
+# expect EXIT_CODE PATTERN DESCRIPTION -- COMMAND...: exit status and a line of stderr+stdout.
+expect() {
+	local code=$1 pat=$2 what=$3 out rc
+	shift 4
+	out=$(timeout 20 "$@" 2>&1)
+	rc=$?
+	if [ "$rc" = "$code" ] && grep -qE -- "$pat" <<<"$out"; then
+		ok "$what"
+	else
+		bad "$what (exit $rc, want $code; want /$pat/)" "$out"
+	fi
+}
+
+good_cluster='cluster = { name = "t"; qps_per_link = 2; };'
+good_nodes='nodes = (
+  { id = 1; addr = "127.0.0.1"; port = 7471; },
+  { id = 2; addr = "127.0.0.1"; port = 7472; }
+);'
+
+conf() { # NAME CONTENT
+	printf '%s\n' "$2" >"$T/$1.conf"
+	echo "$T/$1.conf"
+}
+
+c=$(conf unknown_key "cluster = { name = \"t\";
+  qps_per_lnk = 2; };
+$good_nodes")
+expect 1 "unknown_key.conf:2: unknown key cluster.qps_per_lnk" "unknown config key: file:line, exit 1" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+
+c=$(conf dup_id "$good_cluster
+nodes = (
+  { id = 1; addr = \"127.0.0.1\"; port = 7471; },
+  { id = 1; addr = \"127.0.0.1\"; port = 7472; }
+);")
+expect 1 "dup_id.conf:4: duplicate node id 1 \(first defined at line 3\)" "duplicate node id: file:line, exit 1" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+
+c=$(conf range "$good_cluster
+nodes = (
+  { id = 1; addr = \"127.0.0.1\"; port = 7471; },
+  { id = 70000; addr = \"127.0.0.1\"; port = 7472; }
+);")
+expect 1 "range.conf:4: node id 70000 out of range 0..65535" "node id out of range: file:line, exit 1" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+
+c=$(conf qps "cluster = { name = \"t\"; qps_per_link = 99; };
+$good_nodes")
+expect 1 "qps.conf:1: cluster.qps_per_link 99 out of range 1..16" "qps_per_link out of range: file:line" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+
+c=$(conf syntax "cluster = { name = \"t\";
+  qps_per_link = ; };
+$good_nodes")
+expect 1 "syntax.conf:2: syntax error" "syntax error: file:line" -- "$MESHD" -c "$c" -n 1 -s "$T/s"
+
+c=$(conf addr "$good_cluster
+nodes = ( { id = 1; addr = \"node-a\"; port = 7471; } );")
+expect 1 "addr.conf:2: nodes.addr \"node-a\" is not a numeric" "non-numeric address: file:line" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+
+expect 1 "$T/missing.conf: cannot open: No such file or directory" "missing config file: named, exit 1" -- \
+	"$MESHD" -c "$T/missing.conf" -n 1 -s "$T/s"
+
+c=$(conf good "$good_cluster
+$good_nodes")
+expect 1 "good.conf:2: node id 9 is not in nodes" "node id not in the file: file:line, exit 1" -- \
+	"$MESHD" -c "$c" -n 9 -s "$T/s"
+expect 1 "expected a number 0..65535" "--node-id that is not a number" -- "$MESHD" -c "$c" -n abc
+expect 1 "--config and --node-id are required" "meshd without arguments" -- "$MESHD"
+expect 0 "Usage: meshd" "meshd --help" -- "$MESHD" --help
+expect 0 "cluster.keepalive_timeout_ms .*in force: 5000" "meshd --dump-config --config shows values in force" -- \
+	"$MESHD" --dump-config -c "$c"
+expect 0 "nodes.port" "meshd --dump-config lists node keys" -- "$MESHD" --dump-config
+
+expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
+expect 1 "unknown object 'linkz' \(expected: links, node\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
+expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
+expect 2 "cannot connect to $T/nosock" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
+MESH_SOCKET="$T/envsock" expect 2 "cannot connect to $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"
+
+# On a machine without RDMA meshd must say so and exit, not hang.
+if [ ! -e /dev/infiniband/rdma_cm ]; then
+	expect 1 "cannot start the rdma transport|cannot listen" "meshd without RDMA: clear error, exit 1" -- \
+		"$MESHD" -c "$c" -n 1 -s "$T/s"
+else
+	echo "skip meshd without RDMA: this machine has /dev/infiniband/rdma_cm"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: installs what it needs (deploy/install-deps.sh),
+# then
+#   1. an AddressSanitizer + UBSan build (build-asan/): every ctest test, the rdma VM tests included;
+#   2. valgrind over the unit tests of the release build;
+#   3. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
+# Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
+# MESH_REQUIRE_RDMA=1 (set when CI=true), where that fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bash deploy/install-deps.sh
+if [ -n "${CI:-}" ]; then export MESH_REQUIRE_RDMA=${MESH_REQUIRE_RDMA:-1}; fi
+jobs=$(nproc)
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "sanitizer build (ASan + UBSan)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+step "ctest, sanitizer build"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ctest --test-dir build-asan --output-on-failure
+
+step "release build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+
+step "valgrind, unit tests"
+vg_fail=0
+for t in build/tests/unit/test_*; do
+	[ -x "$t" ] || continue
+	if valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=1 "$t" >/dev/null 2>"$t.valgrind"; then
+		echo "valgrind clean: ${t##*/}"
+	else
+		echo "valgrind FAILED: ${t##*/}"; cat "$t.valgrind"; vg_fail=1
+	fi
+done
+[ "$vg_fail" = 0 ]
+
+step "ctest, release build"
+cd "$root"
+ctest --test-dir build --output-on-failure
