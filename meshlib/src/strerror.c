@@ -18,17 +18,19 @@ static const char *const mesh_errstr[MESH_ERRNO_LAST - MESH_ERRNO_BASE] = {
 	[MESH_EHANDSHAKE - MESH_ERRNO_BASE] = "handshake timed out",
 	[MESH_ESHUTDOWN - MESH_ERRNO_BASE] = "peer is shutting down",
 	[MESH_EDUPQP - MESH_ERRNO_BASE] = "QP index connected twice",
+	[MESH_EPDATA - MESH_ERRNO_BASE] = "malformed connect private data",
 };
 
 MESH_EXPORT const char *mesh_strerror(int err)
 {
-	int e = err < 0 ? -err : err;
+	/* long: negating INT_MIN in int is undefined. */
+	long e = err < 0 ? -(long)err : err;
 
 	if (e == 0)
 		return "success";
 	if (e > MESH_ERRNO_BASE && e < MESH_ERRNO_LAST && mesh_errstr[e - MESH_ERRNO_BASE])
 		return mesh_errstr[e - MESH_ERRNO_BASE];
 	if (e < MESH_ERRNO_BASE)
-		return strerrorname_np(e) ? strerror(e) : "unknown error";
+		return strerrorname_np((int)e) ? strerror((int)e) : "unknown error";
 	return "unknown error";
 }

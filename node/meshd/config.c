@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <libconfig.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -251,6 +252,18 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 	return 0;
 }
 
+/* Same address, however it is written ("fe80::2" and "FE80:0::2" are one address). */
+static bool addr_equal(const char *a, const char *b)
+{
+	unsigned char x[16], y[16];
+
+	if (inet_pton(AF_INET, a, x) == 1)
+		return inet_pton(AF_INET, b, y) == 1 && !memcmp(x, y, 4);
+	if (inet_pton(AF_INET6, a, x) == 1)
+		return inet_pton(AF_INET6, b, y) == 1 && !memcmp(x, y, 16);
+	return !strcmp(a, b);
+}
+
 static int config_read_nodes(struct mesh_config *cfg, config_setting_t *list, const char *path,
 			     char *err, size_t errlen)
 {
@@ -276,7 +289,7 @@ static int config_read_nodes(struct mesh_config *cfg, config_setting_t *list, co
 				return config_fail(err, errlen, path, cfg->nodes[i].line,
 						   "duplicate node id %u (first defined at line %d)", cfg->nodes[i].id,
 						   cfg->nodes[j].line);
-			if (cfg->nodes[j].port == cfg->nodes[i].port && !strcmp(cfg->nodes[j].addr, cfg->nodes[i].addr))
+			if (cfg->nodes[j].port == cfg->nodes[i].port && addr_equal(cfg->nodes[j].addr, cfg->nodes[i].addr))
 				return config_fail(err, errlen, path, cfg->nodes[i].line,
 						   "node %u uses %s port %u, like node %u at line %d", cfg->nodes[i].id,
 						   cfg->nodes[i].addr, cfg->nodes[i].port, cfg->nodes[j].id, cfg->nodes[j].line);

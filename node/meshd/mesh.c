@@ -438,7 +438,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	if (ret) {
 		log_warn("rejecting %s: bad private data (%u bytes): %s", c->peer_addr, ev->pdata_len,
 			 mesh_strerror(ret));
-		mesh_reject(m, c, NULL, ret);
+		/* Plain errno values do not fit the reason field: say "malformed" rather than nothing. */
+		mesh_reject(m, c, NULL, ret == -MESH_EBADMAGIC || ret == -MESH_EPROTOVER ? ret : -MESH_EPDATA);
 		return;
 	}
 	if (pd.cluster_hash != m->cluster_hash) {
@@ -471,7 +472,9 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		mesh_reject(m, c, &pd, -MESH_EQPCOUNT);
 		return;
 	}
-	if (pd.link_epoch < l->epoch) {
+	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
+	 * not start an orphan attempt that holds an admission slot). */
+	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
 		log_warn("rejecting %s (node %u): stale epoch %llu, current %llu", c->peer_addr, pd.src_node,
 			 (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		mesh_reject(m, c, &pd, -MESH_ESTALE);
@@ -739,7 +742,8 @@ static void link_tick(struct link *l, uint64_t t)
 	const struct mesh_config *cfg = m->cfg;
 
 	if (l->phase == LINK_UP) {
-		if (t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
+		/* Without agreed keepalives the peer sends nothing periodic: only disconnects count. */
+		if ((l->features & MESH_FEAT_KEEPALIVE) && t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
 			link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u for %llu ms", l->peer->id,
 				  (unsigned long long)(t - l->last_rx_ms));
 			return;
@@ -801,7 +805,7 @@ void mesh_stop(struct mesh *m)
 static void mesh_disconnect_all(struct mesh *m)
 {
 	for (size_t i = 0; i < m->n_links; i++)
-		link_fail(&m->links[i], -MESH_ESHUTDOWN, "shutting down");
+		link_fail(&m->links[i], -ECANCELED, "meshd is stopping");
 	mesh_reap(m);
 }
 

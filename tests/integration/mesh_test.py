@@ -169,7 +169,7 @@ def main():
             (1, "reject:2001", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--version", "9"], "bad version"),
             (1, "reject:2007", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--qps", "5"], "QP count"),
             (1, "reject:2005", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--epoch", "1"], "stale epoch"),
-            (1, "reject", ["--garbage"], "garbage private data"),
+            (1, "reject:2008", ["--garbage"], "garbage private data (bad magic)"),
         ]
         for node, expect, extra, what in cases:
             ok, out = probe(c, node, expect, *extra)

@@ -33,6 +33,7 @@ struct fake_conn {
 
 struct fake_mr {
 	xport_mr_t base;
+	struct fake_xport *fx;
 	unsigned access;
 	unsigned id;
 };
@@ -72,6 +73,11 @@ struct fake_reg {
 	unsigned conn_id;
 };
 
+struct fake_fail {
+	int err; /* negative errno; 0: no failure armed */
+	unsigned skip;
+};
+
 struct fake_xport {
 	xport_t base; /* first */
 	struct xport_attr attr;
@@ -98,12 +104,12 @@ struct fake_xport {
 	size_t n_regs;
 	size_t n_deregs;
 
-	/* Failure injection: when non-zero, the next call of that kind returns it (once). */
-	int fail_connect;
-	int fail_mr_reg;
-	int fail_post_send;
-	int fail_post_recv;
-	int fail_accept;
+	/* Failure injection: the call of that kind after `skip` successful ones returns err (once). */
+	struct fake_fail fail_connect;
+	struct fake_fail fail_mr_reg;
+	struct fake_fail fail_post_send;
+	struct fake_fail fail_post_recv;
+	struct fake_fail fail_accept;
 
 	/* Events handed out by poll(), in order. */
 	struct xport_event queue[FAKE_MAX_EVENTS];

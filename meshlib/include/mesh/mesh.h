@@ -46,7 +46,8 @@ enum mesh_errno {
 	MESH_EHANDSHAKE = 2013,   /* handshake did not complete in time */
 	MESH_ESHUTDOWN = 2014,    /* peer is shutting down */
 	MESH_EDUPQP = 2015,       /* the same QP index was connected twice */
-	MESH_ERRNO_LAST = 2016
+	MESH_EPDATA = 2016,       /* connect private data missing, truncated or of the wrong kind */
+	MESH_ERRNO_LAST = 2017
 };
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */

@@ -1,0 +1,741 @@
+/*
+ * config_load(): a valid file parses into exactly the values written (defaults for the rest, nodes
+ * sorted by id), and every kind of invalid file is refused with -MESH_ECONFIG and a message
+ * "path:LINE: what" that points at the offending line.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <mesh/mesh.h>
+
+#include "config.h"
+#include "unit_main.h"
+#include "wire.h"
+
+/* Per test: the temp file (removed in teardown) and the loaded config (freed in teardown). */
+struct cfg_test {
+	char path[512];
+	struct mesh_config cfg;
+	char err[512];
+};
+
+static int cfg_setup(void **state)
+{
+	struct cfg_test *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -1;
+	*state = t;
+	return 0;
+}
+
+static int cfg_teardown(void **state)
+{
+	struct cfg_test *t = *state;
+
+	if (t->path[0])
+		unlink(t->path);
+	config_free(&t->cfg);
+	free(t);
+	return 0;
+}
+
+/* Writes text into a new temp file under $TMPDIR (or /tmp) and remembers its path. */
+static void write_cfg(struct cfg_test *t, const char *text)
+{
+	const char *dir = getenv("TMPDIR");
+	int fd;
+	size_t len = strlen(text);
+
+	if (!dir || !*dir)
+		dir = "/tmp";
+	if (t->path[0])
+		unlink(t->path);
+	snprintf(t->path, sizeof(t->path), "%s/meshd-test-XXXXXX", dir);
+	fd = mkstemp(t->path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	assert_int_equal(close(fd), 0);
+}
+
+static int load_text(struct cfg_test *t, const char *text)
+{
+	config_free(&t->cfg);
+	write_cfg(t, text);
+	memset(t->err, 0, sizeof(t->err));
+	return config_load(t->path, &t->cfg, t->err, sizeof(t->err));
+}
+
+/* The file must be refused with -MESH_ECONFIG, the message must start with "path:line: " (or
+ * "path: " for line 0, a problem that has no line) and contain every needle. Nothing is left
+ * allocated. */
+static void expect_refused_at(struct cfg_test *t, const char *text, int line, const char *needle1,
+			      const char *needle2)
+{
+	char prefix[600];
+	int ret = load_text(t, text);
+
+	if (ret != -MESH_ECONFIG)
+		fail_msg("config_load returned %d (%s), expected -MESH_ECONFIG; err \"%s\"", ret, mesh_strerror(ret),
+			 t->err);
+	if (line > 0)
+		snprintf(prefix, sizeof(prefix), "%s:%d: ", t->path, line);
+	else
+		snprintf(prefix, sizeof(prefix), "%s: ", t->path);
+	if (strncmp(t->err, prefix, strlen(prefix)))
+		fail_msg("error \"%s\" does not start with \"%s\"", t->err, prefix);
+	if (needle1 && !strstr(t->err, needle1))
+		fail_msg("error \"%s\" does not mention \"%s\"", t->err, needle1);
+	if (needle2 && !strstr(t->err, needle2))
+		fail_msg("error \"%s\" does not mention \"%s\"", t->err, needle2);
+	assert_null(t->cfg.nodes);
+	assert_int_equal(t->cfg.n_nodes, 0);
+}
+
+#define NODE1 "  { id = 1; addr = \"10.0.0.1\"; port = 7471; }"
+#define NODES1 "nodes = (\n" NODE1 "\n);\n"
+
+/* ---- valid files ---------------------------------------------------------------------------- */
+
+static const char valid_text[] =
+	"# rdmamesh test cluster\n"                               /* 1 */
+	"cluster = {\n"                                            /* 2 */
+	"  name = \"lab\";\n"                                      /* 3 */
+	"  qps_per_link = 4;\n"                                    /* 4 */
+	"  keepalive_interval_ms = 200;\n"                         /* 5 */
+	"  keepalive_timeout_ms = 1000;\n"                         /* 6 */
+	"  max_handshakes = 3;\n"                                  /* 7 */
+	"  mailbox_size = 8192;\n"                                 /* 8 */
+	"  log_level = \"debug\";\n"                               /* 9 */
+	"};\n"                                                     /* 10 */
+	"nodes = (\n"                                              /* 11 */
+	"  { id = 30; addr = \"10.0.0.3\"; port = 7471; },\n"      /* 12 */
+	"  { id = 1; addr = \"10.0.0.1\"; port = 7471; },\n"       /* 13 */
+	"  { id = 2; addr = \"fe80::2\"; port = 7472; },\n"        /* 14 */
+	"  { id = 65535; addr = \"10.0.0.1\"; port = 65535; },\n"  /* 15 */
+	"  { id = 0; addr = \"10.0.0.9\"; port = 1; }\n"           /* 16 */
+	");\n";                                                    /* 17 */
+
+static void config_load__valid_file__every_value_parsed_and_defaults_applied(void **state)
+{
+	struct cfg_test *t = *state;
+	const struct mesh_config *c = &t->cfg;
+	int ret = load_text(t, valid_text);
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_string_equal(c->path, t->path);
+	assert_string_equal(c->cluster_name, "lab");
+	assert_int_equal(c->qps_per_link, 4);
+	assert_int_equal(c->keepalive_interval_ms, 200);
+	assert_int_equal(c->keepalive_timeout_ms, 1000);
+	assert_int_equal(c->max_handshakes, 3);
+	assert_int_equal(c->mailbox_size, 8192);
+	assert_string_equal(c->log_level, "debug");
+	/* Not in the file: the table's defaults. */
+	assert_string_equal(c->transport, "rdma");
+	assert_int_equal(c->connect_timeout_ms, 5000);
+	assert_int_equal(c->handshake_timeout_ms, 15000);
+	assert_int_equal(c->backoff_initial_ms, 100);
+	assert_int_equal(c->backoff_max_ms, 5000);
+	assert_int_equal(c->nodes_line, 11);
+	assert_int_equal(c->n_nodes, 5);
+	assert_non_null(c->nodes);
+}
+
+static void config_load__valid_file__nodes_sorted_by_id_with_lines(void **state)
+{
+	struct cfg_test *t = *state;
+	const struct mesh_config *c = &t->cfg;
+	static const struct {
+		uint16_t id, port;
+		const char *addr;
+		int line;
+	} want[] = {
+		{0, 1, "10.0.0.9", 16},
+		{1, 7471, "10.0.0.1", 13},
+		{2, 7472, "fe80::2", 14},
+		{30, 7471, "10.0.0.3", 12},
+		{65535, 65535, "10.0.0.1", 15},
+	};
+
+	assert_int_equal(load_text(t, valid_text), 0);
+	assert_int_equal(c->n_nodes, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		assert_int_equal(c->nodes[i].id, want[i].id);
+		assert_int_equal(c->nodes[i].port, want[i].port);
+		assert_string_equal(c->nodes[i].addr, want[i].addr);
+		assert_int_equal(c->nodes[i].line, want[i].line);
+	}
+}
+
+static void config_node_find__loaded_ids__found_and_others_null(void **state)
+{
+	struct cfg_test *t = *state;
+	const struct config_node *n;
+
+	assert_int_equal(load_text(t, valid_text), 0);
+	n = config_node_find(&t->cfg, 2);
+	assert_non_null(n);
+	assert_int_equal(n->id, 2);
+	assert_string_equal(n->addr, "fe80::2");
+	n = config_node_find(&t->cfg, 0);
+	assert_non_null(n);
+	assert_int_equal(n->id, 0);
+	n = config_node_find(&t->cfg, 65535);
+	assert_non_null(n);
+	assert_int_equal(n->port, 65535);
+	assert_null(config_node_find(&t->cfg, 3));
+	assert_null(config_node_find(&t->cfg, 29));
+	/* Above the id range: must not be truncated to 16 bits (65536 + 2 would find node 2). */
+	assert_null(config_node_find(&t->cfg, 65536 + 2));
+	assert_null(config_node_find(&t->cfg, 70000));
+}
+
+static void config_load__minimal_file__all_defaults(void **state)
+{
+	struct cfg_test *t = *state;
+	const struct mesh_config *c = &t->cfg;
+	int ret = load_text(t, "cluster = { name = \"c\"; };\n" NODES1);
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_string_equal(c->cluster_name, "c");
+	assert_string_equal(c->transport, "rdma");
+	assert_string_equal(c->log_level, "info");
+	assert_int_equal(c->qps_per_link, 2);
+	assert_int_equal(c->keepalive_interval_ms, 1000);
+	assert_int_equal(c->keepalive_timeout_ms, 5000);
+	assert_int_equal(c->connect_timeout_ms, 5000);
+	assert_int_equal(c->handshake_timeout_ms, 15000);
+	assert_int_equal(c->backoff_initial_ms, 100);
+	assert_int_equal(c->backoff_max_ms, 5000);
+	assert_int_equal(c->max_handshakes, 8);
+	assert_int_equal(c->mailbox_size, 4096);
+	assert_int_equal(c->n_nodes, 1);
+	assert_int_equal(c->nodes[0].id, 1);
+}
+
+static void config_free__after_failure_and_twice__safe(void **state)
+{
+	struct cfg_test *t = *state;
+
+	assert_int_equal(load_text(t, "cluster = { name = \"c\"; };\n" NODES1), 0);
+	config_free(&t->cfg);
+	assert_null(t->cfg.nodes);
+	assert_int_equal(t->cfg.n_nodes, 0);
+	config_free(&t->cfg);
+	config_free(NULL);
+}
+
+/* ---- invalid files: one test per kind of mistake -------------------------------------------- */
+
+static void config_load__unknown_cluster_key__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  qps_per_lnk = 2;\n"
+			  "};\n" NODES1,
+			  3, "unknown key cluster.qps_per_lnk", NULL);
+}
+
+static void config_load__unknown_top_level_key__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n" NODES1 "\n"
+			  "transport = \"rdma\";\n",
+			  6, "unknown key transport", "expected cluster and nodes");
+}
+
+static void config_load__unknown_node_key__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n" NODE1 ",\n"
+			  "  { id = 2;\n"
+			  "    address = \"10.0.0.2\"; port = 7471; }\n"
+			  ");\n",
+			  5, "unknown key nodes.address", NULL);
+}
+
+static void config_load__duplicate_node_id__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; },\n"
+			  "  { id = 2; addr = \"10.0.0.2\"; port = 7471; },\n"
+			  "  { id = 1; addr = \"10.0.0.3\"; port = 7471; }\n"
+			  ");\n",
+			  5, "duplicate node id 1", "line 3");
+}
+
+static void config_load__node_id_70000__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n" NODE1 ",\n"
+			  "  {\n"
+			  "    id = 70000;\n"
+			  "    addr = \"10.0.0.2\"; port = 7471;\n"
+			  "  }\n"
+			  ");\n",
+			  5, "node id 70000 out of range 0..65535", NULL);
+}
+
+static void config_load__negative_node_id__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = -1; addr = \"10.0.0.2\"; port = 7471; }\n"
+			  ");\n",
+			  3, "node id -1 out of range", NULL);
+}
+
+static void config_load__port_0__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n" NODE1 ",\n"
+			  "  { id = 2; addr = \"10.0.0.2\";\n"
+			  "    port = 0; }\n"
+			  ");\n",
+			  5, "node port 0 out of range 1..65535", NULL);
+}
+
+static void config_load__port_65536__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 2; addr = \"10.0.0.2\"; port = 65536; }\n"
+			  ");\n",
+			  3, "node port 65536 out of range 1..65535", NULL);
+}
+
+static void config_load__qps_per_link_0__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "\n"
+			  "  qps_per_link = 0;\n"
+			  "};\n" NODES1,
+			  4, "cluster.qps_per_link 0 out of range 1..16", NULL);
+}
+
+static void config_load__qps_per_link_17__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  qps_per_link = 17;\n"
+			  "};\n" NODES1,
+			  3, "cluster.qps_per_link 17 out of range 1..16", NULL);
+}
+
+static void config_load__qps_per_link_16__accepted(void **state)
+{
+	struct cfg_test *t = *state;
+	int ret = load_text(t, "cluster = { name = \"lab\"; qps_per_link = 16; };\n" NODES1);
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_int_equal(t->cfg.qps_per_link, 16);
+}
+
+static void config_load__transport_foo__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  transport = \"foo\";\n"
+			  "};\n" NODES1,
+			  3, "cluster.transport \"foo\" is not one of rdma", NULL);
+}
+
+static void config_load__log_level_loud__rejected_with_choices(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  log_level = \"loud\";\n"
+			  "};\n" NODES1,
+			  3, "cluster.log_level \"loud\"", "error | warn | info | debug");
+}
+
+static void config_load__string_for_integer__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  keepalive_interval_ms = \"1000\";\n"
+			  "};\n" NODES1,
+			  3, "cluster.keepalive_interval_ms must be an integer", NULL);
+}
+
+static void config_load__float_for_integer__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  qps_per_link = 2.5;\n"
+			  "};\n" NODES1,
+			  3, "cluster.qps_per_link must be an integer", NULL);
+}
+
+static void config_load__string_for_node_port__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = \"7471\"; }\n"
+			  ");\n",
+			  3, "nodes.port must be an integer", NULL);
+}
+
+static void config_load__integer_for_name__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = 5;\n"
+			  "};\n" NODES1,
+			  2, "cluster.name must be a string", NULL);
+}
+
+static void config_load__name_too_long__rejected_with_line(void **state)
+{
+	char text[512];
+
+	snprintf(text, sizeof(text), "cluster = {\n  name = \"%064d\";\n};\n" NODES1, 0);
+	expect_refused_at(*state, text, 2, "cluster.name is longer than 63 characters", NULL);
+}
+
+static void config_load__missing_cluster_name__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "\n"
+			  "cluster = {\n"
+			  "  qps_per_link = 2;\n"
+			  "};\n" NODES1,
+			  2, "cluster.name is required", NULL);
+}
+
+/* Missing groups have no line to point at: the message names the file and what to add. */
+static void config_load__missing_cluster__rejected_naming_it(void **state)
+{
+	expect_refused_at(*state, NODES1, 0, "missing cluster", NULL);
+}
+
+static void config_load__missing_nodes__rejected_naming_it(void **state)
+{
+	expect_refused_at(*state, "cluster = { name = \"lab\"; };\n", 0, "missing nodes", NULL);
+}
+
+static void config_load__empty_nodes__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "\n"
+			  "nodes = ( );\n",
+			  3, "nodes is empty", NULL);
+}
+
+static void config_load__nodes_not_a_list__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = { id = 1; addr = \"10.0.0.1\"; port = 7471; };\n",
+			  2, "nodes must be a list", NULL);
+}
+
+static void config_load__node_missing_port__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n" NODE1 ",\n"
+			  "  { id = 2; addr = \"10.0.0.2\"; }\n"
+			  ");\n",
+			  4, "node is missing port", NULL);
+}
+
+static void config_load__non_numeric_addr__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n" NODE1 ",\n"
+			  "  { id = 2;\n"
+			  "    addr = \"node-a\";\n"
+			  "    port = 7471; }\n"
+			  ");\n",
+			  5, "nodes.addr \"node-a\" is not a numeric IPv4 or IPv6 address", NULL);
+}
+
+static void config_load__duplicate_addr_and_port__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; },\n"
+			  "  { id = 2; addr = \"10.0.0.2\"; port = 7471; },\n"
+			  "  { id = 3; addr = \"10.0.0.1\"; port = 7471; }\n"
+			  ");\n",
+			  5, "node 3 uses 10.0.0.1 port 7471", "like node 1 at line 3");
+}
+
+static void config_load__same_ipv6_addr_written_differently__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"fe80::2\"; port = 7471; },\n"
+			  "  { id = 2; addr = \"FE80:0::2\"; port = 7471; }\n"
+			  ");\n",
+			  4, "node 2 uses FE80:0::2 port 7471", "like node 1 at line 3");
+}
+
+static void config_load__keepalive_timeout_equal_interval__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "# keepalive\n"
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  keepalive_interval_ms = 1000;\n"
+			  "  keepalive_timeout_ms = 1000;\n"
+			  "};\n" NODES1,
+			  2, "keepalive_timeout_ms (1000) must exceed keepalive_interval_ms (1000)", NULL);
+}
+
+static void config_load__keepalive_timeout_below_interval__rejected_with_line(void **state)
+{
+	/* Only the interval is set: the default timeout (5000) is below it. */
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  keepalive_interval_ms = 6000;\n"
+			  "};\n" NODES1,
+			  1, "keepalive_timeout_ms (5000) must exceed keepalive_interval_ms (6000)", NULL);
+}
+
+static void config_load__backoff_max_below_initial__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  backoff_initial_ms = 2000;\n"
+			  "  backoff_max_ms = 1000;\n"
+			  "};\n" NODES1,
+			  1, "backoff_max_ms (1000) is below backoff_initial_ms (2000)", NULL);
+}
+
+static void config_load__mailbox_below_minimum__rejected_with_line(void **state)
+{
+	char want[64];
+
+	snprintf(want, sizeof(want), "cluster.mailbox_size 100 out of range %u..", MESH_MAILBOX_MIN);
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  mailbox_size = 100;\n"
+			  "};\n" NODES1,
+			  3, want, NULL);
+}
+
+static void config_load__syntax_error__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  qps_per_link = = 2;\n"
+			  "};\n" NODES1,
+			  3, "syntax error", NULL);
+}
+
+static void config_load__missing_file__enoent_naming_path(void **state)
+{
+	struct cfg_test *t = *state;
+	char path[600];
+	int ret;
+
+	write_cfg(t, "");
+	snprintf(path, sizeof(path), "%s.does-not-exist", t->path);
+	ret = config_load(path, &t->cfg, t->err, sizeof(t->err));
+	assert_int_equal(ret, -ENOENT);
+	if (strncmp(t->err, path, strlen(path)) || !strstr(t->err, strerror(ENOENT)))
+		fail_msg("error \"%s\" does not name %s and the errno", t->err, path);
+	assert_null(t->cfg.nodes);
+}
+
+static void config_load__small_error_buffer__truncated_not_overrun(void **state)
+{
+	struct cfg_test *t = *state;
+	char small[8 + 8];
+	int ret;
+
+	memset(small, 'X', sizeof(small));
+	write_cfg(t, "cluster = { name = \"lab\"; qps = 1; };\n" NODES1);
+	ret = config_load(t->path, &t->cfg, small, 8);
+	assert_int_equal(ret, -MESH_ECONFIG);
+	assert_int_equal(strlen(small), 7);
+	for (size_t i = 8; i < sizeof(small); i++)
+		assert_int_equal(small[i], 'X');
+}
+
+/* ---- config_dump ---------------------------------------------------------------------------- */
+
+static char *dump_to_string(const struct mesh_config *cfg)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	assert_non_null(f);
+	config_dump(f, cfg);
+	assert_int_equal(fclose(f), 0);
+	assert_non_null(buf);
+	return buf;
+}
+
+static const char *const cluster_keys[] = {
+	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
+	"handshake_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
+	"log_level",
+};
+
+static void config_dump__no_config__names_every_key(void **state)
+{
+	char *s = dump_to_string(NULL);
+	char want[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cluster_keys) / sizeof(cluster_keys[0]); i++) {
+		snprintf(want, sizeof(want), "cluster.%s ", cluster_keys[i]);
+		if (!strstr(s, want))
+			fail_msg("dump lacks %s:\n%s", want, s);
+	}
+	assert_non_null(strstr(s, "nodes.id "));
+	assert_non_null(strstr(s, "nodes.addr "));
+	assert_non_null(strstr(s, "nodes.port "));
+	assert_null(strstr(s, "in force"));
+	free(s);
+}
+
+static void config_dump__loaded_config__shows_values_in_force(void **state)
+{
+	struct cfg_test *t = *state;
+	char *s, *line;
+
+	assert_int_equal(load_text(t, valid_text), 0);
+	s = dump_to_string(&t->cfg);
+	line = strstr(s, "cluster.qps_per_link ");
+	assert_non_null(line);
+	*strchr(line, '\n') = '\0';
+	if (!strstr(line, "in force: 4"))
+		fail_msg("qps_per_link line: %s", line);
+	free(s);
+	s = dump_to_string(&t->cfg);
+	line = strstr(s, "cluster.name ");
+	assert_non_null(line);
+	*strchr(line, '\n') = '\0';
+	if (!strstr(line, "in force: \"lab\""))
+		fail_msg("name line: %s", line);
+	free(s);
+}
+
+/* The table that prints the keys is the table that parses them: a file setting every printed key
+ * to its printed default loads, and yields exactly those values. */
+static void config_dump__every_printed_default__loads_back(void **state)
+{
+	struct cfg_test *t = *state;
+	char *s = dump_to_string(NULL), *save = NULL, text[4096];
+	size_t n = 0, keys = 0;
+	int ret;
+
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "cluster = {\n");
+	for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char key[64], type[16], def[64];
+
+		if (strncmp(line, "cluster.", 8))
+			continue;
+		assert_int_equal(sscanf(line, "cluster.%63s %15s default %63s", key, type, def), 3);
+		if (!strcmp(def, "(none)")) {
+			assert_string_equal(key, "name");
+			snprintf(def, sizeof(def), "lab");
+		}
+		if (!strcmp(type, "string"))
+			n += (size_t)snprintf(text + n, sizeof(text) - n, "  %s = \"%s\";\n", key, def);
+		else
+			n += (size_t)snprintf(text + n, sizeof(text) - n, "  %s = %s;\n", key, def);
+		assert_true(n < sizeof(text));
+		keys++;
+	}
+	snprintf(text + n, sizeof(text) - n, "};\n" NODES1);
+	free(s);
+	assert_int_equal(keys, sizeof(cluster_keys) / sizeof(cluster_keys[0]));
+	ret = load_text(t, text);
+	if (ret)
+		fail_msg("%s\n%s", t->err, text);
+	assert_int_equal(t->cfg.qps_per_link, 2);
+	assert_int_equal(t->cfg.mailbox_size, 4096);
+	assert_string_equal(t->cfg.transport, "rdma");
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, cfg_setup, cfg_teardown)
+
+static const struct CMUnitTest tests[] = {
+	T(config_load__valid_file__every_value_parsed_and_defaults_applied),
+	T(config_load__valid_file__nodes_sorted_by_id_with_lines),
+	T(config_node_find__loaded_ids__found_and_others_null),
+	T(config_load__minimal_file__all_defaults),
+	T(config_free__after_failure_and_twice__safe),
+	T(config_load__unknown_cluster_key__rejected_with_line),
+	T(config_load__unknown_top_level_key__rejected_with_line),
+	T(config_load__unknown_node_key__rejected_with_line),
+	T(config_load__duplicate_node_id__rejected_with_line),
+	T(config_load__node_id_70000__rejected_with_line),
+	T(config_load__negative_node_id__rejected_with_line),
+	T(config_load__port_0__rejected_with_line),
+	T(config_load__port_65536__rejected_with_line),
+	T(config_load__qps_per_link_0__rejected_with_line),
+	T(config_load__qps_per_link_17__rejected_with_line),
+	T(config_load__qps_per_link_16__accepted),
+	T(config_load__transport_foo__rejected_with_line),
+	T(config_load__log_level_loud__rejected_with_choices),
+	T(config_load__string_for_integer__rejected_with_line),
+	T(config_load__float_for_integer__rejected_with_line),
+	T(config_load__string_for_node_port__rejected_with_line),
+	T(config_load__integer_for_name__rejected_with_line),
+	T(config_load__name_too_long__rejected_with_line),
+	T(config_load__missing_cluster_name__rejected_with_line),
+	T(config_load__missing_cluster__rejected_naming_it),
+	T(config_load__missing_nodes__rejected_naming_it),
+	T(config_load__empty_nodes__rejected_with_line),
+	T(config_load__nodes_not_a_list__rejected_with_line),
+	T(config_load__node_missing_port__rejected_with_line),
+	T(config_load__non_numeric_addr__rejected_with_line),
+	T(config_load__duplicate_addr_and_port__rejected_with_line),
+	T(config_load__same_ipv6_addr_written_differently__rejected_with_line),
+	T(config_load__keepalive_timeout_equal_interval__rejected_with_line),
+	T(config_load__keepalive_timeout_below_interval__rejected_with_line),
+	T(config_load__backoff_max_below_initial__rejected_with_line),
+	T(config_load__mailbox_below_minimum__rejected_with_line),
+	T(config_load__syntax_error__rejected_with_line),
+	T(config_load__missing_file__enoent_naming_path),
+	T(config_load__small_error_buffer__truncated_not_overrun),
+	T(config_dump__no_config__names_every_key),
+	T(config_dump__loaded_config__shows_values_in_force),
+	T(config_dump__every_printed_default__loads_back),
+};
+
+UNIT_MAIN("config", tests, NULL, NULL)

@@ -1,0 +1,1895 @@
+/*
+ * The mesh state machine over the fake transport: the test plays the peer. It answers connects
+ * with ESTABLISHED events carrying the acceptor's private data, delivers the peer's messages into
+ * posted receive buffers, executes RDMA WRITE/READ against a buffer standing in for the peer's
+ * mailbox, and checks what the mesh posted, registered, accepted, rejected and disconnected.
+ *
+ * Events go through the fake's poll() and then mesh_handle_event() + mesh_reap(), as meshd's loop
+ * does. Every test ends in mesh_cleanup() and checks that no connection or registration is left.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <mesh/mesh.h>
+
+#include "fake_xport.h"
+#include "log.h"
+#include "mesh.h"
+#include "unit_main.h"
+#include "util.h"
+
+#define PEER_RKEY 0x0badc0deu
+#define PEER_MB_LEN 4096u
+#define QPS 2u
+
+#define ACCESS_MAILBOX (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ)
+
+struct mt {
+	struct fake_xport *fx;
+	struct mesh_config cfg;
+	struct config_node nodes[8];
+	struct mesh m;
+	bool inited;
+	/* The peer's mailbox: its address and PEER_RKEY are what the test's Hello announces. */
+	uint8_t peer_mb[PEER_MB_LEN] __attribute__((aligned(64)));
+};
+
+/* ---- fixture -------------------------------------------------------------------------------- */
+
+static int mt_setup(void **state)
+{
+	struct mt *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -1;
+	t->fx = fake_xport_new();
+	*state = t;
+	return 0;
+}
+
+static int mt_teardown(void **state)
+{
+	struct mt *t = *state;
+
+	/* Only reached with the mesh still set up when a test failed half-way. */
+	if (t->inited)
+		mesh_cleanup(&t->m);
+	fake_xport_free(t->fx);
+	free(t);
+	return 0;
+}
+
+/* A cluster "test" of the given ids (ascending), node i at 10.0.0.i:7471; we are self_id. */
+static void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
+{
+	const struct config_node *self = NULL;
+	struct mesh_config *c = &t->cfg;
+
+	assert_true(n <= sizeof(t->nodes) / sizeof(t->nodes[0]));
+	snprintf(c->path, sizeof(c->path), "test.conf");
+	snprintf(c->cluster_name, sizeof(c->cluster_name), "test");
+	snprintf(c->transport, sizeof(c->transport), "fake");
+	snprintf(c->log_level, sizeof(c->log_level), "debug");
+	c->qps_per_link = QPS;
+	c->keepalive_interval_ms = 100;
+	c->keepalive_timeout_ms = 500;
+	c->connect_timeout_ms = 200;
+	c->handshake_timeout_ms = 2000;
+	/* Long enough that "not re-dialled at once" holds even under valgrind (first delay >= 500). */
+	c->backoff_initial_ms = 1000;
+	c->backoff_max_ms = 4000;
+	c->max_handshakes = 8;
+	c->mailbox_size = 4096;
+	for (size_t i = 0; i < n; i++) {
+		t->nodes[i].id = ids[i];
+		t->nodes[i].port = 7471;
+		snprintf(t->nodes[i].addr, sizeof(t->nodes[i].addr), "10.0.0.%u", ids[i]);
+		t->nodes[i].line = (int)i + 10;
+		if (i)
+			assert_true(ids[i] > ids[i - 1]);
+		if (ids[i] == self_id)
+			self = &t->nodes[i];
+	}
+	c->nodes = t->nodes;
+	c->n_nodes = n;
+	c->nodes_line = 9;
+	assert_non_null(self);
+	assert_int_equal(mesh_init(&t->m, c, self, &t->fx->base), 0);
+	t->inited = true;
+	assert_int_equal(t->m.n_links, n - 1);
+}
+
+/* mesh_cleanup, then nothing of the transport may be left. */
+static void mt_finish(struct mt *t)
+{
+	mesh_cleanup(&t->m);
+	t->inited = false;
+	mesh_cleanup(&t->m); /* twice is harmless */
+	assert_int_equal(t->fx->live_conns, 0);
+	assert_int_equal(t->fx->live_mrs, 0);
+	assert_int_equal(t->fx->n_deregs, t->fx->n_regs);
+}
+
+static struct link *lk(struct mt *t, uint32_t peer)
+{
+	struct link *l = mesh_link_find(&t->m, peer);
+
+	assert_non_null(l);
+	assert_int_equal(l->peer->id, peer);
+	return l;
+}
+
+static unsigned conn_id(xport_conn_t *c)
+{
+	assert_non_null(c);
+	return ((struct fake_conn *)c)->id;
+}
+
+/* ---- driving -------------------------------------------------------------------------------- */
+
+static void tick_at(struct mt *t, uint64_t now)
+{
+	mesh_tick(&t->m, now);
+	mesh_reap(&t->m);
+}
+
+static void tick(struct mt *t)
+{
+	tick_at(t, util_now_ms());
+}
+
+/* As meshd's drain loop: poll the transport, hand every event to the mesh, then reap. */
+static void deliver(struct mt *t, const struct xport_event *ev)
+{
+	struct xport_event evs[4];
+	int n;
+
+	fake_xport_push(t->fx, ev);
+	n = xport_poll(&t->fx->base, evs, 4);
+	assert_int_equal(n, 1);
+	for (int i = 0; i < n; i++)
+		mesh_handle_event(&t->m, &evs[i]);
+	mesh_reap(&t->m);
+}
+
+static struct xport_event cm_event(enum xport_ev_type type, xport_conn_t *c, const void *pdata, size_t len)
+{
+	struct xport_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = type;
+	ev.conn = c;
+	assert_true(len <= sizeof(ev.pdata));
+	if (len)
+		memcpy(ev.pdata, pdata, len);
+	ev.pdata_len = (uint8_t)len;
+	return ev;
+}
+
+static struct xport_event wc_event(xport_conn_t *c, enum xport_op op, uint64_t wr_id, uint32_t byte_len)
+{
+	struct xport_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = XPORT_EV_COMPLETION;
+	ev.conn = c;
+	ev.op = op;
+	ev.wr_id = wr_id;
+	ev.byte_len = byte_len;
+	return ev;
+}
+
+static struct mesh_cm_pdata decode_pdata(const uint8_t *pdata, size_t len)
+{
+	struct mesh_cm_pdata pd;
+
+	assert_int_equal(mesh_cm_pdata_decode(pdata, len, &pd), 0);
+	return pd;
+}
+
+/* The acceptor's answer to QP i of the link's current attempt. */
+static void establish_qp(struct mt *t, struct link *l, uint32_t i)
+{
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_ACCEPT,
+		.qp_index = (uint8_t)i,
+		.qp_count = QPS,
+		.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name),
+		.src_node = l->peer->id,
+		.dst_node = t->m.self->id,
+		.link_epoch = l->epoch,
+		.boot_epoch = 4242,
+	};
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	struct xport_event ev;
+
+	assert_true(len > 0);
+	ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], l->dialer ? buf : NULL, l->dialer ? (size_t)len : 0);
+	deliver(t, &ev);
+}
+
+/* The last SEND posted on conn_id (since post index `from`), decoded. */
+static PeerMsg *last_send(struct mt *t, size_t from, unsigned cid)
+{
+	size_t n = fake_post_count(t->fx, from, XPORT_OP_SEND, cid);
+	struct fake_post *p;
+	PeerMsg *m = NULL;
+	const char *why;
+
+	assert_true(n > 0);
+	p = fake_post_find(t->fx, from, XPORT_OP_SEND, cid, n - 1);
+	assert_non_null(p);
+	assert_int_equal(mesh_peer_msg_decode(p->buf, p->len, &m, &why), 0);
+	return m;
+}
+
+/* The peer sends msg: it lands in the oldest unused receive posted on QP 0. */
+static void peer_send(struct mt *t, struct link *l, const PeerMsg *msg)
+{
+	unsigned cid = conn_id(l->conns[0]);
+	struct fake_post *p = NULL;
+	struct xport_event ev;
+	int len;
+
+	for (size_t i = 0; (p = fake_post_find(t->fx, 0, XPORT_OP_RECV, cid, i)); i++)
+		if (!p->used)
+			break;
+	assert_non_null(p);
+	p->used = true;
+	len = mesh_peer_msg_encode(msg, p->buf, p->len);
+	assert_true(len >= 0);
+	ev = wc_event(l->conns[0], XPORT_OP_RECV, p->wr_id, (uint32_t)len);
+	deliver(t, &ev);
+}
+
+/* The Hello a well-behaved peer sends for the link's current attempt. */
+static Hello peer_hello(struct mt *t, struct link *l)
+{
+	Hello h = HELLO__INIT;
+
+	h.node_id = l->peer->id;
+	h.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name);
+	h.boot_epoch = 4242;
+	h.link_epoch = l->epoch;
+	h.features = MESH_FEAT_ALL;
+	h.qp_count = QPS;
+	h.mailbox_addr = (uintptr_t)t->peer_mb;
+	h.mailbox_len = PEER_MB_LEN;
+	h.mailbox_rkey = PEER_RKEY;
+	return h;
+}
+
+static void peer_send_hello(struct mt *t, struct link *l, Hello *h)
+{
+	PeerMsg m = PEER_MSG__INIT;
+
+	m.body_case = PEER_MSG__BODY_HELLO;
+	m.hello = h;
+	peer_send(t, l, &m);
+}
+
+static void peer_send_ready(struct mt *t, struct link *l, uint64_t epoch)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	Ready r = READY__INIT;
+
+	r.link_epoch = epoch;
+	m.body_case = PEER_MSG__BODY_READY;
+	m.ready = &r;
+	peer_send(t, l, &m);
+}
+
+/* Checks the WRITE+READ pair of every QP (posted since `from`) and plays the remote side: the WRITE
+ * stores into the peer mailbox, the READ returns what is there. With corrupt_qp >= 0 that QP's
+ * READ returns other bytes, and the walk stops there (the link is gone). */
+static void run_proof(struct mt *t, struct link *l, size_t from, int corrupt_qp)
+{
+	for (uint32_t i = 0; i < QPS; i++) {
+		unsigned cid = conn_id(l->conns[i]);
+		xport_conn_t *c = l->conns[i];
+		struct fake_post *w = fake_post_find(t->fx, from, XPORT_OP_WRITE, cid, 0);
+		struct fake_post *r = fake_post_find(t->fx, from, XPORT_OP_READ, cid, 0);
+		uint8_t *slot = t->peer_mb + i * MESH_PROOF_LEN;
+		struct xport_event ev;
+
+		assert_non_null(w);
+		assert_non_null(r);
+		assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, cid), 1);
+		assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_READ, cid), 1);
+		assert_true(w->raddr == (uintptr_t)slot);
+		assert_true(r->raddr == (uintptr_t)slot);
+		assert_int_equal(w->rkey, PEER_RKEY);
+		assert_int_equal(r->rkey, PEER_RKEY);
+		assert_int_equal(w->len, MESH_PROOF_LEN);
+		assert_int_equal(r->len, MESH_PROOF_LEN);
+		assert_ptr_not_equal(w->buf, r->buf);
+		/* The token is bound to the sender: its first two bytes are our node id. */
+		assert_int_equal(((uint8_t *)w->buf)[0], (uint8_t)(t->m.self->id >> 8));
+		assert_int_equal(((uint8_t *)w->buf)[1], (uint8_t)t->m.self->id);
+
+		memcpy(slot, w->buf, MESH_PROOF_LEN);
+		ev = wc_event(c, XPORT_OP_WRITE, w->wr_id, 0);
+		deliver(t, &ev);
+		memcpy(r->buf, slot, MESH_PROOF_LEN);
+		if ((int)i == corrupt_qp)
+			((uint8_t *)r->buf)[MESH_PROOF_LEN - 1] ^= 0x01;
+		ev = wc_event(c, XPORT_OP_READ, r->wr_id, MESH_PROOF_LEN);
+		deliver(t, &ev);
+		if ((int)i == corrupt_qp)
+			return;
+	}
+}
+
+/* Our Hello, posted on QP 0 since `from` once every QP of the attempt is established. */
+static void check_our_hello(struct mt *t, struct link *l, size_t from)
+{
+	const struct fake_reg *mb = fake_reg_find(t->fx, ACCESS_MAILBOX);
+	PeerMsg *m = last_send(t, from, conn_id(l->conns[0]));
+
+	assert_non_null(mb);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_HELLO);
+	assert_int_equal(m->hello->node_id, t->m.self->id);
+	assert_int_equal(m->hello->cluster_hash, mesh_cluster_hash("test"));
+	assert_true(m->hello->boot_epoch == t->m.boot_epoch);
+	assert_true(m->hello->link_epoch == l->epoch);
+	assert_true(m->hello->features == MESH_FEAT_ALL);
+	assert_int_equal(m->hello->qp_count, QPS);
+	assert_true(m->hello->mailbox_addr == (uintptr_t)mb->addr);
+	assert_true(m->hello->mailbox_addr == (uintptr_t)l->mailbox);
+	assert_int_equal(m->hello->mailbox_len, t->cfg.mailbox_size);
+	assert_true(mb->len >= t->cfg.mailbox_size);
+	assert_int_equal(m->hello->mailbox_rkey, mb->rkey);
+	mesh_peer_msg_free(m);
+	/* Only QP 0 carries messages. */
+	for (uint32_t i = 1; i < QPS; i++)
+		assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, conn_id(l->conns[i])), 0);
+}
+
+/* From "every QP connecting" to UP: establish, exchange Hellos, prove, exchange Ready. */
+static void drive_to_up(struct mt *t, struct link *l)
+{
+	size_t from = t->fx->n_posts;
+	Hello h;
+	PeerMsg *m;
+
+	for (uint32_t i = 0; i < QPS; i++)
+		establish_qp(t, l, i);
+	assert_int_equal(l->phase, LINK_HELLO);
+	check_our_hello(t, l, from);
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	assert_int_equal(l->phase, LINK_PROOF);
+	run_proof(t, l, from, -1);
+	assert_int_equal(l->phase, LINK_READY_WAIT);
+	m = last_send(t, from, conn_id(l->conns[0]));
+	assert_int_equal(m->body_case, PEER_MSG__BODY_READY);
+	assert_true(m->ready->link_epoch == l->epoch);
+	mesh_peer_msg_free(m);
+	peer_send_ready(t, l, l->epoch);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+}
+
+/* ---- accept-side helpers -------------------------------------------------------------------- */
+
+static struct mesh_cm_pdata request_pdata(struct mt *t, uint16_t src, uint8_t qp, uint64_t epoch)
+{
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_CONNECT,
+		.qp_index = qp,
+		.qp_count = QPS,
+		.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name),
+		.src_node = src,
+		.dst_node = t->m.self->id,
+		.link_epoch = epoch,
+		.boot_epoch = 777,
+	};
+
+	return pd;
+}
+
+/* A CONNECT_REQUEST carrying raw private data on a new passive connection; returns its id. */
+static unsigned request_raw(struct mt *t, const void *pdata, size_t len)
+{
+	struct fake_conn *fc = fake_conn_incoming(t->fx, "10.0.0.200");
+	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, pdata, len);
+	unsigned id = fc->id; /* a rejected conn is gone after deliver() */
+
+	deliver(t, &ev);
+	return id;
+}
+
+static unsigned request(struct mt *t, const struct mesh_cm_pdata *pd)
+{
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len = mesh_cm_pdata_encode(pd, buf, sizeof(buf));
+
+	assert_true(len > 0);
+	return request_raw(t, buf, (size_t)len);
+}
+
+/* The connection was accepted with ACCEPT private data answering pd, and joined the peer's link. */
+static void expect_accepted(struct mt *t, unsigned cid, const struct mesh_cm_pdata *req)
+{
+	const struct fake_cm_rec *a = t->fx->n_accepts ? &t->fx->accepts[t->fx->n_accepts - 1] : NULL;
+	struct fake_conn *fc = fake_conn_by_id(t->fx, cid);
+	struct mesh_cm_pdata pd;
+	struct link *l = lk(t, req->src_node);
+
+	if (!a || a->conn_id != cid)
+		fail_msg("conn %u was not accepted (last reject: %zu)", cid, t->fx->n_rejects);
+	assert_non_null(fc);
+	assert_false(fc->rejected);
+	pd = decode_pdata(a->pdata, a->pdata_len);
+	assert_int_equal(pd.kind, MESH_CM_ACCEPT);
+	assert_int_equal(pd.src_node, t->m.self->id);
+	assert_int_equal(pd.dst_node, req->src_node);
+	assert_int_equal(pd.qp_index, req->qp_index);
+	assert_int_equal(pd.qp_count, QPS);
+	assert_true(pd.link_epoch == req->link_epoch);
+	assert_int_equal(pd.cluster_hash, mesh_cluster_hash("test"));
+	assert_true(pd.boot_epoch == t->m.boot_epoch);
+	assert_ptr_equal(fc->base.ctx, l);
+	assert_int_equal(fc->base.index, req->qp_index);
+	assert_ptr_equal(l->conns[req->qp_index], &fc->base);
+	assert_true(l->epoch == req->link_epoch);
+}
+
+/* The connection was rejected with reason `reason` (0: none travels), counted, and destroyed. */
+static void expect_rejected(struct mt *t, unsigned cid, uint64_t rejects_before, int reason)
+{
+	const struct fake_cm_rec *r = t->fx->n_rejects ? &t->fx->rejects[t->fx->n_rejects - 1] : NULL;
+	struct mesh_cm_pdata pd;
+
+	if (!r || r->conn_id != cid)
+		fail_msg("conn %u was not rejected", cid);
+	pd = decode_pdata(r->pdata, r->pdata_len);
+	assert_int_equal(pd.kind, MESH_CM_REJECT);
+	assert_int_equal(pd.src_node, t->m.self->id);
+	assert_int_equal(pd.cluster_hash, mesh_cluster_hash("test"));
+	if (pd.reason != reason)
+		fail_msg("reject reason %d (%s), expected %d (%s)", pd.reason, mesh_strerror(pd.reason), reason,
+			 mesh_strerror(reason));
+	assert_int_equal(t->m.peer_rejects, rejects_before + 1);
+	for (size_t i = 0; i < t->fx->n_accepts; i++)
+		assert_int_not_equal(t->fx->accepts[i].conn_id, cid);
+	/* Buried and destroyed by the reap after the batch. */
+	assert_null(fake_conn_by_id(t->fx, cid));
+}
+
+/* ---- dial rule ------------------------------------------------------------------------------ */
+
+static const uint16_t ids123[] = {1, 2, 3};
+
+static void mesh_dials__ids__higher_dials_lower(void **state)
+{
+	(void)state;
+	assert_true(mesh_dials(3, 1));
+	assert_false(mesh_dials(1, 3));
+	assert_true(mesh_dials(65535, 0));
+	assert_false(mesh_dials(0, 65535));
+	assert_false(mesh_dials(2, 2));
+}
+
+static void mesh_tick__middle_node__dials_lower_only_and_waits_for_higher(void **state)
+{
+	struct mt *t = *state;
+	struct link *l1, *l3;
+
+	mt_init(t, 2, ids123, 3);
+	l1 = lk(t, 1);
+	l3 = lk(t, 3);
+	assert_true(l1->dialer);
+	assert_false(l3->dialer);
+	assert_null(mesh_link_find(&t->m, 2));
+	/* mesh_init dials nobody: the first tick does. */
+	assert_int_equal(t->fx->n_connects, 0);
+	assert_int_equal(link_state(l1), LINK_STATE_DOWN_);
+	assert_int_equal(link_state(l3), LINK_STATE_DOWN_);
+	tick(t);
+	assert_int_equal(t->fx->n_connects, QPS);
+	for (size_t i = 0; i < t->fx->n_connects; i++) {
+		assert_string_equal(t->fx->connects[i].addr, "10.0.0.1");
+		assert_string_equal(t->fx->connects[i].src_addr, "10.0.0.2");
+		assert_int_equal(t->fx->connects[i].port, 7471);
+		assert_ptr_equal(t->fx->connects[i].ctx, l1);
+	}
+	assert_int_equal(l3->phase, LINK_IDLE);
+	/* Node 3 dials us; however long we wait, we never dial it. */
+	tick_at(t, util_now_ms() + 60 * 1000);
+	tick_at(t, util_now_ms() + 120 * 1000);
+	for (size_t i = 0; i < t->fx->n_connects; i++)
+		assert_string_not_equal(t->fx->connects[i].addr, "10.0.0.3");
+	assert_int_equal(l3->phase, LINK_IDLE);
+	mt_finish(t);
+}
+
+/* ---- full handshake as dialler -------------------------------------------------------------- */
+
+static void mesh_dial__connects__valid_connect_pdata_per_qp(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	assert_int_equal(t->fx->n_connects, QPS);
+	assert_int_equal(t->m.handshakes, 1);
+	assert_true(l->epoch >= t->m.boot_epoch);
+	for (uint32_t i = 0; i < QPS; i++) {
+		const struct fake_cm_rec *c = &t->fx->connects[i];
+		struct mesh_cm_pdata pd = decode_pdata(c->pdata, c->pdata_len);
+
+		assert_int_equal(c->pdata_len, sizeof(struct mesh_cm_wire));
+		assert_int_equal(c->index, i);
+		assert_ptr_equal(l->conns[i], &c->conn->base);
+		assert_int_equal(pd.kind, MESH_CM_CONNECT);
+		assert_int_equal(pd.src_node, 2);
+		assert_int_equal(pd.dst_node, 1);
+		assert_int_equal(pd.qp_index, i);
+		assert_int_equal(pd.qp_count, QPS);
+		assert_int_equal(pd.cluster_hash, mesh_cluster_hash("test"));
+		assert_true(pd.link_epoch == l->epoch);
+		assert_true(pd.boot_epoch == t->m.boot_epoch);
+		assert_int_equal(pd.reason, 0);
+	}
+	/* A dial nobody answered yet is still DOWN. */
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->phase, LINK_QPS);
+	mt_finish(t);
+}
+
+static void mesh_handshake__dialler__up_then_keepalive_timeout_down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	unsigned c0, c1;
+	const struct fake_reg *local, *mb;
+	struct fake_post *hello_send, *p;
+	Hello h;
+	PeerMsg *m, msg = PEER_MSG__INIT;
+	Keepalive ka = KEEPALIVE__INIT;
+	uint64_t epoch, before, after;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	c0 = conn_id(l->conns[0]);
+	c1 = conn_id(l->conns[1]);
+	epoch = l->epoch;
+
+	/* QP 0 established: memory registered, receives posted on QP 0, nothing sent yet. */
+	establish_qp(t, l, 0);
+	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
+	assert_int_equal(t->fx->n_regs, 2);
+	local = fake_reg_find(t->fx, XPORT_ACCESS_LOCAL);
+	mb = fake_reg_find(t->fx, ACCESS_MAILBOX);
+	assert_non_null(local);
+	assert_non_null(mb);
+	assert_int_not_equal(local->rkey, mb->rkey);
+	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_RECV, c0), LINK_RECV_BUFS);
+	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_RECV, c1), 0);
+	for (size_t i = 0; i < LINK_RECV_BUFS; i++) {
+		p = fake_post_find(t->fx, 0, XPORT_OP_RECV, c0, i);
+		assert_int_equal(p->len, MESH_PEER_MSG_MAX);
+		for (size_t j = 0; j < i; j++) {
+			struct fake_post *q = fake_post_find(t->fx, 0, XPORT_OP_RECV, c0, j);
+
+			assert_true(q->wr_id != p->wr_id);
+			assert_ptr_not_equal(q->buf, p->buf);
+		}
+	}
+	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_SEND, 0), 0);
+
+	/* QP 1 established: our Hello goes out on QP 0. */
+	from = t->fx->n_posts;
+	establish_qp(t, l, 1);
+	assert_int_equal(l->n_est, QPS);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, 0), 1);
+	check_our_hello(t, l, from);
+	hello_send = fake_post_find(t->fx, from, XPORT_OP_SEND, c0, 0);
+
+	/* The peer's Hello: the receive is reposted, and every QP writes and reads back its token. */
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	assert_int_equal(l->phase, LINK_PROOF);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_RECV, c0), 1);
+	assert_true(fake_post_find(t->fx, from, XPORT_OP_RECV, c0, 0)->wr_id ==
+		    fake_post_find(t->fx, 0, XPORT_OP_RECV, c0, 0)->wr_id);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, 0), QPS);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_READ, 0), QPS);
+	assert_true(l->peer_mb_addr == (uintptr_t)t->peer_mb);
+	assert_int_equal(l->peer_mb_rkey, PEER_RKEY);
+	assert_int_equal(l->peer_mb_len, PEER_MB_LEN);
+	assert_true(l->peer_boot_epoch == 4242);
+
+	/* Our Hello's send completes; the proof runs; Ready goes out. */
+	{
+		struct xport_event ev = wc_event(l->conns[0], XPORT_OP_SEND, hello_send->wr_id, hello_send->len);
+
+		deliver(t, &ev);
+	}
+	run_proof(t, l, from, -1);
+	assert_int_equal(l->proofs_done, QPS);
+	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
+	m = last_send(t, from, c0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_READY);
+	assert_true(m->ready->link_epoch == epoch);
+	mesh_peer_msg_free(m);
+
+	/* The peer's Ready: UP. */
+	peer_send_ready(t, l, epoch);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_string_equal(link_state_name(link_state(l)), "UP");
+	assert_int_equal(l->ups, 1);
+	assert_int_equal(mesh_links_up(&t->m), 1);
+	assert_int_equal(t->m.handshakes, 0);
+	assert_string_equal(l->last_error, "");
+	assert_int_equal(l->rx_msgs, 2);
+
+	/* UP: a keepalive goes out on the next tick, and a peer's keepalive is answered. */
+	from = t->fx->n_posts;
+	tick(t);
+	m = last_send(t, from, c0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_KEEPALIVE);
+	assert_int_equal(m->keepalive->seq, 1);
+	mesh_peer_msg_free(m);
+	from = t->fx->n_posts;
+	ka.seq = 99;
+	ka.sent_us = 123456;
+	msg.body_case = PEER_MSG__BODY_KEEPALIVE;
+	msg.keepalive = &ka;
+	peer_send(t, l, &msg);
+	m = last_send(t, from, c0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_KEEPALIVE_ACK);
+	assert_int_equal(m->keepalive_ack->seq, 99);
+	assert_int_equal(m->keepalive_ack->sent_us, 123456);
+	mesh_peer_msg_free(m);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+
+	/* Silence beyond keepalive_timeout_ms: DOWN, both QPs disconnected and destroyed, memory
+	 * deregistered, and the re-dial waits for the backoff. */
+	before = util_now_ms();
+	tick_at(t, before + t->cfg.keepalive_timeout_ms + 1);
+	after = util_now_ms();
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(mesh_links_up(&t->m), 0);
+	if (!strstr(l->last_error, mesh_strerror(-MESH_EKEEPALIVE)))
+		fail_msg("last_error \"%s\" does not name the keepalive timeout", l->last_error);
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_true(fake_disconnected(t->fx, c1));
+	assert_null(fake_conn_by_id(t->fx, c0));
+	assert_null(fake_conn_by_id(t->fx, c1));
+	assert_int_equal(t->fx->live_conns, 0);
+	assert_int_equal(t->fx->live_mrs, 0);
+	assert_null(l->conns[0]);
+	assert_null(l->conns[1]);
+	assert_true(l->next_dial_ms >= before + t->cfg.backoff_initial_ms / 2);
+	assert_true(l->next_dial_ms <= after + t->cfg.backoff_initial_ms);
+	tick(t);
+	assert_int_equal(t->fx->n_connects, QPS);
+	tick_at(t, util_now_ms() + t->cfg.backoff_max_ms + 1);
+	assert_int_equal(t->fx->n_connects, 2 * QPS);
+	assert_true(l->epoch > epoch);
+	assert_true(decode_pdata(t->fx->connects[2].pdata, t->fx->connects[2].pdata_len).link_epoch == l->epoch);
+	mt_finish(t);
+}
+
+static void mesh_handshake__dialler_hello_before_last_qp__waits_then_proves(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	Hello h;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	/* The acceptor had both QPs before we saw the second: its Hello comes first. */
+	h = peer_hello(t, l);
+	from = t->fx->n_posts;
+	peer_send_hello(t, l, &h);
+	assert_int_equal(l->phase, LINK_QPS);
+	assert_true(l->have_peer_hello);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, 0), 0);
+	establish_qp(t, l, 1);
+	assert_int_equal(l->phase, LINK_PROOF);
+	run_proof(t, l, from, -1);
+	peer_send_ready(t, l, l->epoch);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	mt_finish(t);
+}
+
+static void mesh_handshake__peer_ready_during_proof__up_after_proof(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	Hello h;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	peer_send_ready(t, l, l->epoch); /* the peer proved faster */
+	assert_int_equal(l->phase, LINK_PROOF);
+	run_proof(t, l, from, -1);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	mt_finish(t);
+}
+
+/* ---- proof and Hello failures --------------------------------------------------------------- */
+
+static void mesh_proof__read_returns_other_bytes__down_naming_proof(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	unsigned c0, c1;
+	Hello h;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	c0 = conn_id(l->conns[0]);
+	c1 = conn_id(l->conns[1]);
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	run_proof(t, l, from, 0);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->ups, 0);
+	assert_non_null(strstr(l->last_error, "proof"));
+	assert_non_null(strstr(l->last_error, "QP 0"));
+	/* No Ready went out. */
+	for (size_t i = 0; i < fake_post_count(t->fx, from, XPORT_OP_SEND, c0); i++) {
+		struct fake_post *p = fake_post_find(t->fx, from, XPORT_OP_SEND, c0, i);
+		PeerMsg *m;
+		const char *why;
+
+		assert_int_equal(mesh_peer_msg_decode(p->buf, p->len, &m, &why), 0);
+		assert_int_not_equal(m->body_case, PEER_MSG__BODY_READY);
+		mesh_peer_msg_free(m);
+	}
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_true(fake_disconnected(t->fx, c1));
+	assert_int_equal(t->m.handshakes, 0);
+	assert_int_equal(l->failures, 1);
+	mt_finish(t);
+}
+
+static void mesh_proof__second_qp_fails__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	Hello h;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	run_proof(t, l, from, 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "QP 1"));
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EPROOF)));
+	mt_finish(t);
+}
+
+/* Brings the dialler's link to HELLO (both QPs up, our Hello sent); returns the link. */
+static struct link *dial_to_hello(struct mt *t)
+{
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	assert_int_equal(l->phase, LINK_HELLO);
+	return l;
+}
+
+static void expect_down_after_hello(struct mt *t, struct link *l, Hello *h, const char *needle)
+{
+	size_t from = t->fx->n_posts;
+	unsigned c0 = conn_id(l->conns[0]), c1 = conn_id(l->conns[1]);
+
+	peer_send_hello(t, l, h);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->phase, LINK_IDLE);
+	if (!strstr(l->last_error, needle))
+		fail_msg("last_error \"%s\" does not mention \"%s\"", l->last_error, needle);
+	/* No proof was attempted against an unverified peer. */
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, 0), 0);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_READ, 0), 0);
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_true(fake_disconnected(t->fx, c1));
+	assert_int_equal(t->m.handshakes, 0);
+}
+
+static void mesh_hello__wrong_cluster_hash__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+
+	h.cluster_hash = mesh_cluster_hash("other");
+	expect_down_after_hello(t, l, &h, "does not match");
+	mt_finish(t);
+}
+
+static void mesh_hello__wrong_epoch__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+
+	h.link_epoch = l->epoch - 1;
+	expect_down_after_hello(t, l, &h, "does not match");
+	mt_finish(t);
+}
+
+static void mesh_hello__wrong_node__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+
+	h.node_id = 3;
+	expect_down_after_hello(t, l, &h, "from node 3");
+	mt_finish(t);
+}
+
+static void mesh_hello__wrong_qp_count__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+
+	h.qp_count = 4;
+	expect_down_after_hello(t, l, &h, mesh_strerror(-MESH_EQPCOUNT));
+	mt_finish(t);
+}
+
+static void mesh_hello__node_id_out_of_range__down_undecodable(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+
+	h.node_id = 70000;
+	expect_down_after_hello(t, l, &h, "node_id");
+	mt_finish(t);
+}
+
+static void mesh_hello__twice__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+
+	peer_send_hello(t, l, &h);
+	assert_int_equal(l->phase, LINK_PROOF);
+	peer_send_hello(t, l, &h);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "second Hello"));
+	mt_finish(t);
+}
+
+static void mesh_ready__before_hello__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+
+	peer_send_ready(t, l, l->epoch);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "unexpected Ready"));
+	mt_finish(t);
+}
+
+static void mesh_ready__wrong_epoch__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	Hello h = peer_hello(t, l);
+	size_t from = t->fx->n_posts;
+
+	peer_send_hello(t, l, &h);
+	run_proof(t, l, from, -1);
+	assert_int_equal(l->phase, LINK_READY_WAIT);
+	peer_send_ready(t, l, l->epoch + 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "unexpected Ready"));
+	mt_finish(t);
+}
+
+static void mesh_message__garbage__down_undecodable(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	struct fake_post *p = fake_post_find(t->fx, 0, XPORT_OP_RECV, conn_id(l->conns[0]), 0);
+	struct xport_event ev;
+
+	p->used = true;
+	memset(p->buf, 0xff, 16);
+	ev = wc_event(l->conns[0], XPORT_OP_RECV, p->wr_id, 16);
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "undecodable"));
+	mt_finish(t);
+}
+
+static void mesh_message__longer_than_buffer__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	struct fake_post *p = fake_post_find(t->fx, 0, XPORT_OP_RECV, conn_id(l->conns[0]), 0);
+	struct xport_event ev = wc_event(l->conns[0], XPORT_OP_RECV, p->wr_id, MESH_PEER_MSG_MAX + 1);
+
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EPEERMSG)));
+	mt_finish(t);
+}
+
+static void mesh_goodbye__on_up_link__down_naming_shutdown(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	PeerMsg m = PEER_MSG__INIT;
+	Goodbye g = GOODBYE__INIT;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	g.reason = MESH_ESHUTDOWN;
+	m.body_case = PEER_MSG__BODY_GOODBYE;
+	m.goodbye = &g;
+	peer_send(t, l, &m);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "goodbye"));
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_ESHUTDOWN)));
+	mt_finish(t);
+}
+
+static void mesh_stop__up_link__goodbye_sent(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	PeerMsg *m;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	from = t->fx->n_posts;
+	mesh_stop(&t->m);
+	m = last_send(t, from, conn_id(l->conns[0]));
+	assert_int_equal(m->body_case, PEER_MSG__BODY_GOODBYE);
+	assert_int_equal(m->goodbye->reason, MESH_ESHUTDOWN);
+	mesh_peer_msg_free(m);
+	/* Stopping: no more dials, and requests are refused. */
+	tick_at(t, util_now_ms() + 60 * 1000);
+	assert_int_equal(t->fx->n_connects, QPS);
+	mt_finish(t);
+}
+
+/* ---- accept side ---------------------------------------------------------------------------- */
+
+static const uint16_t ids0123[] = {0, 1, 2, 3};
+#define EPOCH 1000000u
+
+static void mesh_accept__valid_request__accepted_with_accept_pdata(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+	unsigned c0, c1;
+	size_t from;
+	Hello h;
+
+	mt_init(t, 1, ids0123, 4);
+	l = lk(t, 2);
+	assert_false(l->dialer);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	c0 = request(t, &pd);
+	expect_accepted(t, c0, &pd);
+	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
+	assert_int_equal(t->m.handshakes, 1);
+	assert_int_equal(t->m.peer_rejects, 0);
+	/* Registered and receives posted before the accept, so the peer's first SEND finds a buffer. */
+	assert_int_equal(t->fx->n_regs, 2);
+	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_RECV, c0), LINK_RECV_BUFS);
+
+	pd = request_pdata(t, 2, 1, EPOCH);
+	c1 = request(t, &pd);
+	expect_accepted(t, c1, &pd);
+	assert_int_equal(t->fx->n_regs, 2);
+
+	/* Established (no private data on the passive side): our Hello, then the rest as the dialler. */
+	from = t->fx->n_posts;
+	establish_qp(t, l, 1);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, 0), 0);
+	establish_qp(t, l, 0);
+	check_our_hello(t, l, from);
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	run_proof(t, l, from, -1);
+	peer_send_ready(t, l, EPOCH);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(t->m.handshakes, 0);
+	mt_finish(t);
+}
+
+/* A valid request from node 2 is still accepted after whatever was refused before. */
+static void expect_still_accepting(struct mt *t, uint64_t epoch)
+{
+	struct mesh_cm_pdata pd = request_pdata(t, 2, 0, epoch);
+	unsigned cid = request(t, &pd);
+
+	expect_accepted(t, cid, &pd);
+}
+
+static void check_reject(struct mt *t, const struct mesh_cm_pdata *pd, int reason)
+{
+	uint64_t before = t->m.peer_rejects;
+	unsigned cid = request(t, pd);
+
+	expect_rejected(t, cid, before, reason);
+}
+
+static void mesh_accept__other_cluster__rejected_ecluster(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	pd.cluster_hash = mesh_cluster_hash("prod");
+	check_reject(t, &pd, -MESH_ECLUSTER);
+	assert_int_equal(lk(t, 2)->phase, LINK_IDLE);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__lower_id_dials_higher__rejected_edialrule(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 0, 0, EPOCH);
+	check_reject(t, &pd, -MESH_EDIALRULE);
+	assert_int_equal(lk(t, 0)->phase, LINK_IDLE);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__unknown_node__rejected_eunknownnode(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 9, 0, EPOCH);
+	check_reject(t, &pd, -MESH_EUNKNOWNNODE);
+	/* A request meant for another node. */
+	pd = request_pdata(t, 3, 0, EPOCH);
+	pd.dst_node = 2;
+	check_reject(t, &pd, -MESH_EUNKNOWNNODE);
+	/* Ourselves. */
+	pd = request_pdata(t, 1, 0, EPOCH);
+	check_reject(t, &pd, -MESH_EUNKNOWNNODE);
+	assert_int_equal(t->m.peer_rejects, 3);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__wrong_qp_count__rejected_eqpcount(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	pd.qp_count = QPS + 1;
+	check_reject(t, &pd, -MESH_EQPCOUNT);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__bad_magic__rejected_ebadmagic(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	uint8_t buf[XPORT_PDATA_MAX];
+	uint64_t before;
+	unsigned cid;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), sizeof(struct mesh_cm_wire));
+	memcpy(buf, "RDMA", 4);
+	before = t->m.peer_rejects;
+	cid = request_raw(t, buf, sizeof(struct mesh_cm_wire));
+	expect_rejected(t, cid, before, -MESH_EBADMAGIC);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__version_2__rejected_eprotover(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	uint8_t buf[XPORT_PDATA_MAX];
+	uint64_t before;
+	unsigned cid;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), sizeof(struct mesh_cm_wire));
+	buf[4] = 2;
+	before = t->m.peer_rejects;
+	cid = request_raw(t, buf, sizeof(struct mesh_cm_wire));
+	expect_rejected(t, cid, before, -MESH_EPROTOVER);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+/* Truncated private data (and no private data at all, as a plain rdma_cm client sends) is refused
+ * with the reason MESH_EPDATA, so the dialler can tell it from nobody listening. */
+static void mesh_accept__truncated_pdata__rejected(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	uint8_t buf[XPORT_PDATA_MAX];
+	uint64_t before;
+	unsigned cid;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), sizeof(struct mesh_cm_wire));
+	before = t->m.peer_rejects;
+	cid = request_raw(t, buf, sizeof(struct mesh_cm_wire) - 1);
+	expect_rejected(t, cid, before, -MESH_EPDATA);
+	before = t->m.peer_rejects;
+	cid = request_raw(t, NULL, 0);
+	expect_rejected(t, cid, before, -MESH_EPDATA);
+	assert_int_equal(lk(t, 2)->phase, LINK_IDLE);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__accept_kind_in_request__rejected(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	pd.kind = MESH_CM_ACCEPT;
+	check_reject(t, &pd, -MESH_EPDATA);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+static void mesh_accept__stale_epoch__rejected_estale(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	unsigned cid;
+
+	mt_init(t, 1, ids0123, 4);
+	expect_still_accepting(t, EPOCH);
+	pd = request_pdata(t, 2, 1, EPOCH - 1);
+	check_reject(t, &pd, -MESH_ESTALE);
+	/* The current attempt is untouched: its QP 1 still joins. */
+	assert_true(lk(t, 2)->epoch == EPOCH);
+	assert_int_equal(lk(t, 2)->phase, LINK_QPS);
+	pd = request_pdata(t, 2, 1, EPOCH);
+	cid = request(t, &pd);
+	expect_accepted(t, cid, &pd);
+	mt_finish(t);
+}
+
+/* A peer that did not announce keepalives never sends them: the link must not time out on silence. */
+static void mesh_keepalive__not_agreed__no_timeout_no_keepalive(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	size_t from;
+	Hello h;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	for (uint32_t i = 0; i < QPS; i++)
+		establish_qp(t, l, i);
+	from = t->fx->n_posts;
+	h = peer_hello(t, l);
+	h.features = 0;
+	peer_send_hello(t, l, &h);
+	run_proof(t, l, from, -1);
+	peer_send_ready(t, l, l->epoch);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_true(l->features == 0);
+	from = t->fx->n_posts;
+	tick_at(t, util_now_ms() + 10ull * t->cfg.keepalive_timeout_ms);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, 0), 0);
+	mt_finish(t);
+}
+
+/* A late QP of an attempt that already failed must not start an orphan attempt. */
+static void mesh_accept__late_qp_of_failed_attempt__rejected_estale(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct xport_event ev;
+	struct link *l;
+
+	mt_init(t, 1, ids0123, 4);
+	l = lk(t, 2);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	expect_accepted(t, request(t, &pd), &pd);
+	assert_int_equal(t->m.handshakes, 1);
+	ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[0], NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(t, &ev);
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_int_equal(t->m.handshakes, 0);
+	pd = request_pdata(t, 2, 1, EPOCH);
+	check_reject(t, &pd, -MESH_ESTALE);
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_int_equal(t->m.handshakes, 0);
+	/* A new attempt of the peer (newer epoch) is welcome. */
+	expect_still_accepting(t, EPOCH + 1);
+	mt_finish(t);
+}
+
+static void mesh_accept__same_qp_twice__rejected_edupqp(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+	unsigned first, cid;
+
+	mt_init(t, 1, ids0123, 4);
+	l = lk(t, 2);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	first = request(t, &pd);
+	expect_accepted(t, first, &pd);
+	check_reject(t, &pd, -MESH_EDUPQP);
+	/* The first QP 0 stays in place and QP 1 joins. */
+	assert_int_equal(conn_id(l->conns[0]), first);
+	assert_false(fake_disconnected(t->fx, first));
+	pd = request_pdata(t, 2, 1, EPOCH);
+	cid = request(t, &pd);
+	expect_accepted(t, cid, &pd);
+	assert_int_equal(l->phase, LINK_QPS);
+	mt_finish(t);
+}
+
+static void mesh_accept__same_epoch_after_qps_connected__rejected_edupqp(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+
+	mt_init(t, 1, ids0123, 4);
+	l = lk(t, 2);
+	for (uint8_t i = 0; i < QPS; i++) {
+		pd = request_pdata(t, 2, i, EPOCH);
+		expect_accepted(t, request(t, &pd), &pd);
+	}
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	assert_int_equal(l->phase, LINK_HELLO);
+	pd = request_pdata(t, 2, 1, EPOCH);
+	check_reject(t, &pd, -MESH_EDUPQP);
+	assert_int_equal(l->phase, LINK_HELLO);
+	mt_finish(t);
+}
+
+static void mesh_accept__higher_epoch__replaces_current_attempt(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+	unsigned old0, new0, new1;
+
+	mt_init(t, 1, ids0123, 4);
+	l = lk(t, 2);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	old0 = request(t, &pd);
+	expect_accepted(t, old0, &pd);
+	assert_int_equal(t->fx->live_mrs, 2);
+
+	pd = request_pdata(t, 2, 0, EPOCH + 5);
+	new0 = request(t, &pd);
+	expect_accepted(t, new0, &pd);
+	/* The old attempt's QP is disconnected and destroyed, its memory deregistered. */
+	assert_true(fake_disconnected(t->fx, old0));
+	assert_null(fake_conn_by_id(t->fx, old0));
+	assert_int_equal(t->fx->live_mrs, 2);
+	assert_int_equal(t->fx->n_regs, 4);
+	assert_int_equal(t->m.handshakes, 1);
+	assert_int_equal(t->m.peer_rejects, 0);
+	assert_non_null(strstr(l->last_error, "re-dialled"));
+	/* The old epoch is stale now; the new one completes. */
+	pd = request_pdata(t, 2, 1, EPOCH);
+	check_reject(t, &pd, -MESH_ESTALE);
+	pd = request_pdata(t, 2, 1, EPOCH + 5);
+	new1 = request(t, &pd);
+	expect_accepted(t, new1, &pd);
+	assert_int_equal(conn_id(l->conns[0]), new0);
+	assert_int_equal(conn_id(l->conns[1]), new1);
+	mt_finish(t);
+}
+
+static void mesh_accept__higher_epoch_on_up_link__replaces_it(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+
+	mt_init(t, 1, ids0123, 4);
+	l = lk(t, 2);
+	for (uint8_t i = 0; i < QPS; i++) {
+		pd = request_pdata(t, 2, i, EPOCH);
+		expect_accepted(t, request(t, &pd), &pd);
+	}
+	drive_to_up(t, l);
+	/* The peer restarted and dials again. */
+	pd = request_pdata(t, 2, 0, EPOCH + 1);
+	expect_accepted(t, request(t, &pd), &pd);
+	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
+	assert_int_equal(l->ups, 1);
+	assert_int_equal(t->m.handshakes, 1);
+	mt_finish(t);
+}
+
+static void mesh_accept__stopping__rejected_eshutdown(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	mesh_stop(&t->m);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	check_reject(t, &pd, -MESH_ESHUTDOWN);
+	mt_finish(t);
+}
+
+/* ---- admission ------------------------------------------------------------------------------ */
+
+static size_t connects_to(struct mt *t, const char *addr)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < t->fx->n_connects; i++)
+		n += !strcmp(t->fx->connects[i].addr, addr);
+	return n;
+}
+
+static void mesh_tick__max_handshakes_1__one_dial_at_a_time(void **state)
+{
+	static const uint16_t ids[] = {1, 2, 3, 4};
+	struct mt *t = *state;
+	struct xport_event ev;
+	struct link *l1, *l2;
+
+	mt_init(t, 4, ids, 4);
+	t->cfg.max_handshakes = 1; /* the mesh reads its config through the pointer */
+	l1 = lk(t, 1);
+	l2 = lk(t, 2);
+	tick(t);
+	assert_int_equal(t->fx->n_connects, QPS);
+	assert_int_equal(connects_to(t, "10.0.0.1"), QPS);
+	assert_int_equal(t->m.handshakes, 1);
+	tick(t);
+	tick(t);
+	assert_int_equal(t->fx->n_connects, QPS);
+
+	/* The first attempt fails: the next peer is dialled on the next tick. */
+	ev = cm_event(XPORT_EV_CONNECT_ERROR, l1->conns[0], NULL, 0);
+	ev.status = -ETIMEDOUT;
+	deliver(t, &ev);
+	assert_int_equal(link_state(l1), LINK_STATE_DOWN_);
+	assert_int_equal(t->m.handshakes, 0);
+	tick(t);
+	assert_int_equal(connects_to(t, "10.0.0.2"), QPS);
+	assert_int_equal(connects_to(t, "10.0.0.1"), QPS);
+	assert_int_equal(connects_to(t, "10.0.0.3"), 0);
+	tick(t);
+	assert_int_equal(connects_to(t, "10.0.0.3"), 0);
+
+	/* The second completes: the third peer is dialled next. */
+	drive_to_up(t, l2);
+	assert_int_equal(t->m.handshakes, 0);
+	tick(t);
+	assert_int_equal(connects_to(t, "10.0.0.3"), QPS);
+	assert_int_equal(t->m.handshakes, 1);
+	mt_finish(t);
+}
+
+static void mesh_accept__max_handshakes_reached__rejected_ebusy(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	t->cfg.max_handshakes = 1;
+	expect_still_accepting(t, EPOCH);
+	pd = request_pdata(t, 3, 0, EPOCH);
+	check_reject(t, &pd, -MESH_EBUSY);
+	assert_int_equal(lk(t, 3)->phase, LINK_IDLE);
+	/* The link already in its handshake keeps accepting its own QPs. */
+	pd = request_pdata(t, 2, 1, EPOCH);
+	expect_accepted(t, request(t, &pd), &pd);
+	mt_finish(t);
+}
+
+/* ---- failures reported by the transport ----------------------------------------------------- */
+
+static void mesh_event__rejected__down_naming_reason(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_REJECT, .src_node = 1, .dst_node = 2, .reason = -MESH_ECLUSTER,
+	};
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len;
+	struct xport_event ev;
+	unsigned c0, c1;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	c0 = conn_id(l->conns[0]);
+	c1 = conn_id(l->conns[1]);
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	ev = cm_event(XPORT_EV_REJECTED, l->conns[0], buf, (size_t)len);
+	ev.status = -ECONNREFUSED;
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "rejected"));
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_ECLUSTER)));
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_true(fake_disconnected(t->fx, c1));
+	assert_int_equal(l->failures, 1);
+	assert_int_equal(t->m.handshakes, 0);
+
+	/* A reject without mesh private data: a plain rdma_cm peer or nobody listening. */
+	tick_at(t, util_now_ms() + t->cfg.backoff_max_ms + 1);
+	assert_int_equal(l->phase, LINK_QPS);
+	ev = cm_event(XPORT_EV_REJECTED, l->conns[1], NULL, 0);
+	ev.status = -ECONNREFUSED;
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "no mesh reason"));
+	assert_non_null(strstr(l->last_error, "QP 1"));
+	assert_int_equal(l->failures, 2);
+	mt_finish(t);
+}
+
+static void mesh_event__connect_error__down_naming_cause(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	struct xport_event ev;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	ev = cm_event(XPORT_EV_CONNECT_ERROR, l->conns[1], NULL, 0);
+	ev.status = -ETIMEDOUT;
+	ev.status_str = "route resolution timed out";
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "route resolution timed out"));
+	assert_non_null(strstr(l->last_error, strerror(ETIMEDOUT)));
+	assert_non_null(strstr(l->last_error, "10.0.0.1"));
+	assert_int_equal(t->fx->live_conns, 0);
+	mt_finish(t);
+}
+
+static void mesh_event__disconnected_on_up_link__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	struct xport_event ev;
+	unsigned c0;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	c0 = conn_id(l->conns[0]);
+	ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[1], NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "QP 1 disconnected"));
+	assert_non_null(strstr(l->last_error, strerror(ECONNRESET)));
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_int_equal(l->ups, 1);
+	assert_int_equal(mesh_links_up(&t->m), 0);
+	/* A failure after UP starts the backoff from the first step again. */
+	assert_int_equal(l->failures, 1);
+	mt_finish(t);
+}
+
+static void mesh_event__failed_completion__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	struct fake_post *p = fake_post_find(t->fx, 0, XPORT_OP_RECV, conn_id(l->conns[0]), 0);
+	struct xport_event ev = wc_event(l->conns[0], XPORT_OP_RECV, p->wr_id, 0);
+
+	ev.status = -EIO;
+	ev.wc_status = 5;
+	ev.status_str = "WR flushed";
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "WR flushed"));
+	mt_finish(t);
+}
+
+static void mesh_event__unknown_wr_id__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_to_hello(t);
+	struct xport_event ev = wc_event(l->conns[1], XPORT_OP_SEND, 0x7700000001ull, 0);
+
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "unknown wr_id"));
+	mt_finish(t);
+}
+
+static void mesh_event__detached_conn__ignored(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	struct xport_event evs[5];
+	char err[LINK_ERR_MAX];
+	size_t posts;
+	uint32_t failures;
+	uint64_t next_dial;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	/* One batch: QP 0 fails, then events for both (now detached) QPs follow before the reap. */
+	evs[0] = cm_event(XPORT_EV_CONNECT_ERROR, l->conns[0], NULL, 0);
+	evs[0].status = -EHOSTUNREACH;
+	evs[1] = cm_event(XPORT_EV_CONNECT_ERROR, l->conns[1], NULL, 0);
+	evs[1].status = -ETIMEDOUT;
+	evs[2] = cm_event(XPORT_EV_ESTABLISHED, l->conns[1], NULL, 0);
+	evs[3] = wc_event(l->conns[0], XPORT_OP_RECV, 1ull << 32, 10);
+	evs[4] = cm_event(XPORT_EV_DISCONNECTED, l->conns[0], NULL, 0);
+	mesh_handle_event(&t->m, &evs[0]);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_null(evs[1].conn->ctx);
+	assert_null(evs[0].conn->ctx);
+	snprintf(err, sizeof(err), "%s", l->last_error);
+	posts = t->fx->n_posts;
+	failures = l->failures;
+	next_dial = l->next_dial_ms;
+	for (int i = 1; i < 5; i++)
+		mesh_handle_event(&t->m, &evs[i]);
+	assert_string_equal(l->last_error, err);
+	assert_int_equal(l->failures, failures);
+	assert_true(l->next_dial_ms == next_dial);
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_int_equal(l->n_est, 0);
+	assert_int_equal(t->fx->n_posts, posts);
+	assert_int_equal(t->fx->n_regs, 0);
+	assert_int_equal(t->m.handshakes, 0);
+	assert_int_equal(t->fx->live_conns, 2); /* destroyed only by the reap */
+	mesh_reap(&t->m);
+	assert_int_equal(t->fx->live_conns, 0);
+	mt_finish(t);
+}
+
+static void mesh_tick__handshake_timeout__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	tick_at(t, util_now_ms() + t->cfg.handshake_timeout_ms / 2);
+	assert_int_equal(l->phase, LINK_QPS);
+	tick_at(t, util_now_ms() + t->cfg.handshake_timeout_ms + 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EHANDSHAKE)));
+	assert_non_null(strstr(l->last_error, "QPS"));
+	assert_int_equal(t->fx->live_conns, 0);
+	mt_finish(t);
+}
+
+static void mesh_dial__backoff__grows_to_max(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t prev_lo = 0;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	for (uint32_t n = 0; n < 6; n++) {
+		struct xport_event ev;
+		uint64_t before, after, backoff = t->cfg.backoff_initial_ms << n;
+
+		tick_at(t, util_now_ms() + 2 * t->cfg.backoff_max_ms);
+		assert_int_equal(l->phase, LINK_QPS);
+		ev = cm_event(XPORT_EV_CONNECT_ERROR, l->conns[0], NULL, 0);
+		ev.status = -ETIMEDOUT;
+		before = util_now_ms();
+		deliver(t, &ev);
+		after = util_now_ms();
+		if (backoff > t->cfg.backoff_max_ms)
+			backoff = t->cfg.backoff_max_ms;
+		if (l->next_dial_ms < before + backoff / 2 || l->next_dial_ms > after + backoff)
+			fail_msg("failure %u: re-dial at +%lld ms, expected %llu..%llu", n + 1,
+				 (long long)(l->next_dial_ms - before), (unsigned long long)backoff / 2,
+				 (unsigned long long)backoff);
+		assert_true(backoff / 2 >= prev_lo);
+		prev_lo = backoff / 2;
+		assert_int_equal(l->failures, n + 1);
+	}
+	mt_finish(t);
+}
+
+/* ---- transport calls that fail ------------------------------------------------------------- */
+
+static void mesh_dial__first_connect_fails__down_and_rescheduled(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	t->fx->fail_connect.err = -ENETUNREACH;
+	tick(t);
+	assert_int_equal(t->fx->n_connects, 0);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "cannot dial 10.0.0.1:7471"));
+	assert_non_null(strstr(l->last_error, strerror(ENETUNREACH)));
+	assert_int_equal(t->m.handshakes, 0);
+	assert_int_equal(l->failures, 1);
+	assert_true(l->next_dial_ms > util_now_ms());
+	mt_finish(t);
+}
+
+static void mesh_dial__second_connect_fails__first_released(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	unsigned c0;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	t->fx->fail_connect.err = -ENETUNREACH;
+	t->fx->fail_connect.skip = 1;
+	tick(t);
+	assert_int_equal(t->fx->n_connects, 1);
+	c0 = t->fx->connects[0].conn_id;
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_null(fake_conn_by_id(t->fx, c0));
+	assert_null(l->conns[0]);
+	assert_null(l->conns[1]);
+	assert_int_equal(t->fx->live_conns, 0);
+	assert_int_equal(t->m.handshakes, 0);
+	mt_finish(t);
+}
+
+static void mesh_establish__first_registration_fails__down_nothing_leaked(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	t->fx->fail_mr_reg.err = -ENOMEM;
+	establish_qp(t, l, 0);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "cannot register"));
+	assert_int_equal(t->fx->n_regs, 0);
+	assert_int_equal(t->fx->live_mrs, 0);
+	assert_int_equal(t->fx->live_conns, 0);
+	mt_finish(t);
+}
+
+static void mesh_establish__mailbox_registration_fails__local_released(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	t->fx->fail_mr_reg.err = -ENOMEM;
+	t->fx->fail_mr_reg.skip = 1;
+	establish_qp(t, l, 0);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "cannot register"));
+	assert_int_equal(t->fx->n_regs, 1);
+	assert_int_equal(t->fx->n_deregs, 1);
+	assert_int_equal(t->fx->live_mrs, 0);
+	assert_int_equal(t->fx->live_conns, 0);
+	mt_finish(t);
+}
+
+static void mesh_accept__accept_fails__down_nothing_leaked(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	unsigned cid;
+
+	mt_init(t, 1, ids0123, 4);
+	t->fx->fail_accept.err = -EIO;
+	pd = request_pdata(t, 2, 0, EPOCH);
+	cid = request(t, &pd);
+	assert_int_equal(t->fx->n_accepts, 0);
+	assert_int_equal(link_state(lk(t, 2)), LINK_STATE_DOWN_);
+	assert_non_null(strstr(lk(t, 2)->last_error, "cannot accept QP 0"));
+	assert_null(fake_conn_by_id(t->fx, cid));
+	assert_int_equal(t->fx->live_mrs, 0);
+	assert_int_equal(t->m.handshakes, 0);
+	expect_still_accepting(t, EPOCH + 1);
+	mt_finish(t);
+}
+
+static void mesh_establish__hello_send_fails__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	t->fx->fail_post_send.err = -ENOMEM;
+	establish_qp(t, l, 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "cannot send Hello"));
+	assert_int_equal(t->fx->live_mrs, 0);
+	mt_finish(t);
+}
+
+static void mesh_establish__bad_accept_pdata__down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	struct mesh_cm_pdata pd;
+	uint8_t buf[XPORT_PDATA_MAX];
+	struct xport_event ev;
+	int len;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	pd = request_pdata(t, 1, 0, l->epoch);
+	pd.kind = MESH_CM_ACCEPT;
+	pd.src_node = 3; /* answered by the wrong node */
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[0], buf, (size_t)len);
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "bad accept private data"));
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EPEERMSG)));
+
+	/* An accept from another cluster. */
+	tick_at(t, util_now_ms() + t->cfg.backoff_max_ms + 1);
+	pd = request_pdata(t, 1, 1, l->epoch);
+	pd.kind = MESH_CM_ACCEPT;
+	pd.cluster_hash ^= 1;
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[1], buf, (size_t)len);
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_ECLUSTER)));
+	mt_finish(t);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, mt_setup, mt_teardown)
+
+static const struct CMUnitTest tests[] = {
+	T(mesh_dials__ids__higher_dials_lower),
+	T(mesh_tick__middle_node__dials_lower_only_and_waits_for_higher),
+	T(mesh_dial__connects__valid_connect_pdata_per_qp),
+	T(mesh_handshake__dialler__up_then_keepalive_timeout_down),
+	T(mesh_handshake__dialler_hello_before_last_qp__waits_then_proves),
+	T(mesh_handshake__peer_ready_during_proof__up_after_proof),
+	T(mesh_proof__read_returns_other_bytes__down_naming_proof),
+	T(mesh_proof__second_qp_fails__down),
+	T(mesh_hello__wrong_cluster_hash__down),
+	T(mesh_hello__wrong_epoch__down),
+	T(mesh_hello__wrong_node__down),
+	T(mesh_hello__wrong_qp_count__down),
+	T(mesh_hello__node_id_out_of_range__down_undecodable),
+	T(mesh_hello__twice__down),
+	T(mesh_ready__before_hello__down),
+	T(mesh_ready__wrong_epoch__down),
+	T(mesh_message__garbage__down_undecodable),
+	T(mesh_message__longer_than_buffer__down),
+	T(mesh_goodbye__on_up_link__down_naming_shutdown),
+	T(mesh_stop__up_link__goodbye_sent),
+	T(mesh_accept__valid_request__accepted_with_accept_pdata),
+	T(mesh_accept__other_cluster__rejected_ecluster),
+	T(mesh_accept__lower_id_dials_higher__rejected_edialrule),
+	T(mesh_accept__unknown_node__rejected_eunknownnode),
+	T(mesh_accept__wrong_qp_count__rejected_eqpcount),
+	T(mesh_accept__bad_magic__rejected_ebadmagic),
+	T(mesh_accept__version_2__rejected_eprotover),
+	T(mesh_accept__truncated_pdata__rejected),
+	T(mesh_accept__accept_kind_in_request__rejected),
+	T(mesh_accept__stale_epoch__rejected_estale),
+	T(mesh_keepalive__not_agreed__no_timeout_no_keepalive),
+	T(mesh_accept__late_qp_of_failed_attempt__rejected_estale),
+	T(mesh_accept__same_qp_twice__rejected_edupqp),
+	T(mesh_accept__same_epoch_after_qps_connected__rejected_edupqp),
+	T(mesh_accept__higher_epoch__replaces_current_attempt),
+	T(mesh_accept__higher_epoch_on_up_link__replaces_it),
+	T(mesh_accept__stopping__rejected_eshutdown),
+	T(mesh_tick__max_handshakes_1__one_dial_at_a_time),
+	T(mesh_accept__max_handshakes_reached__rejected_ebusy),
+	T(mesh_event__rejected__down_naming_reason),
+	T(mesh_event__connect_error__down_naming_cause),
+	T(mesh_event__disconnected_on_up_link__down),
+	T(mesh_event__failed_completion__down),
+	T(mesh_event__unknown_wr_id__down),
+	T(mesh_event__detached_conn__ignored),
+	T(mesh_tick__handshake_timeout__down),
+	T(mesh_dial__backoff__grows_to_max),
+	T(mesh_dial__first_connect_fails__down_and_rescheduled),
+	T(mesh_dial__second_connect_fails__first_released),
+	T(mesh_establish__first_registration_fails__down_nothing_leaked),
+	T(mesh_establish__mailbox_registration_fails__local_released),
+	T(mesh_accept__accept_fails__down_nothing_leaked),
+	T(mesh_establish__hello_send_fails__down),
+	T(mesh_establish__bad_accept_pdata__down),
+};
+
+static int group_setup(void **state)
+{
+	(void)state;
+	/* Every message is formatted: a bad format argument shows under valgrind/ASan. */
+	log_set_level(getenv("MESH_TEST_QUIET") ? LOG_LVL_ERROR : LOG_LVL_DEBUG);
+	return 0;
+}
+
+UNIT_MAIN("mesh", tests, group_setup, NULL)
