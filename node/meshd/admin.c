@@ -141,7 +141,7 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->cluster_hash = m->cluster_hash;
 	n->addr = (char *)m->self->addr;
 	n->port = m->self->port;
-	n->transport = (char *)xport_name(m->xport);
+	n->transport = m->xport_names;
 	n->boot_epoch = m->boot_epoch;
 	n->uptime_ms = util_now_ms() - m->start_ms;
 	n->peers = (uint32_t)m->n_links;
@@ -173,7 +173,7 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 		mb->rkey = l->peer_mb_rkey;
 	}
 	li->mailbox = mb;
-	li->transport = (char *)xport_name(m->xport);
+	li->transport = (char *)link_transport(l);
 	li->state_ms = util_now_ms() - l->phase_ms;
 	li->ups = l->ups;
 	li->attempts = l->failures;

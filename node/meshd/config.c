@@ -26,7 +26,7 @@ struct config_key {
 	const char *help;
 };
 
-static const char *const transport_choices[] = {"rdma", NULL};
+static const char *const transport_choices[] = {"rdma", "tcp", "auto", NULL};
 static const char *const log_choices[] = {"error", "warn", "info", "debug", NULL};
 
 #define KEY_UINT(n, def, lo, hi, help) \
@@ -38,7 +38,8 @@ static const struct config_key config_keys[] = {
 	KEY_STR(name, cluster_name, NULL, NULL,
 		"cluster name (required); peers with another name are rejected"),
 	KEY_STR(transport, transport, "rdma", transport_choices,
-		"transport provider of every link: rdma (rdma_cm + verbs)"),
+		"rdma (rdma_cm + verbs), tcp (TCP sockets), or auto: rdma when an RDMA device serves the node's address, "
+		"then tcp as well for peers without RDMA"),
 	KEY_UINT(qps_per_link, "2", 1, MESH_QPS_PER_LINK_MAX,
 		 "RC queue pairs per link; both ends must agree"),
 	KEY_UINT(keepalive_interval_ms, "1000", 10, 600000,

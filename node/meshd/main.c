@@ -53,7 +53,8 @@ static void usage(FILE *out)
 
 struct daemon {
 	struct mesh_config cfg;
-	xport_t *xport;
+	xport_t *xports[MESH_XPORTS_MAX];
+	size_t n_xports;
 	struct mesh mesh;
 	struct admin admin;
 	int epfd, tfd, sfd;
@@ -66,19 +67,69 @@ static int add_fd(int epfd, int fd, uint64_t tag)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee) ? -errno : 0;
 }
 
-static void drain_xport(struct daemon *d)
+static void drain_xport(struct daemon *d, xport_t *x)
 {
 	struct xport_event evs[EVENT_BATCH];
 	int n;
 
 	do {
-		n = xport_poll(d->xport, evs, EVENT_BATCH);
+		n = xport_poll(x, evs, EVENT_BATCH);
 		for (int i = 0; i < n; i++)
 			mesh_handle_event(&d->mesh, &evs[i]);
 		mesh_reap(&d->mesh);
 	} while (n == EVENT_BATCH);
 	if (n < 0)
-		log_error("transport poll: %s", mesh_strerror(n));
+		log_error("%s transport poll: %s", xport_name(x), mesh_strerror(n));
+}
+
+static void drain_all(struct daemon *d)
+{
+	for (size_t i = 0; i < d->n_xports; i++)
+		drain_xport(d, d->xports[i]);
+}
+
+/* The providers of cluster.transport for this node's address, in order of preference. */
+static int xports_open(struct daemon *d, const struct config_node *self)
+{
+	const struct xport_ops *want[MESH_XPORTS_MAX];
+	size_t n = 0;
+	struct xport_attr xa = {
+		.connect_timeout_ms = d->cfg.connect_timeout_ms,
+		.max_send_wr = LINK_SEND_BUFS + 2 * MESH_QPS_PER_LINK_MAX,
+		.max_recv_wr = LINK_RECV_BUFS,
+	};
+	int ret;
+
+	if (!strcmp(d->cfg.transport, "auto")) {
+		/* rdma where a device serves our address; tcp always, so peers without RDMA reach us. */
+		if (xport_rdma_ops.probe(self->addr))
+			want[n++] = &xport_rdma_ops;
+		else
+			log_info("transport auto: no RDMA device serves %s, using tcp", self->addr);
+		want[n++] = &xport_tcp_ops;
+	} else {
+		want[n] = xport_ops_find(d->cfg.transport);
+		if (!want[n]) {
+			log_error("transport %s is not built in", d->cfg.transport);
+			return -EINVAL;
+		}
+		n++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		ret = xport_create(want[i], &xa, &d->xports[d->n_xports]);
+		if (ret) {
+			log_error("cannot start the %s transport: %s", want[i]->name, mesh_strerror(ret));
+			return ret;
+		}
+		d->n_xports++;
+		ret = xport_listen(d->xports[i], self->addr, self->port);
+		if (ret) {
+			log_error("cannot listen on %s port %u (%s): %s", self->addr, self->port, want[i]->name,
+				  mesh_strerror(ret));
+			return ret;
+		}
+	}
+	return 0;
 }
 
 static int timer_start(uint32_t period_ms)
@@ -132,7 +183,7 @@ static void stop_gracefully(struct daemon *d)
 			break;
 		/* Any fd may wake us; only the transport matters now. */
 		epoll_wait(d->epfd, &ev, 1, 20);
-		drain_xport(d);
+		drain_all(d);
 	}
 }
 
@@ -156,7 +207,8 @@ static int run(struct daemon *d)
 
 			switch (tag) {
 			case TAG_XPORT:
-				drain_xport(d);
+				if ((size_t)fd < d->n_xports)
+					drain_xport(d, d->xports[fd]);
 				break;
 			case TAG_TIMER: {
 				uint64_t exp;
@@ -201,9 +253,7 @@ int main(int argc, char **argv)
 	long node_id = -1;
 	bool dump = false;
 	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1};
-	struct xport_attr xa;
 	const struct config_node *self;
-	const struct xport_ops *ops;
 	char err[512], prefix[32];
 	int c, ret, status = 1;
 
@@ -282,27 +332,10 @@ int main(int argc, char **argv)
 	log_set_prefix(prefix);
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
 
-	ops = xport_ops_find(d.cfg.transport);
-	if (!ops) {
-		log_error("transport %s is not built in", d.cfg.transport);
-		goto out_config;
-	}
-	xa = (struct xport_attr){
-		.connect_timeout_ms = d.cfg.connect_timeout_ms,
-		.max_send_wr = LINK_SEND_BUFS + 2 * MESH_QPS_PER_LINK_MAX,
-		.max_recv_wr = LINK_RECV_BUFS,
-	};
-	ret = xport_create(ops, &xa, &d.xport);
-	if (ret) {
-		log_error("cannot start the %s transport: %s", ops->name, mesh_strerror(ret));
-		goto out_config;
-	}
-	ret = xport_listen(d.xport, self->addr, self->port);
-	if (ret) {
-		log_error("cannot listen on %s port %u: %s", self->addr, self->port, mesh_strerror(ret));
+	ret = xports_open(&d, self);
+	if (ret)
 		goto out_xport;
-	}
-	ret = mesh_init(&d.mesh, &d.cfg, self, d.xport);
+	ret = mesh_init(&d.mesh, &d.cfg, self, d.xports, d.n_xports);
 	if (ret) {
 		log_error("cannot set up the links: %s", mesh_strerror(ret));
 		goto out_xport;
@@ -324,7 +357,14 @@ int main(int argc, char **argv)
 		log_error("timerfd: %s", strerror(-d.tfd));
 		goto out_signals;
 	}
-	ret = add_fd(d.epfd, xport_event_fd(d.xport), TAG(TAG_XPORT));
+	/* The transports' tag carries their index where other tags carry an fd. */
+	ret = 0;
+	for (size_t i = 0; i < d.n_xports && !ret; i++) {
+		struct epoll_event ee = {.events = EPOLLIN, .data.u64 = TAG(TAG_XPORT) | i};
+
+		if (epoll_ctl(d.epfd, EPOLL_CTL_ADD, xport_event_fd(d.xports[i]), &ee))
+			ret = -errno;
+	}
 	if (!ret)
 		ret = add_fd(d.epfd, d.tfd, TAG(TAG_TIMER));
 	if (!ret)
@@ -337,7 +377,7 @@ int main(int argc, char **argv)
 	if (ret)
 		goto out_timer;
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
-		 self->id, d.cfg.cluster_name, self->addr, self->port, ops->name, d.cfg.qps_per_link, d.mesh.n_links,
+		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
 	if (!run(&d))
 		status = 0;
@@ -351,8 +391,8 @@ out_epoll:
 out_mesh:
 	mesh_cleanup(&d.mesh);
 out_xport:
-	xport_destroy(d.xport);
-out_config:
+	for (size_t i = 0; i < d.n_xports; i++)
+		xport_destroy(d.xports[i]);
 	config_free(&d.cfg);
 	if (!status)
 		log_info("stopped");

@@ -58,6 +58,11 @@ const char *link_state_name(enum link_state s)
 	}
 }
 
+const char *link_transport(const struct link *l)
+{
+	return xport_name(l->mesh->xports[l->xp]);
+}
+
 uint32_t mesh_links_up(const struct mesh *m)
 {
 	uint32_t n = 0;
@@ -123,7 +128,7 @@ void mesh_reap(struct mesh *m)
 	m->grave.n_conns = 0;
 	/* MRs after the QPs that could still reference them. */
 	for (size_t i = 0; i < m->grave.n_mrs; i++)
-		xport_mr_dereg(m->xport, m->grave.mrs[i]);
+		xport_mr_dereg(m->grave.mrs[i]);
 	m->grave.n_mrs = 0;
 }
 
@@ -152,6 +157,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	bool was_up = l->phase == LINK_UP;
 
 	char prev[LINK_ERR_MAX];
+	bool unanswered = !was_up && l->n_est == 0;
 
 	if (l->phase == LINK_IDLE)
 		return;
@@ -189,6 +195,11 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	if (l->dialer) {
 		uint64_t backoff = m->cfg->backoff_initial_ms;
 
+		/* Nobody answered over this provider: the peer may have only the other one (a mixed
+		 * cluster with transport "auto"). A link that was UP retries its provider first. */
+		if (unanswered && m->n_xports > 1)
+			l->xp = (uint8_t)((l->xp + 1) % m->n_xports);
+
 		for (uint32_t i = 0; i < l->failures && backoff < m->cfg->backoff_max_ms; i++)
 			backoff *= 2;
 		backoff = MIN(backoff, m->cfg->backoff_max_ms);
@@ -212,7 +223,7 @@ static int link_register(struct link *l, xport_conn_t *c)
 	ret = xport_mr_reg(c, l->mailbox, l->mesh->cfg->mailbox_size,
 			   XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &l->mr_mailbox);
 	if (ret) {
-		xport_mr_dereg(l->mesh->xport, l->mr_local);
+		xport_mr_dereg(l->mr_local);
 		l->mr_local = NULL;
 	}
 	return ret;
@@ -392,7 +403,7 @@ static void link_dial(struct link *l)
 	for (uint32_t i = 0; i < m->cfg->qps_per_link; i++) {
 		pd.qp_index = (uint8_t)i;
 		len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
-		ret = xport_connect(m->xport, m->self->addr, l->peer->addr, l->peer->port, pdata, (size_t)len, l, i,
+		ret = xport_connect(m->xports[l->xp], m->self->addr, l->peer->addr, l->peer->port, pdata, (size_t)len, l, i,
 				    &l->conns[i]);
 		if (ret) {
 			l->conns[i] = NULL;
@@ -501,6 +512,9 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	c->ctx = l;
 	c->index = pd.qp_index;
 	l->conns[pd.qp_index] = c;
+	for (size_t i = 0; i < m->n_xports; i++)
+		if (m->xports[i] == c->xport)
+			l->xp = (uint8_t)i;
 	ret = link_register(l, c);
 	if (!ret)
 		ret = link_post_recvs(l);
@@ -809,14 +823,23 @@ static void mesh_disconnect_all(struct mesh *m)
 	mesh_reap(m);
 }
 
-int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *x)
+int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *const *xports,
+	      size_t n_xports)
 {
 	size_t n = 0;
 
 	memset(m, 0, sizeof(*m));
+	if (!n_xports || n_xports > MESH_XPORTS_MAX)
+		return -EINVAL;
 	m->cfg = cfg;
 	m->self = self;
-	m->xport = x;
+	for (size_t i = 0; i < n_xports; i++) {
+		m->xports[i] = xports[i];
+		if (i)
+			strncat(m->xport_names, "+", sizeof(m->xport_names) - strlen(m->xport_names) - 1);
+		strncat(m->xport_names, xport_name(xports[i]), sizeof(m->xport_names) - strlen(m->xport_names) - 1);
+	}
+	m->n_xports = n_xports;
 	m->cluster_hash = mesh_cluster_hash(cfg->cluster_name);
 	m->boot_epoch = util_wall_us();
 	m->start_ms = now_ms();

@@ -28,6 +28,7 @@ enum link_phase {
 
 enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
 
+#define MESH_XPORTS_MAX 2 /* rdma and tcp */
 #define LINK_RECV_BUFS 16
 #define LINK_SEND_BUFS 16
 #define LINK_ERR_MAX 160
@@ -38,6 +39,7 @@ struct link {
 	struct mesh *mesh;
 	const struct config_node *peer;
 	bool dialer; /* our id is higher: we dial */
+	uint8_t xp;  /* index in mesh->xports of the current (or last) attempt's provider */
 	enum link_phase phase;
 	uint64_t epoch;
 	uint64_t phase_ms;   /* when the current phase began */
@@ -90,7 +92,10 @@ struct mesh_graveyard {
 struct mesh {
 	const struct mesh_config *cfg;
 	const struct config_node *self;
-	xport_t *xport;
+	/* Providers in order of preference; a dialler that gets no answer over one tries the next. */
+	xport_t *xports[MESH_XPORTS_MAX];
+	size_t n_xports;
+	char xport_names[32]; /* "rdma", "tcp", "rdma+tcp" */
 	uint32_t cluster_hash;
 	uint64_t boot_epoch; /* wall clock us at start */
 	uint64_t start_ms;
@@ -102,8 +107,12 @@ struct mesh {
 	struct mesh_graveyard grave;
 };
 
-/* Sets up links for every peer of cfg (self = our node). The transport is already created. */
-int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *x);
+/* Sets up links for every peer of cfg (self = our node) over the given providers (already
+ * created and listening), in order of preference. */
+int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *const *xports,
+	      size_t n_xports);
+/* The provider of a link's current or last attempt. */
+const char *link_transport(const struct link *l);
 void mesh_cleanup(struct mesh *m);
 
 void mesh_handle_event(struct mesh *m, const struct xport_event *ev);

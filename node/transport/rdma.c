@@ -497,6 +497,7 @@ static int rdma_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned a
 		free(m);
 		return ret;
 	}
+	m->base.xport = xc->xport;
 	m->base.addr = addr;
 	m->base.len = len;
 	m->base.lkey = m->mr->lkey;
@@ -784,8 +785,30 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 	return n;
 }
 
+/* An RDMA device serves addr if rdma_cm can bind a cm id to it and finds a device there. */
+static int rdma_probe(const char *addr)
+{
+	struct rdma_event_channel *ech;
+	struct rdma_cm_id *id;
+	struct sockaddr_storage ss;
+	int ok = 0;
+
+	if (addr_parse(addr, 0, &ss))
+		return 0;
+	ech = rdma_create_event_channel();
+	if (!ech)
+		return 0;
+	if (!rdma_create_id(ech, &id, NULL, RDMA_PS_TCP)) {
+		ok = !rdma_bind_addr(id, (struct sockaddr *)&ss) && id->verbs;
+		rdma_destroy_id(id);
+	}
+	rdma_destroy_event_channel(ech);
+	return ok;
+}
+
 const struct xport_ops xport_rdma_ops = {
 	.name = "rdma",
+	.probe = rdma_probe,
 	.create = rdma_create,
 	.destroy = rdma_destroy,
 	.event_fd = rdma_event_fd,

@@ -4,6 +4,7 @@
 
 static const struct xport_ops *const xport_providers[] = {
 	&xport_rdma_ops,
+	&xport_tcp_ops,
 };
 
 const struct xport_ops *xport_ops_find(const char *name)

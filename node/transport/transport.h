@@ -50,6 +50,7 @@ enum xport_access {
 };
 
 struct xport_mr {
+	xport_t *xport; /* the provider that registered it */
 	void *addr;
 	size_t len;
 	uint32_t lkey;
@@ -99,6 +100,8 @@ struct xport_attr {
 
 struct xport_ops {
 	const char *name;
+	/* 1 if this provider can serve the local address addr (rdma: an RDMA device has it), else 0. */
+	int (*probe)(const char *addr);
 	int (*create)(const struct xport_attr *attr, xport_t **out);
 	void (*destroy)(xport_t *x);
 	int (*event_fd)(xport_t *x);
@@ -128,8 +131,9 @@ struct xport_ops {
 
 /* Providers. */
 extern const struct xport_ops xport_rdma_ops;
+extern const struct xport_ops xport_tcp_ops;
 
-/* Provider by name ("rdma"); NULL if unknown. */
+/* Provider by name ("rdma", "tcp"); NULL if unknown. */
 const struct xport_ops *xport_ops_find(const char *name);
 
 static inline int xport_create(const struct xport_ops *ops, const struct xport_attr *attr, xport_t **out)
@@ -179,10 +183,10 @@ static inline int xport_mr_reg(xport_conn_t *c, void *addr, size_t len, unsigned
 {
 	return c->xport->ops->mr_reg(c, addr, len, access, out);
 }
-static inline void xport_mr_dereg(xport_t *x, xport_mr_t *mr)
+static inline void xport_mr_dereg(xport_mr_t *mr)
 {
 	if (mr)
-		x->ops->mr_dereg(mr);
+		mr->xport->ops->mr_dereg(mr);
 }
 static inline int xport_post_send(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id)
 {

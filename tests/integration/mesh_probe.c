@@ -4,7 +4,7 @@
  * (any cluster name, source and destination ids, version, QP count, epoch, or raw bytes), and
  * reports whether meshd accepted or rejected, with the reason from the reject's private data.
  *
- *   mesh_probe -a ADDR -p PORT [-S SRC_ADDR] --src ID --dst ID --cluster NAME
+ *   mesh_probe [-t rdma|tcp] -a ADDR -p PORT [-S SRC_ADDR] --src ID --dst ID --cluster NAME
  *              [--version V] [--qps N] [--epoch E] [--garbage] [--expect accept|reject:CODE]
  *
  * Exit status: 0 when the outcome matches --expect (or, without --expect, on any answer),
@@ -27,7 +27,7 @@
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: mesh_probe -a ADDR -p PORT [-S SRC_ADDR] --src ID --dst ID --cluster NAME\n"
+	fprintf(stderr, "usage: mesh_probe [-t rdma|tcp] -a ADDR -p PORT [-S SRC_ADDR] --src ID --dst ID --cluster NAME\n"
 			"                  [--version V] [--qps N] [--qp-index I] [--epoch E] [--garbage]\n"
 			"                  [--expect accept|reject|reject:CODE]\n");
 }
@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 		{"qp-index", required_argument, NULL, 9}, {NULL, 0, NULL, 0},
 	};
 	const char *addr = NULL, *src_addr = NULL, *cluster = "demo", *expect = NULL;
+	const struct xport_ops *ops = &xport_rdma_ops;
 	struct mesh_cm_pdata pd = {.kind = MESH_CM_CONNECT, .qp_count = 2};
 	struct xport_attr xa = {.connect_timeout_ms = 5000, .max_send_wr = 8, .max_recv_wr = 8};
 	unsigned version = MESH_CM_VERSION;
@@ -53,8 +54,15 @@ int main(int argc, char **argv)
 	int c, ret, len, rc = 3;
 	uint64_t deadline;
 
-	while ((c = getopt_long(argc, argv, "a:p:S:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:a:p:S:", opts, NULL)) != -1) {
 		switch (c) {
+		case 't':
+			ops = xport_ops_find(optarg);
+			if (!ops) {
+				fprintf(stderr, "mesh_probe: unknown transport %s\n", optarg);
+				return 2;
+			}
+			break;
 		case 'a': addr = optarg; break;
 		case 'p': port = (uint16_t)atoi(optarg); break;
 		case 'S': src_addr = optarg; break;
@@ -81,11 +89,12 @@ int main(int argc, char **argv)
 	len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
 	pdata[4] = (uint8_t)version; /* struct mesh_cm_wire.version */
 	if (garbage) {
+		/* All 56 bytes, as the CM pads them: the magic is what fails. */
 		for (size_t i = 0; i < sizeof(pdata); i++)
 			pdata[i] = (uint8_t)util_rand64();
-		len = 20;
+		len = (int)sizeof(pdata);
 	}
-	ret = xport_create(&xport_rdma_ops, &xa, &x);
+	ret = xport_create(ops, &xa, &x);
 	if (ret) {
 		fprintf(stderr, "mesh_probe: transport: %s\n", mesh_strerror(ret));
 		return 2;

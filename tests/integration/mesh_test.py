@@ -106,6 +106,8 @@ class Cluster:
 
     def dump_logs(self):
         for i, nd in self.nodes.items():
+            if not os.path.exists(nd["log"]):
+                continue
             print(f"--- meshd {i} log (last 30 lines)")
             with open(nd["log"]) as f:
                 print("".join(f.readlines()[-30:]), end="")
@@ -113,7 +115,8 @@ class Cluster:
 
 def probe(c, node, expect, *extra):
     nd = c.nodes[node]
-    cmd = [os.path.join(c.a.build, "tests", "integration", "mesh_probe"), "-a", nd["addr"], "-p", str(nd["port"]),
+    cmd = [os.path.join(c.a.build, "tests", "integration", "mesh_probe"), "-t", c.a.transport,
+           "-a", nd["addr"], "-p", str(nd["port"]),
            "--expect", expect, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     return r.returncode == 0, (r.stdout + r.stderr).strip()
@@ -260,6 +263,8 @@ def main():
             c.dump_logs()
         errors = 0
         for nd in c.nodes.values():
+            if not os.path.exists(nd["log"]):
+                continue
             with open(nd["log"]) as f:
                 text = f.read()
             errors += sum(1 for line in text.splitlines() if "ERROR" in line or "AddressSanitizer" in line

@@ -247,6 +247,7 @@ static int fake_mr_reg(xport_conn_t *c, void *addr, size_t len, unsigned access,
 	mr->fx = fx;
 	mr->id = ++fx->next_mr_id;
 	mr->access = access;
+	mr->base.xport = c->xport;
 	mr->base.addr = addr;
 	mr->base.len = len;
 	/* Distinct keys, and lkey != rkey so a mix-up shows. */
@@ -328,8 +329,15 @@ static int fake_poll(xport_t *x, struct xport_event *evs, int max)
 	return n;
 }
 
+static int fake_probe(const char *addr)
+{
+	(void)addr;
+	return 1;
+}
+
 const struct xport_ops fake_xport_ops = {
 	.name = "fake",
+	.probe = fake_probe,
 	.create = fake_create,
 	.destroy = fake_destroy,
 	.event_fd = fake_event_fd,

@@ -101,7 +101,7 @@ static void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t 
 	c->n_nodes = n;
 	c->nodes_line = 9;
 	assert_non_null(self);
-	assert_int_equal(mesh_init(&t->m, c, self, &t->fx->base), 0);
+	assert_int_equal(mesh_init(&t->m, c, self, (xport_t *const[]){&t->fx->base}, 1), 0);
 	t->inited = true;
 	assert_int_equal(t->m.n_links, n - 1);
 }

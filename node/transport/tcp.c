@@ -1,0 +1,1211 @@
+/*
+ * The tcp provider: the semantics of the rdma provider over TCP sockets, for clusters, hosts and
+ * test machines without RDMA (what libfabric's tcp provider and UCX's tcp transport are).
+ *
+ * One TCP connection per "QP". The connect handshake carries the same private data as rdma_cm
+ * (CONNECT, then ACCEPT or REJECT frames). One-sided operations are emulated by the receiving
+ * side against its registered regions: WRITE looks the region up by rkey, checks access and
+ * bounds, then copies; READ_REQ is answered with READ_RESP; WRITE_IMM and SEND consume a posted
+ * receive and raise its completion. An unknown key, a missing access right or an out-of-range
+ * access is a protocol error: the connection is closed with a logged reason and nothing is written.
+ *
+ * Like an RC QP with rnr_retry 7, a SEND or WRITE_IMM that finds no posted receive waits: the
+ * provider stops reading that socket (TCP pushes back on the sender) until a receive is posted.
+ * Send-side completions are raised when the frame is handed to the kernel.
+ *
+ * Events are queued and an eventfd in the provider's epoll set says the queue is not empty, so the
+ * owner's epoll wakes for events raised outside poll() too.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "tcp_wire.h"
+#include "transport.h"
+#include "util.h"
+
+#define TCP_READ_CHUNK (256u << 10)
+#define TCP_TICK_MS 100
+#define TCP_LISTEN_BACKLOG 256
+
+enum tcp_conn_state {
+	TC_CONNECTING,   /* active: TCP connect in progress */
+	TC_WAIT_ACCEPT,  /* active: CONNECT sent */
+	TC_WAIT_REQUEST, /* passive: waiting for the CONNECT frame */
+	TC_REQUESTED,    /* passive: CONNECT_REQUEST raised, owner decides */
+	TC_ESTABLISHED,
+	TC_CLOSED, /* socket closed; DISCONNECTED or a failure was raised */
+};
+
+struct tcp_out {
+	struct tcp_out *next;
+	size_t len, off;
+	uint64_t wr_id;
+	enum xport_op op; /* completion to raise once written; 0 = none */
+	uint8_t data[];   /* header + payload */
+};
+
+struct tcp_recv {
+	void *buf;
+	uint32_t len;
+	uint64_t wr_id;
+};
+
+struct tcp_read {
+	struct tcp_read *next;
+	uint64_t id;
+	void *buf;
+	uint32_t len;
+	uint64_t wr_id;
+};
+
+struct tcp_xport;
+
+struct tcp_conn {
+	struct xport_conn base;
+	struct tcp_xport *tx;
+	struct tcp_conn *prev, *next;
+	int fd;
+	enum tcp_conn_state state;
+	uint64_t deadline_ms; /* connect / request deadline */
+	uint32_t ev_mask;     /* EPOLLIN/EPOLLOUT currently asked for */
+	bool in_blocked;      /* a SEND waits for a posted receive */
+	bool kicked;          /* buffered input to process in the next poll */
+	/* input */
+	uint8_t *in;
+	size_t in_len, in_cap;
+	/* output */
+	struct tcp_out *out_head, *out_tail;
+	uint32_t out_frames;
+	/* posted receives (FIFO ring) */
+	struct tcp_recv *recvs;
+	uint32_t recv_head, recv_count, recv_cap;
+	/* outstanding READs */
+	struct tcp_read *reads;
+	uint64_t next_read_id;
+	uint8_t pdata_len;
+	uint8_t pdata[XPORT_PDATA_MAX];
+};
+
+struct tcp_mr {
+	struct xport_mr base;
+	unsigned access;
+	struct tcp_mr *next;
+};
+
+struct tcp_xport {
+	struct xport base;
+	struct xport_attr attr;
+	int epfd, lfd, evfd, tfd;
+	bool timer_on;
+	struct tcp_conn *conns;
+	struct tcp_mr *mrs;
+	/* event queue (ring) */
+	struct xport_event *q;
+	size_t q_head, q_len, q_cap;
+};
+
+static struct tcp_xport *to_tx(xport_t *x)
+{
+	return (struct tcp_xport *)x;
+}
+
+static struct tcp_conn *to_tc(xport_conn_t *c)
+{
+	return (struct tcp_conn *)c;
+}
+
+/* epoll tags: the listening socket, the eventfd and the timer are told apart from connections. */
+static char tag_listen, tag_evfd, tag_timer;
+
+static int tcp_addr_parse(const char *addr, uint16_t port, struct sockaddr_storage *ss, socklen_t *sl)
+{
+	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV, .ai_family = AF_UNSPEC};
+	struct addrinfo *res;
+	char ps[8];
+
+	snprintf(ps, sizeof(ps), "%u", port);
+	if (getaddrinfo(addr, ps, &hints, &res))
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*sl = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* ---- event queue ---- */
+
+/* Makes the provider's fd readable so the owner calls poll(). */
+static void tcp_wake(struct tcp_xport *tx)
+{
+	uint64_t one = 1;
+
+	if (write(tx->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn("eventfd write: %m");
+}
+
+static struct xport_event *tcp_ev_push(struct tcp_xport *tx, enum xport_ev_type type, struct tcp_conn *c)
+{
+	struct xport_event *ev;
+
+	if (tx->q_len == tx->q_cap) {
+		size_t nc = tx->q_cap ? tx->q_cap * 2 : 64;
+		struct xport_event *nq = malloc(nc * sizeof(*nq));
+
+		if (!nq) {
+			log_error("out of memory queueing a transport event");
+			return NULL;
+		}
+		for (size_t i = 0; i < tx->q_len; i++)
+			nq[i] = tx->q[(tx->q_head + i) % tx->q_cap];
+		free(tx->q);
+		tx->q = nq;
+		tx->q_head = 0;
+		tx->q_cap = nc;
+	}
+	ev = &tx->q[(tx->q_head + tx->q_len) % tx->q_cap];
+	tx->q_len++;
+	memset(ev, 0, sizeof(*ev));
+	ev->type = type;
+	ev->conn = &c->base;
+	if (tx->q_len == 1)
+		tcp_wake(tx);
+	return ev;
+}
+
+static void tcp_ev_completion(struct tcp_conn *c, enum xport_op op, uint64_t wr_id, uint32_t len, int status,
+			      const char *why)
+{
+	struct xport_event *ev = tcp_ev_push(c->tx, XPORT_EV_COMPLETION, c);
+
+	if (!ev)
+		return;
+	ev->op = op;
+	ev->wr_id = wr_id;
+	ev->byte_len = len;
+	ev->status = status;
+	ev->status_str = why;
+}
+
+/* ---- connection plumbing ---- */
+
+static int tcp_conn_watch(struct tcp_conn *c)
+{
+	struct epoll_event ee = {.data.ptr = c};
+	uint32_t want = 0;
+
+	if (c->fd < 0)
+		return 0;
+	if (c->state == TC_CONNECTING || c->out_head)
+		want |= EPOLLOUT;
+	if (c->state != TC_CONNECTING && c->state != TC_REQUESTED && c->state != TC_CLOSED && !c->in_blocked)
+		want |= EPOLLIN;
+	if (want == c->ev_mask)
+		return 0;
+	ee.events = want;
+	if (epoll_ctl(c->tx->epfd, EPOLL_CTL_MOD, c->fd, &ee))
+		return -errno;
+	c->ev_mask = want;
+	return 0;
+}
+
+static void tcp_timer_update(struct tcp_xport *tx)
+{
+	bool need = false;
+	struct itimerspec its = {{0, 0}, {0, 0}};
+
+	for (struct tcp_conn *c = tx->conns; c && !need; c = c->next)
+		need = c->deadline_ms != 0;
+	if (need == tx->timer_on)
+		return;
+	if (need) {
+		its.it_interval.tv_nsec = TCP_TICK_MS * 1000000L;
+		its.it_value.tv_nsec = TCP_TICK_MS * 1000000L;
+	}
+	timerfd_settime(tx->tfd, 0, &its, NULL);
+	tx->timer_on = need;
+}
+
+static struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd)
+{
+	struct tcp_conn *c = calloc(1, sizeof(*c));
+	struct epoll_event ee = {.events = 0};
+	int one = 1;
+
+	if (!c)
+		return NULL;
+	c->recv_cap = MAX(tx->attr.max_recv_wr, 1u);
+	c->recvs = calloc(c->recv_cap, sizeof(*c->recvs));
+	if (!c->recvs) {
+		free(c);
+		return NULL;
+	}
+	c->base.xport = &tx->base;
+	c->tx = tx;
+	c->fd = fd;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	ee.data.ptr = c;
+	if (epoll_ctl(tx->epfd, EPOLL_CTL_ADD, fd, &ee)) {
+		log_error("epoll_ctl add tcp connection: %m");
+		free(c->recvs);
+		free(c);
+		return NULL;
+	}
+	c->next = tx->conns;
+	if (tx->conns)
+		tx->conns->prev = c;
+	tx->conns = c;
+	return c;
+}
+
+static void tcp_conn_close_fd(struct tcp_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	epoll_ctl(c->tx->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	c->ev_mask = 0;
+}
+
+/* Ends a connection after an error or EOF, once: raises `type` (DISCONNECTED or CONNECT_ERROR). */
+static void tcp_conn_fail(struct tcp_conn *c, enum xport_ev_type type, int status, const char *why)
+{
+	struct xport_event *ev;
+
+	if (c->state == TC_CLOSED)
+		return;
+	/* A passive connection nobody was told about yet disappears silently. */
+	if (c->state == TC_WAIT_REQUEST) {
+		log_debug("tcp connection from %s dropped: %s", c->base.peer_addr, why);
+		c->state = TC_CLOSED;
+		tcp_conn_close_fd(c);
+		return;
+	}
+	c->state = TC_CLOSED;
+	c->deadline_ms = 0;
+	tcp_conn_close_fd(c);
+	ev = tcp_ev_push(c->tx, type, c);
+	if (ev) {
+		ev->status = status;
+		ev->status_str = why;
+	}
+}
+
+/* A peer broke the protocol: log what and where, close, and tell the owner. */
+static void tcp_conn_protocol_error(struct tcp_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void tcp_conn_protocol_error(struct tcp_conn *c, const char *fmt, ...)
+{
+	char why[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	log_warn("tcp connection %s: protocol error: %s; closing it", c->base.peer_addr, why);
+	tcp_conn_fail(c, c->state == TC_ESTABLISHED ? XPORT_EV_DISCONNECTED : XPORT_EV_CONNECT_ERROR, -EPROTO,
+		      "protocol error");
+}
+
+static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *payload, enum xport_op op,
+		     uint64_t wr_id)
+{
+	struct tcp_out *o;
+
+	if (c->state == TC_CLOSED || c->fd < 0)
+		return -ENOTCONN;
+	o = malloc(sizeof(*o) + TCP_FRAME_HDR_LEN + f->payload_len);
+	if (!o)
+		return -ENOMEM;
+	o->next = NULL;
+	o->len = TCP_FRAME_HDR_LEN + f->payload_len;
+	o->off = 0;
+	o->wr_id = wr_id;
+	o->op = op;
+	tcp_frame_header(f, o->data);
+	if (f->payload_len)
+		memcpy(o->data + TCP_FRAME_HDR_LEN, payload, f->payload_len);
+	if (c->out_tail)
+		c->out_tail->next = o;
+	else
+		c->out_head = o;
+	c->out_tail = o;
+	c->out_frames++;
+	return tcp_conn_watch(c);
+}
+
+/* Writes what the socket takes; raises send-side completions of frames fully written. */
+static void tcp_conn_flush(struct tcp_conn *c)
+{
+	while (c->out_head && c->fd >= 0) {
+		struct tcp_out *o = c->out_head;
+		ssize_t n = send(c->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			if (errno == EINTR)
+				continue;
+			tcp_conn_fail(c, c->state == TC_ESTABLISHED ? XPORT_EV_DISCONNECTED : XPORT_EV_CONNECT_ERROR,
+				      -errno, "send failed");
+			return;
+		}
+		o->off += (size_t)n;
+		if (o->off < o->len)
+			break;
+		c->out_head = o->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		c->out_frames--;
+		if (o->op)
+			tcp_ev_completion(c, o->op, o->wr_id, (uint32_t)(o->len - TCP_FRAME_HDR_LEN), 0, NULL);
+		free(o);
+	}
+	tcp_conn_watch(c);
+}
+
+static struct tcp_mr *tcp_mr_find(struct tcp_xport *tx, uint32_t rkey)
+{
+	for (struct tcp_mr *m = tx->mrs; m; m = m->next)
+		if (m->base.rkey == rkey)
+			return m;
+	return NULL;
+}
+
+/* The bytes [raddr, raddr + len) of region rkey with the access asked for, or NULL. */
+static uint8_t *tcp_region(struct tcp_conn *c, uint32_t rkey, uint64_t raddr, uint32_t len, unsigned access,
+			   const char *what)
+{
+	struct tcp_mr *m = tcp_mr_find(c->tx, rkey);
+	uint64_t base;
+
+	if (!m) {
+		tcp_conn_protocol_error(c, "%s with unknown rkey 0x%x", what, rkey);
+		return NULL;
+	}
+	if (!(m->access & access)) {
+		tcp_conn_protocol_error(c, "%s to rkey 0x%x, which does not allow it", what, rkey);
+		return NULL;
+	}
+	base = (uintptr_t)m->base.addr;
+	if (raddr < base || raddr - base > m->base.len || len > m->base.len - (raddr - base)) {
+		tcp_conn_protocol_error(c, "%s of %u bytes at 0x%llx outside rkey 0x%x [0x%llx, +%zu)", what, len,
+					(unsigned long long)raddr, rkey, (unsigned long long)base, m->base.len);
+		return NULL;
+	}
+	return (uint8_t *)(uintptr_t)raddr;
+}
+
+/* Takes the oldest posted receive for a message of len bytes; false if none is posted (wait). */
+static int tcp_take_recv(struct tcp_conn *c, uint32_t len, struct tcp_recv *out)
+{
+	if (!c->recv_count)
+		return 0;
+	*out = c->recvs[c->recv_head];
+	if (len > out->len) {
+		tcp_conn_protocol_error(c, "message of %u bytes for a receive of %u", len, out->len);
+		return -1;
+	}
+	c->recv_head = (c->recv_head + 1) % c->recv_cap;
+	c->recv_count--;
+	return 1;
+}
+
+/* Handles one complete frame; returns 1 when consumed, 0 when it must wait (no receive posted),
+ * -1 when the connection ended. */
+static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct tcp_xport *tx = c->tx;
+	struct xport_event *ev;
+	struct tcp_recv r;
+	uint8_t *dst;
+	int ret;
+
+	switch (f->type) {
+	case TCP_F_CONNECT:
+		if (c->state != TC_WAIT_REQUEST) {
+			tcp_conn_protocol_error(c, "CONNECT in state %d", c->state);
+			return -1;
+		}
+		c->state = TC_REQUESTED;
+		c->deadline_ms = 0;
+		ev = tcp_ev_push(tx, XPORT_EV_CONNECT_REQUEST, c);
+		if (ev) {
+			ev->pdata_len = (uint8_t)f->payload_len;
+			memcpy(ev->pdata, f->payload, f->payload_len);
+		}
+		tcp_conn_watch(c);
+		return 1;
+	case TCP_F_ACCEPT:
+	case TCP_F_REJECT:
+		if (c->state != TC_WAIT_ACCEPT) {
+			tcp_conn_protocol_error(c, "%s in state %d", f->type == TCP_F_ACCEPT ? "ACCEPT" : "REJECT",
+						c->state);
+			return -1;
+		}
+		c->deadline_ms = 0;
+		if (f->type == TCP_F_ACCEPT) {
+			c->state = TC_ESTABLISHED;
+			ev = tcp_ev_push(tx, XPORT_EV_ESTABLISHED, c);
+		} else {
+			c->state = TC_CLOSED;
+			tcp_conn_close_fd(c);
+			ev = tcp_ev_push(tx, XPORT_EV_REJECTED, c);
+			if (ev)
+				ev->status = -ECONNREFUSED;
+		}
+		if (ev) {
+			ev->pdata_len = (uint8_t)f->payload_len;
+			memcpy(ev->pdata, f->payload, f->payload_len);
+		}
+		return f->type == TCP_F_ACCEPT ? 1 : -1;
+	case TCP_F_DISCONNECT:
+		tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ECONNRESET, "peer disconnected");
+		return -1;
+	default:
+		break;
+	}
+	if (c->state != TC_ESTABLISHED) {
+		tcp_conn_protocol_error(c, "data frame type %u before the connection was accepted", f->type);
+		return -1;
+	}
+	switch (f->type) {
+	case TCP_F_SEND:
+		ret = tcp_take_recv(c, f->payload_len, &r);
+		if (ret <= 0)
+			return ret;
+		memcpy(r.buf, f->payload, f->payload_len);
+		tcp_ev_completion(c, XPORT_OP_RECV, r.wr_id, f->payload_len, 0, NULL);
+		return 1;
+	case TCP_F_WRITE:
+	case TCP_F_WRITE_IMM:
+		/* Check for a receive first: a WRITE_IMM that must wait is not applied twice. */
+		if (f->type == TCP_F_WRITE_IMM && !c->recv_count)
+			return 0;
+		dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
+		if (!dst)
+			return -1;
+		memcpy(dst, f->payload, f->payload_len);
+		if (f->type == TCP_F_WRITE)
+			return 1;
+		ret = tcp_take_recv(c, 0, &r);
+		if (ret <= 0)
+			return -1;
+		ev = tcp_ev_push(tx, XPORT_EV_COMPLETION, c);
+		if (ev) {
+			ev->op = XPORT_OP_RECV_IMM;
+			ev->wr_id = r.wr_id;
+			ev->byte_len = f->payload_len;
+			ev->imm = f->arg;
+			ev->has_imm = true;
+		}
+		return 1;
+	case TCP_F_READ_REQ: {
+		struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
+
+		dst = tcp_region(c, f->rkey, f->raddr, f->arg, XPORT_ACCESS_REMOTE_READ, "READ");
+		if (!dst)
+			return -1;
+		if (tcp_queue(c, &resp, dst, 0, 0)) {
+			tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "cannot queue a read response");
+			return -1;
+		}
+		return 1;
+	}
+	case TCP_F_READ_RESP: {
+		struct tcp_read **pp, *rd;
+
+		for (pp = &c->reads; *pp && (*pp)->id != f->id; pp = &(*pp)->next)
+			;
+		rd = *pp;
+		if (!rd || rd->len != f->payload_len) {
+			tcp_conn_protocol_error(c, "READ response %llu of %u bytes matches no outstanding read",
+						(unsigned long long)f->id, f->payload_len);
+			return -1;
+		}
+		*pp = rd->next;
+		memcpy(rd->buf, f->payload, f->payload_len);
+		tcp_ev_completion(c, XPORT_OP_READ, rd->wr_id, f->payload_len, 0, NULL);
+		free(rd);
+		return 1;
+	}
+	default:
+		tcp_conn_protocol_error(c, "unexpected frame type %u", f->type);
+		return -1;
+	}
+}
+
+/* Parses and handles the buffered input; stops when a frame must wait for a receive. */
+static void tcp_conn_process(struct tcp_conn *c)
+{
+	size_t off = 0;
+
+	while (c->state != TC_CLOSED && c->state != TC_REQUESTED) {
+		struct tcp_frame f;
+		const char *why;
+		long n = tcp_frame_parse(c->in + off, c->in_len - off, &f, &why);
+		int r;
+
+		if (n < 0) {
+			tcp_conn_protocol_error(c, "%s", why);
+			break;
+		}
+		if (n == 0)
+			break;
+		r = tcp_conn_frame(c, &f);
+		if (r == 0) {
+			c->in_blocked = true;
+			break;
+		}
+		if (r < 0)
+			break;
+		off += (size_t)n;
+	}
+	if (off) {
+		memmove(c->in, c->in + off, c->in_len - off);
+		c->in_len -= off;
+	}
+	tcp_conn_watch(c);
+}
+
+static void tcp_conn_readable(struct tcp_conn *c)
+{
+	for (int rounds = 0; rounds < 16 && c->state != TC_CLOSED && !c->in_blocked && c->state != TC_REQUESTED;
+	     rounds++) {
+		ssize_t n;
+
+		if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
+			/* Room for the frame being assembled, at most one maximal frame. */
+			size_t nc = c->in_len + TCP_READ_CHUNK;
+			uint8_t *p;
+
+			if (nc > TCP_FRAME_HDR_LEN + TCP_FRAME_PAYLOAD_MAX + TCP_READ_CHUNK) {
+				tcp_conn_protocol_error(c, "input buffer overflow");
+				return;
+			}
+			p = realloc(c->in, nc);
+			if (!p) {
+				tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "out of memory");
+				return;
+			}
+			c->in = p;
+			c->in_cap = nc;
+		}
+		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			tcp_conn_fail(c, c->state == TC_ESTABLISHED ? XPORT_EV_DISCONNECTED : XPORT_EV_CONNECT_ERROR,
+				      n == 0 ? -ECONNRESET : -errno, n == 0 ? "peer closed the connection" : "recv failed");
+			return;
+		}
+		c->in_len += (size_t)n;
+		tcp_conn_process(c);
+		/* A complete buffer is handled: shrink a large one back after a big frame. */
+		if (c->in_len == 0 && c->in_cap > 4 * TCP_READ_CHUNK) {
+			free(c->in);
+			c->in = NULL;
+			c->in_cap = 0;
+		}
+	}
+}
+
+static void tcp_conn_writable(struct tcp_conn *c)
+{
+	if (c->state == TC_CONNECTING) {
+		int err = 0;
+		socklen_t el = sizeof(err);
+		struct tcp_frame f = {.type = TCP_F_CONNECT, .payload_len = c->pdata_len};
+
+		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+		if (err) {
+			tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -err, "tcp connect failed");
+			return;
+		}
+		c->state = TC_WAIT_ACCEPT;
+		if (tcp_queue(c, &f, c->pdata, 0, 0)) {
+			tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -ENOMEM, "cannot queue CONNECT");
+			return;
+		}
+	}
+	tcp_conn_flush(c);
+}
+
+/* ---- ops ---- */
+
+static void tcp_conn_destroy(xport_conn_t *xc)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_xport *tx;
+	size_t w = 0;
+
+	if (!c)
+		return;
+	tx = c->tx;
+	/* Best effort: a REJECT or DISCONNECT still queued gets its chance to leave. */
+	if (c->fd >= 0 && c->out_head)
+		tcp_conn_flush(c);
+	tcp_conn_close_fd(c);
+	/* No event may name this connection once it is gone. */
+	for (size_t i = 0; i < tx->q_len; i++) {
+		struct xport_event *ev = &tx->q[(tx->q_head + i) % tx->q_cap];
+
+		if (ev->conn != xc)
+			tx->q[(tx->q_head + w++) % tx->q_cap] = *ev;
+	}
+	tx->q_len = w;
+	while (c->out_head) {
+		struct tcp_out *o = c->out_head;
+
+		c->out_head = o->next;
+		free(o);
+	}
+	while (c->reads) {
+		struct tcp_read *r = c->reads;
+
+		c->reads = r->next;
+		free(r);
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		tx->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	free(c->in);
+	free(c->recvs);
+	free(c);
+	tcp_timer_update(tx);
+}
+
+static void tcp_destroy(xport_t *x)
+{
+	struct tcp_xport *tx = to_tx(x);
+
+	while (tx->conns)
+		tcp_conn_destroy(&tx->conns->base);
+	while (tx->mrs) {
+		struct tcp_mr *m = tx->mrs;
+
+		tx->mrs = m->next;
+		free(m);
+	}
+	if (tx->lfd >= 0)
+		close(tx->lfd);
+	close(tx->tfd);
+	close(tx->evfd);
+	close(tx->epfd);
+	free(tx->q);
+	free(tx);
+}
+
+static int tcp_create(const struct xport_attr *attr, xport_t **out)
+{
+	struct tcp_xport *tx = calloc(1, sizeof(*tx));
+	struct epoll_event ee = {.events = EPOLLIN};
+	int ret;
+
+	if (!tx)
+		return -ENOMEM;
+	tx->base.ops = &xport_tcp_ops;
+	tx->attr = *attr;
+	tx->lfd = tx->evfd = tx->tfd = -1;
+	tx->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tx->epfd < 0) {
+		ret = -errno;
+		log_error("epoll_create1: %m");
+		goto err_free;
+	}
+	tx->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tx->evfd < 0) {
+		ret = -errno;
+		log_error("eventfd: %m");
+		goto err_close_epfd;
+	}
+	tx->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (tx->tfd < 0) {
+		ret = -errno;
+		log_error("timerfd_create: %m");
+		goto err_close_evfd;
+	}
+	ee.data.ptr = &tag_evfd;
+	if (epoll_ctl(tx->epfd, EPOLL_CTL_ADD, tx->evfd, &ee)) {
+		ret = -errno;
+		goto err_close_tfd;
+	}
+	ee.data.ptr = &tag_timer;
+	if (epoll_ctl(tx->epfd, EPOLL_CTL_ADD, tx->tfd, &ee)) {
+		ret = -errno;
+		goto err_close_tfd;
+	}
+	*out = &tx->base;
+	return 0;
+err_close_tfd:
+	close(tx->tfd);
+err_close_evfd:
+	close(tx->evfd);
+err_close_epfd:
+	close(tx->epfd);
+err_free:
+	free(tx);
+	return ret;
+}
+
+static int tcp_event_fd(xport_t *x)
+{
+	return to_tx(x)->epfd;
+}
+
+static int tcp_listen_on(xport_t *x, const char *addr, uint16_t port)
+{
+	struct tcp_xport *tx = to_tx(x);
+	struct sockaddr_storage ss;
+	struct epoll_event ee = {.events = EPOLLIN, .data.ptr = &tag_listen};
+	socklen_t sl;
+	int fd, one = 1, ret;
+
+	if (tx->lfd >= 0)
+		return -EBUSY;
+	ret = tcp_addr_parse(addr, port, &ss, &sl);
+	if (ret) {
+		log_error("listen address %s is not numeric", addr);
+		return ret;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ret = -errno;
+		log_error("socket: %m");
+		return ret;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, TCP_LISTEN_BACKLOG)) {
+		ret = -errno;
+		log_error("tcp listen on %s port %u: %m", addr, port);
+		close(fd);
+		return ret;
+	}
+	if (epoll_ctl(tx->epfd, EPOLL_CTL_ADD, fd, &ee)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	tx->lfd = fd;
+	return 0;
+}
+
+static void peer_str(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char host[64] = "?";
+	uint16_t port = 0;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)ss;
+
+		inet_ntop(AF_INET, &s->sin_addr, host, sizeof(host));
+		port = ntohs(s->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)ss;
+
+		inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof(host));
+		port = ntohs(s->sin6_port);
+	}
+	snprintf(buf, len, "%s:%u", host, port);
+}
+
+static void tcp_accept_all(struct tcp_xport *tx)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct tcp_conn *c;
+		int fd = accept4(tx->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				log_warn("tcp accept: %m");
+			return;
+		}
+		c = tcp_conn_new(tx, fd);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		peer_str(&ss, c->base.peer_addr, sizeof(c->base.peer_addr));
+		c->state = TC_WAIT_REQUEST;
+		/* A client that connects and never says who it is is dropped after the timeout. */
+		c->deadline_ms = util_now_ms() + tx->attr.connect_timeout_ms;
+		tcp_conn_watch(c);
+		tcp_timer_update(tx);
+	}
+}
+
+static int tcp_connect_to(xport_t *x, const char *src, const char *addr, uint16_t port, const void *pdata,
+			  size_t len, void *ctx, uint32_t index, xport_conn_t **out)
+{
+	struct tcp_xport *tx = to_tx(x);
+	struct sockaddr_storage dst, srcs;
+	socklen_t dl, sl;
+	struct tcp_conn *c;
+	int fd, ret;
+
+	if (len > XPORT_PDATA_MAX)
+		return -EMSGSIZE;
+	ret = tcp_addr_parse(addr, port, &dst, &dl);
+	if (ret)
+		return ret;
+	fd = socket(dst.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (src) {
+		ret = tcp_addr_parse(src, 0, &srcs, &sl);
+		if (!ret && bind(fd, (struct sockaddr *)&srcs, sl))
+			ret = -errno;
+		if (ret) {
+			log_warn("tcp bind to source %s: %s", src, strerror(-ret));
+			close(fd);
+			return ret;
+		}
+	}
+	c = tcp_conn_new(tx, fd);
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->base.ctx = ctx;
+	c->base.index = index;
+	snprintf(c->base.peer_addr, sizeof(c->base.peer_addr), "%s:%u", addr, port);
+	memcpy(c->pdata, pdata, len);
+	c->pdata_len = (uint8_t)len;
+	c->state = TC_CONNECTING;
+	c->deadline_ms = util_now_ms() + tx->attr.connect_timeout_ms;
+	if (connect(fd, (struct sockaddr *)&dst, dl) && errno != EINPROGRESS) {
+		/* Reported like rdma_cm reports an unreachable peer: as an event, not a return. */
+		tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -errno, "tcp connect failed");
+	}
+	tcp_conn_watch(c);
+	tcp_timer_update(tx);
+	*out = &c->base;
+	return 0;
+}
+
+static int tcp_accept_conn(xport_conn_t *xc, const void *pdata, size_t len)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_frame f = {.type = TCP_F_ACCEPT, .payload_len = (uint32_t)len};
+	int ret;
+
+	if (len > XPORT_PDATA_MAX)
+		return -EMSGSIZE;
+	if (c->state != TC_REQUESTED)
+		return -EINVAL;
+	c->state = TC_ESTABLISHED;
+	ret = tcp_queue(c, &f, pdata, 0, 0);
+	if (ret)
+		return ret;
+	tcp_conn_flush(c);
+	/* rdma_cm tells the passive side too once the connection is up. */
+	tcp_ev_push(c->tx, XPORT_EV_ESTABLISHED, c);
+	/* Frames that arrived behind the CONNECT are handled now. */
+	if (c->in_len) {
+		c->kicked = true;
+		tcp_wake(c->tx);
+	}
+	return 0;
+}
+
+static int tcp_reject_conn(xport_conn_t *xc, const void *pdata, size_t len)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_frame f = {.type = TCP_F_REJECT, .payload_len = (uint32_t)MIN(len, XPORT_PDATA_MAX)};
+	int ret;
+
+	if (c->state != TC_REQUESTED)
+		return -EINVAL;
+	ret = tcp_queue(c, &f, pdata, 0, 0);
+	if (!ret)
+		tcp_conn_flush(c);
+	c->state = TC_CLOSED;
+	return ret;
+}
+
+static int tcp_disconnect_conn(xport_conn_t *xc)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_frame f = {.type = TCP_F_DISCONNECT};
+
+	if (c->state == TC_CLOSED)
+		return 0;
+	if (c->state == TC_ESTABLISHED && !tcp_queue(c, &f, NULL, 0, 0))
+		tcp_conn_flush(c);
+	if (c->fd >= 0)
+		shutdown(c->fd, SHUT_WR);
+	tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ECONNRESET, "disconnected");
+	return 0;
+}
+
+static int tcp_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned access, xport_mr_t **out)
+{
+	struct tcp_xport *tx = to_tc(xc)->tx;
+	struct tcp_mr *m = calloc(1, sizeof(*m));
+	uint32_t key;
+
+	if (!m)
+		return -ENOMEM;
+	/* Random keys: a stale key from an earlier attempt is unlikely to name a live region. */
+	do {
+		key = (uint32_t)util_rand64();
+	} while (!key || tcp_mr_find(tx, key));
+	m->base.xport = &tx->base;
+	m->base.addr = addr;
+	m->base.len = len;
+	m->base.lkey = key;
+	m->base.rkey = key;
+	m->access = access;
+	m->next = tx->mrs;
+	tx->mrs = m;
+	*out = &m->base;
+	return 0;
+}
+
+static void tcp_mr_deregister(xport_mr_t *xm)
+{
+	struct tcp_mr *m = (struct tcp_mr *)xm;
+	struct tcp_xport *tx;
+	struct tcp_mr **pp;
+
+	if (!m)
+		return;
+	tx = to_tx(m->base.xport);
+	for (pp = &tx->mrs; *pp; pp = &(*pp)->next) {
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
+	}
+	free(m);
+}
+
+/* The local buffer of a post must lie in the registration it names, as verbs' lkey check. */
+static int tcp_check_local(const xport_mr_t *mr, const void *buf, uint32_t len)
+{
+	uintptr_t b = (uintptr_t)buf, base = (uintptr_t)mr->addr;
+
+	if (b < base || b - base > mr->len || len > mr->len - (b - base))
+		return -EFAULT;
+	return 0;
+}
+
+static int tcp_post(xport_conn_t *xc, xport_mr_t *mr, uint8_t type, const void *buf, uint32_t len, uint64_t raddr,
+		    uint32_t rkey, uint32_t arg, enum xport_op op, uint64_t wr_id)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_frame f = {.type = type, .payload_len = len, .raddr = raddr, .rkey = rkey, .arg = arg};
+	int ret;
+
+	if (c->state != TC_ESTABLISHED)
+		return -ENOTCONN;
+	if (tcp_check_local(mr, buf, len))
+		return -EFAULT;
+	if (len > TCP_FRAME_PAYLOAD_MAX)
+		return -EMSGSIZE;
+	if (c->out_frames >= c->tx->attr.max_send_wr)
+		return -ENOMEM; /* like a full send queue */
+	ret = tcp_queue(c, &f, buf, op, wr_id);
+	if (ret)
+		return ret;
+	tcp_conn_flush(c);
+	return 0;
+}
+
+static int tcp_post_send(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id)
+{
+	return tcp_post(c, mr, TCP_F_SEND, buf, len, 0, 0, 0, XPORT_OP_SEND, wr_id);
+}
+
+static int tcp_post_write(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
+			  uint32_t rkey, uint64_t wr_id)
+{
+	return tcp_post(c, mr, TCP_F_WRITE, buf, len, raddr, rkey, 0, XPORT_OP_WRITE, wr_id);
+}
+
+static int tcp_post_write_imm(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
+			      uint32_t rkey, uint32_t imm, uint64_t wr_id)
+{
+	return tcp_post(c, mr, TCP_F_WRITE_IMM, buf, len, raddr, rkey, imm, XPORT_OP_WRITE_IMM, wr_id);
+}
+
+static int tcp_post_read(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t len, uint64_t raddr, uint32_t rkey,
+			 uint64_t wr_id)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_frame f = {.type = TCP_F_READ_REQ, .raddr = raddr, .rkey = rkey, .arg = len};
+	struct tcp_read *rd;
+	int ret;
+
+	if (c->state != TC_ESTABLISHED)
+		return -ENOTCONN;
+	if (tcp_check_local(mr, buf, len))
+		return -EFAULT;
+	if (len > TCP_FRAME_PAYLOAD_MAX)
+		return -EMSGSIZE;
+	if (c->out_frames >= c->tx->attr.max_send_wr)
+		return -ENOMEM;
+	rd = calloc(1, sizeof(*rd));
+	if (!rd)
+		return -ENOMEM;
+	rd->id = f.id = ++c->next_read_id;
+	rd->buf = buf;
+	rd->len = len;
+	rd->wr_id = wr_id;
+	ret = tcp_queue(c, &f, NULL, 0, 0);
+	if (ret) {
+		free(rd);
+		return ret;
+	}
+	rd->next = c->reads;
+	c->reads = rd;
+	tcp_conn_flush(c);
+	return 0;
+}
+
+static int tcp_post_recv(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t len, uint64_t wr_id)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct tcp_recv *r;
+
+	if (c->state == TC_CLOSED)
+		return -ENOTCONN;
+	if (tcp_check_local(mr, buf, len))
+		return -EFAULT;
+	if (c->recv_count == c->recv_cap)
+		return -ENOMEM;
+	r = &c->recvs[(c->recv_head + c->recv_count) % c->recv_cap];
+	r->buf = buf;
+	r->len = len;
+	r->wr_id = wr_id;
+	c->recv_count++;
+	if (c->in_blocked) {
+		/* The waiting SEND can land now: handle it in the next poll, not inside this call. */
+		c->in_blocked = false;
+		c->kicked = true;
+		tcp_wake(c->tx);
+	}
+	return 0;
+}
+
+static void tcp_check_deadlines(struct tcp_xport *tx)
+{
+	uint64_t now = util_now_ms();
+
+	for (struct tcp_conn *c = tx->conns; c; c = c->next) {
+		if (!c->deadline_ms || now < c->deadline_ms)
+			continue;
+		c->deadline_ms = 0;
+		tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -ETIMEDOUT,
+			      c->state == TC_WAIT_REQUEST ? "no CONNECT in time" : "tcp connect timed out");
+	}
+	tcp_timer_update(tx);
+}
+
+static int tcp_poll(xport_t *x, struct xport_event *evs, int max)
+{
+	struct tcp_xport *tx = to_tx(x);
+	struct epoll_event ee[32];
+	int n, out = 0;
+
+	/* Readiness is turned into queued events only while the queue is short: bounded memory. */
+	if (tx->q_len < (size_t)max) {
+		for (struct tcp_conn *c = tx->conns; c; c = c->next) {
+			if (c->kicked) {
+				c->kicked = false;
+				tcp_conn_process(c);
+				if (!c->in_blocked && c->state != TC_CLOSED)
+					tcp_conn_readable(c);
+			}
+		}
+		n = epoll_wait(tx->epfd, ee, (int)ARRAY_SIZE(ee), 0);
+		for (int i = 0; i < n; i++) {
+			void *p = ee[i].data.ptr;
+
+			if (p == &tag_listen) {
+				tcp_accept_all(tx);
+			} else if (p == &tag_evfd) {
+				uint64_t v;
+
+				if (read(tx->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					log_warn("eventfd read: %m");
+			} else if (p == &tag_timer) {
+				uint64_t v;
+
+				if (read(tx->tfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					log_warn("timerfd read: %m");
+				tcp_check_deadlines(tx);
+			} else {
+				struct tcp_conn *c = p;
+
+				if (ee[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+					tcp_conn_writable(c);
+				if ((ee[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && c->state != TC_CLOSED &&
+				    c->state != TC_CONNECTING)
+					tcp_conn_readable(c);
+			}
+		}
+	}
+	while (out < max && tx->q_len) {
+		evs[out++] = tx->q[tx->q_head];
+		tx->q_head = (tx->q_head + 1) % tx->q_cap;
+		tx->q_len--;
+	}
+	/* Events left over keep the eventfd readable so the owner comes back. */
+	if (tx->q_len)
+		tcp_wake(tx);
+	return out;
+}
+
+/* Any address this machine has: TCP serves it. */
+static int tcp_probe(const char *addr)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	return tcp_addr_parse(addr, 0, &ss, &sl) ? 0 : 1;
+}
+
+const struct xport_ops xport_tcp_ops = {
+	.name = "tcp",
+	.probe = tcp_probe,
+	.create = tcp_create,
+	.destroy = tcp_destroy,
+	.event_fd = tcp_event_fd,
+	.listen = tcp_listen_on,
+	.connect = tcp_connect_to,
+	.accept = tcp_accept_conn,
+	.reject = tcp_reject_conn,
+	.disconnect = tcp_disconnect_conn,
+	.conn_destroy = tcp_conn_destroy,
+	.mr_reg = tcp_mr_register,
+	.mr_dereg = tcp_mr_deregister,
+	.post_send = tcp_post_send,
+	.post_recv = tcp_post_recv,
+	.post_write = tcp_post_write,
+	.post_write_imm = tcp_post_write_imm,
+	.post_read = tcp_post_read,
+	.poll = tcp_poll,
+};
