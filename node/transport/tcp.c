@@ -11,7 +11,10 @@
  *
  * Like an RC QP with rnr_retry 7, a SEND or WRITE_IMM that finds no posted receive waits: the
  * provider stops reading that socket (TCP pushes back on the sender) until a receive is posted.
- * Send-side completions are raised when the frame is handed to the kernel.
+ * As on RC, a SEND or WRITE completes successfully only once the peer applied it: the receiver
+ * acknowledges applied frames (one ACK per batch of input, and before any READ response, so
+ * completions keep the order of the send queue). When a connection fails, whatever was posted
+ * and not completed is flushed with an error completion, then DISCONNECTED is raised.
  *
  * Events are queued and an eventfd in the provider's epoll set says the queue is not empty, so the
  * owner's epoll wakes for events raised outside poll() too.
@@ -58,6 +61,14 @@ struct tcp_out {
 	uint8_t data[];   /* header + payload */
 };
 
+/* A SEND/WRITE/WRITE_IMM written to the socket, waiting for the peer's ACK. */
+struct tcp_unacked {
+	struct tcp_unacked *next;
+	uint64_t wr_id;
+	enum xport_op op;
+	uint32_t len;
+};
+
 struct tcp_recv {
 	void *buf;
 	uint32_t len;
@@ -90,6 +101,9 @@ struct tcp_conn {
 	/* output */
 	struct tcp_out *out_head, *out_tail;
 	uint32_t out_frames;
+	struct tcp_unacked *unacked_head, *unacked_tail;
+	uint32_t n_unacked;
+	uint32_t acks_owed; /* frames we applied and have not acknowledged yet */
 	/* posted receives (FIFO ring) */
 	struct tcp_recv *recvs;
 	uint32_t recv_head, recv_count, recv_cap;
@@ -282,6 +296,42 @@ static void tcp_conn_close_fd(struct tcp_conn *c)
 	c->ev_mask = 0;
 }
 
+/* Everything posted and not completed completes with an error, as a QP in error flushes its queues. */
+static void tcp_conn_flush_wrs(struct tcp_conn *c)
+{
+	while (c->out_head) {
+		struct tcp_out *o = c->out_head;
+
+		c->out_head = o->next;
+		if (o->op)
+			tcp_ev_completion(c, o->op, o->wr_id, 0, -EIO, "flushed");
+		free(o);
+	}
+	c->out_tail = NULL;
+	c->out_frames = 0;
+	while (c->unacked_head) {
+		struct tcp_unacked *u = c->unacked_head;
+
+		c->unacked_head = u->next;
+		tcp_ev_completion(c, u->op, u->wr_id, 0, -EIO, "flushed");
+		free(u);
+	}
+	c->unacked_tail = NULL;
+	c->n_unacked = 0;
+	while (c->reads) {
+		struct tcp_read *r = c->reads;
+
+		c->reads = r->next;
+		tcp_ev_completion(c, XPORT_OP_READ, r->wr_id, 0, -EIO, "flushed");
+		free(r);
+	}
+	while (c->recv_count) {
+		tcp_ev_completion(c, XPORT_OP_RECV, c->recvs[c->recv_head].wr_id, 0, -EIO, "flushed");
+		c->recv_head = (c->recv_head + 1) % c->recv_cap;
+		c->recv_count--;
+	}
+}
+
 /* Ends a connection after an error or EOF, once: raises `type` (DISCONNECTED or CONNECT_ERROR). */
 static void tcp_conn_fail(struct tcp_conn *c, enum xport_ev_type type, int status, const char *why)
 {
@@ -299,6 +349,7 @@ static void tcp_conn_fail(struct tcp_conn *c, enum xport_ev_type type, int statu
 	c->state = TC_CLOSED;
 	c->deadline_ms = 0;
 	tcp_conn_close_fd(c);
+	tcp_conn_flush_wrs(c);
 	ev = tcp_ev_push(c->tx, type, c);
 	if (ev) {
 		ev->status = status;
@@ -372,8 +423,25 @@ static void tcp_conn_flush(struct tcp_conn *c)
 		if (!c->out_head)
 			c->out_tail = NULL;
 		c->out_frames--;
-		if (o->op)
-			tcp_ev_completion(c, o->op, o->wr_id, (uint32_t)(o->len - TCP_FRAME_HDR_LEN), 0, NULL);
+		if (o->op) {
+			struct tcp_unacked *u = malloc(sizeof(*u));
+
+			if (!u) {
+				free(o);
+				tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "out of memory");
+				return;
+			}
+			u->next = NULL;
+			u->wr_id = o->wr_id;
+			u->op = o->op;
+			u->len = (uint32_t)(o->len - TCP_FRAME_HDR_LEN);
+			if (c->unacked_tail)
+				c->unacked_tail->next = u;
+			else
+				c->unacked_head = u;
+			c->unacked_tail = u;
+			c->n_unacked++;
+		}
 		free(o);
 	}
 	tcp_conn_watch(c);
@@ -424,6 +492,19 @@ static int tcp_take_recv(struct tcp_conn *c, uint32_t len, struct tcp_recv *out)
 	c->recv_head = (c->recv_head + 1) % c->recv_cap;
 	c->recv_count--;
 	return 1;
+}
+
+static int tcp_send_ack(struct tcp_conn *c)
+{
+	struct tcp_frame f = {.type = TCP_F_ACK, .arg = c->acks_owed};
+	int ret;
+
+	if (!c->acks_owed)
+		return 0;
+	ret = tcp_queue(c, &f, NULL, 0, 0);
+	if (!ret)
+		c->acks_owed = 0;
+	return ret;
 }
 
 /* Handles one complete frame; returns 1 when consumed, 0 when it must wait (no receive posted),
@@ -477,6 +558,22 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 	case TCP_F_DISCONNECT:
 		tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ECONNRESET, "peer disconnected");
 		return -1;
+	case TCP_F_ACK:
+		if (c->state != TC_ESTABLISHED || f->arg == 0 || f->arg > c->n_unacked) {
+			tcp_conn_protocol_error(c, "ACK of %u frames, %u outstanding", f->arg, c->n_unacked);
+			return -1;
+		}
+		for (uint32_t i = 0; i < f->arg; i++) {
+			struct tcp_unacked *u = c->unacked_head;
+
+			c->unacked_head = u->next;
+			if (!c->unacked_head)
+				c->unacked_tail = NULL;
+			c->n_unacked--;
+			tcp_ev_completion(c, u->op, u->wr_id, u->len, 0, NULL);
+			free(u);
+		}
+		return 1;
 	default:
 		break;
 	}
@@ -491,6 +588,7 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 			return ret;
 		memcpy(r.buf, f->payload, f->payload_len);
 		tcp_ev_completion(c, XPORT_OP_RECV, r.wr_id, f->payload_len, 0, NULL);
+		c->acks_owed++;
 		return 1;
 	case TCP_F_WRITE:
 	case TCP_F_WRITE_IMM:
@@ -501,6 +599,7 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 		if (!dst)
 			return -1;
 		memcpy(dst, f->payload, f->payload_len);
+		c->acks_owed++;
 		if (f->type == TCP_F_WRITE)
 			return 1;
 		ret = tcp_take_recv(c, 0, &r);
@@ -521,7 +620,8 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 		dst = tcp_region(c, f->rkey, f->raddr, f->arg, XPORT_ACCESS_REMOTE_READ, "READ");
 		if (!dst)
 			return -1;
-		if (tcp_queue(c, &resp, dst, 0, 0)) {
+		/* Earlier writes complete at the requester before this read does, as on RC. */
+		if (tcp_send_ack(c) || tcp_queue(c, &resp, dst, 0, 0)) {
 			tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "cannot queue a read response");
 			return -1;
 		}
@@ -579,6 +679,13 @@ static void tcp_conn_process(struct tcp_conn *c)
 	if (off) {
 		memmove(c->in, c->in + off, c->in_len - off);
 		c->in_len -= off;
+	}
+	if (c->state == TC_ESTABLISHED && c->acks_owed) {
+		if (tcp_send_ack(c)) {
+			tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "cannot queue an ACK");
+			return;
+		}
+		tcp_conn_flush(c);
 	}
 	tcp_conn_watch(c);
 }
@@ -682,6 +789,12 @@ static void tcp_conn_destroy(xport_conn_t *xc)
 
 		c->reads = r->next;
 		free(r);
+	}
+	while (c->unacked_head) {
+		struct tcp_unacked *u = c->unacked_head;
+
+		c->unacked_head = u->next;
+		free(u);
 	}
 	if (c->prev)
 		c->prev->next = c->next;
@@ -1025,7 +1138,7 @@ static int tcp_post(xport_conn_t *xc, xport_mr_t *mr, uint8_t type, const void *
 		return -EFAULT;
 	if (len > TCP_FRAME_PAYLOAD_MAX)
 		return -EMSGSIZE;
-	if (c->out_frames >= c->tx->attr.max_send_wr)
+	if (c->out_frames + c->n_unacked >= c->tx->attr.max_send_wr)
 		return -ENOMEM; /* like a full send queue */
 	ret = tcp_queue(c, &f, buf, op, wr_id);
 	if (ret)
@@ -1048,7 +1161,8 @@ static int tcp_post_write(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint
 static int tcp_post_write_imm(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
 			      uint32_t rkey, uint32_t imm, uint64_t wr_id)
 {
-	return tcp_post(c, mr, TCP_F_WRITE_IMM, buf, len, raddr, rkey, imm, XPORT_OP_WRITE_IMM, wr_id);
+	/* The requester's completion says WRITE, as verbs' IBV_WC_RDMA_WRITE does for both. */
+	return tcp_post(c, mr, TCP_F_WRITE_IMM, buf, len, raddr, rkey, imm, XPORT_OP_WRITE, wr_id);
 }
 
 static int tcp_post_read(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t len, uint64_t raddr, uint32_t rkey,
@@ -1065,7 +1179,7 @@ static int tcp_post_read(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 		return -EFAULT;
 	if (len > TCP_FRAME_PAYLOAD_MAX)
 		return -EMSGSIZE;
-	if (c->out_frames >= c->tx->attr.max_send_wr)
+	if (c->out_frames + c->n_unacked >= c->tx->attr.max_send_wr)
 		return -ENOMEM;
 	rd = calloc(1, sizeof(*rd));
 	if (!rd)

@@ -14,7 +14,7 @@ long tcp_frame_parse(const uint8_t *buf, size_t len, struct tcp_frame *f, const 
 		return 0;
 	memcpy(&w, buf, sizeof(w));
 	plen = be32toh(w.payload_len);
-	if (w.type < TCP_F_CONNECT || w.type > TCP_F_DISCONNECT) {
+	if (w.type < TCP_F_CONNECT || w.type > TCP_F_ACK) {
 		*why = "unknown frame type";
 		return -EPROTO;
 	}
@@ -46,8 +46,9 @@ long tcp_frame_parse(const uint8_t *buf, size_t len, struct tcp_frame *f, const 
 		}
 		break;
 	case TCP_F_DISCONNECT:
+	case TCP_F_ACK:
 		if (plen) {
-			*why = "disconnect with payload";
+			*why = w.type == TCP_F_ACK ? "ack with payload" : "disconnect with payload";
 			return -EPROTO;
 		}
 		break;

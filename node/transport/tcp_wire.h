@@ -19,6 +19,7 @@ enum tcp_frame_type {
 	TCP_F_READ_REQ = 7, /* read arg bytes at raddr in region rkey; reply READ_RESP with id */
 	TCP_F_READ_RESP = 8, /* payload: the bytes read, id of the request */
 	TCP_F_DISCONNECT = 9,
+	TCP_F_ACK = 10,     /* the receiver applied arg more SEND/WRITE/WRITE_IMM frames */
 };
 
 #define TCP_FRAME_HDR_LEN 32u

@@ -70,7 +70,8 @@ enum xport_op {
 	XPORT_OP_SEND = 1,
 	XPORT_OP_RECV,
 	XPORT_OP_WRITE,
-	XPORT_OP_WRITE_IMM,
+	XPORT_OP_WRITE_IMM, /* names a post only: its completion at the requester reports XPORT_OP_WRITE,
+			     * as verbs does (IBV_WC_RDMA_WRITE) */
 	XPORT_OP_READ,
 	XPORT_OP_RECV_IMM, /* the receive side of a WRITE_WITH_IMM */
 };
