@@ -657,8 +657,10 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	int ret;
 
 	if (ev->status) {
-		link_fail(l, ev->status, "QP %u: work request %u/%u failed: %s", ev->conn->index, kind, idx,
-			  ev->status_str ? ev->status_str : "?");
+		static const char *const kinds[] = {"?", "receive", "send", "proof write", "proof read"};
+
+		link_fail(l, ev->status, "QP %u: %s %u failed: %s", ev->conn->index, kind < ARRAY_SIZE(kinds) ? kinds[kind] : "?",
+			  idx, ev->status_str ? ev->status_str : "?");
 		return;
 	}
 	switch (kind) {
@@ -782,7 +784,13 @@ static void link_tick(struct link *l, uint64_t t)
 		return;
 	}
 	if (phase_in_handshake(l->phase)) {
-		if (t - l->attempt_ms > cfg->handshake_timeout_ms)
+		/* A dial nobody answers (no listener, or an address RDMA cannot reach, where the CM
+		 * would retry for long) is given up after twice the resolve timeout, so that with
+		 * several providers the next one gets its turn soon. */
+		if (l->dialer && l->phase == LINK_QPS && l->n_est == 0 && t - l->attempt_ms > 2ull * cfg->connect_timeout_ms)
+			link_fail(l, -ETIMEDOUT, "no answer from %s:%u over %s within %llu ms", l->peer->addr, l->peer->port,
+				  link_transport(l), (unsigned long long)(t - l->attempt_ms));
+		else if (t - l->attempt_ms > cfg->handshake_timeout_ms)
 			link_fail(l, -MESH_EHANDSHAKE, "not UP after %llu ms in phase %s",
 				  (unsigned long long)(t - l->attempt_ms), phase_names[l->phase]);
 		return;

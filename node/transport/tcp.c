@@ -349,12 +349,13 @@ static void tcp_conn_fail(struct tcp_conn *c, enum xport_ev_type type, int statu
 	c->state = TC_CLOSED;
 	c->deadline_ms = 0;
 	tcp_conn_close_fd(c);
-	tcp_conn_flush_wrs(c);
+	/* The cause first: an owner that detaches on it skips the flushed completions behind it. */
 	ev = tcp_ev_push(c->tx, type, c);
 	if (ev) {
 		ev->status = status;
 		ev->status_str = why;
 	}
+	tcp_conn_flush_wrs(c);
 }
 
 /* A peer broke the protocol: log what and where, close, and tell the owner. */

@@ -115,7 +115,8 @@ class Cluster:
 
 def probe(c, node, expect, *extra):
     nd = c.nodes[node]
-    cmd = [os.path.join(c.a.build, "tests", "integration", "mesh_probe"), "-t", c.a.transport,
+    cmd = [os.path.join(c.a.build, "tests", "integration", "mesh_probe"),
+           "-t", "tcp" if c.a.transport == "auto" else c.a.transport,
            "-a", nd["addr"], "-p", str(nd["port"]),
            "--expect", expect, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -133,6 +134,9 @@ def main():
     ap.add_argument("--ka-interval", type=int, default=300)
     ap.add_argument("--ka-timeout", type=int, default=3000)
     ap.add_argument("--up-timeout", type=float, default=90)
+    ap.add_argument("--tcp-only-addrs", default="",
+                    help="with --transport auto: addresses no RDMA device serves; links touching them "
+                         "must use tcp, all others rdma (a mixed cluster)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
 
@@ -161,6 +165,21 @@ def main():
                 back = c.links(p)[i]
                 ok &= back["epoch"] == l["epoch"] and l["dialer"] == (i > p) and back["dialer"] == (p > i)
         check(ok, "both ends of every link agree on the epoch, and the higher id is the dialler")
+
+        # Which provider each link uses: the configured one, or with auto rdma unless an end has none.
+        tcp_only = set(args.tcp_only_addrs.split())
+        wrong = []
+        for i in c.nodes:
+            for p, l in c.links(i).items():
+                if args.transport != "auto":
+                    want = args.transport
+                else:
+                    want = "tcp" if {c.nodes[i]["addr"], c.nodes[p]["addr"]} & tcp_only else "rdma"
+                if l["transport"] != want:
+                    wrong.append(f"{i}->{p}: {l['transport']}, want {want}")
+        check(not wrong, "meshctl shows the expected provider on every link"
+              + (" (mixed cluster: tcp to the nodes without RDMA, rdma among the others)" if tcp_only else ""),
+              "; ".join(wrong))
 
         # 2. hostile peers, against the lowest and the highest node
         top = args.nodes
