@@ -174,7 +174,7 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 	}
 	li->mailbox = mb;
 	li->transport = (char *)link_transport(l);
-	li->state_ms = util_now_ms() - l->phase_ms;
+	li->state_ms = util_now_ms() - l->shown_ms;
 	li->ups = l->ups;
 	li->attempts = l->failures;
 	li->last_error = l->last_error;

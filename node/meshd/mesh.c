@@ -132,6 +132,17 @@ void mesh_reap(struct mesh *m)
 	m->grave.n_mrs = 0;
 }
 
+/* Keeps the time of the state meshctl shows, which changes with phases and connected QPs. */
+static void link_note_state(struct link *l)
+{
+	enum link_state s = link_state(l);
+
+	if (s != l->shown) {
+		l->shown = s;
+		l->shown_ms = now_ms();
+	}
+}
+
 static void link_set_phase(struct link *l, enum link_phase p)
 {
 	struct mesh *m = l->mesh;
@@ -143,6 +154,7 @@ static void link_set_phase(struct link *l, enum link_phase p)
 	log_debug("node %u: %s -> %s", l->peer->id, phase_names[l->phase], phase_names[p]);
 	l->phase = p;
 	l->phase_ms = now_ms();
+	link_note_state(l);
 }
 
 /* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
@@ -156,22 +168,22 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	va_list ap;
 	bool was_up = l->phase == LINK_UP;
 
-	char prev[LINK_ERR_MAX];
 	bool unanswered = !was_up && l->n_est == 0;
 
 	if (l->phase == LINK_IDLE)
 		return;
-	util_strlcpy(prev, l->last_error, sizeof(prev));
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	snprintf(l->last_error, sizeof(l->last_error), "%s (%s)", why, mesh_strerror(err));
-	/* Log once per cause: a peer that stays away is not worth a line per re-dial. */
+	/* A peer that stays away is not worth a line per re-dial: the failures numbered 0, 1, 2, 4, 8...
+	 * are logged (causes may alternate during a partition, so "once per cause" is not enough). */
 	if (was_up)
 		log_warn("link to node %u DOWN: %s", l->peer->id, l->last_error);
-	else if (!m->stopping && (l->failures == 0 || strcmp(prev, l->last_error)))
-		log_info("link to node %u: attempt epoch %llu failed: %s%s", l->peer->id,
-			 (unsigned long long)l->epoch, l->last_error, l->dialer ? "; re-dialling with backoff" : "");
+	else if (!m->stopping && !(l->failures & (l->failures - 1)))
+		log_info("link to node %u: attempt epoch %llu failed (%u before it): %s%s", l->peer->id,
+			 (unsigned long long)l->epoch, l->failures, l->last_error,
+			 l->dialer ? "; re-dialling with backoff" : "");
 	else
 		log_debug("link to node %u: attempt epoch %llu failed: %s", l->peer->id,
 			  (unsigned long long)l->epoch, l->last_error);
@@ -562,6 +574,7 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 		}
 	}
 	l->n_est++;
+	link_note_state(l);
 	link_progress(l);
 }
 
@@ -742,7 +755,8 @@ void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
 			  ev->status_str ? ev->status_str : "connect failed");
 		break;
 	case XPORT_EV_DISCONNECTED:
-		link_fail(l, ev->status, "QP %u disconnected", ev->conn->index);
+		link_fail(l, ev->status, "QP %u disconnected: %s", ev->conn->index,
+			  ev->status_str ? ev->status_str : "connection lost");
 		break;
 	case XPORT_EV_COMPLETION:
 		link_on_completion(l, ev);
@@ -865,6 +879,8 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 		l->dialer = mesh_dials(self->id, l->peer->id);
 		l->phase = LINK_IDLE;
 		l->phase_ms = m->start_ms;
+		l->shown = LINK_STATE_DOWN_;
+		l->shown_ms = m->start_ms;
 		l->next_dial_ms = m->start_ms;
 		m->n_links = n;
 		l->buf_len = BUF_LEN;

@@ -43,6 +43,8 @@ struct link {
 	enum link_phase phase;
 	uint64_t epoch;
 	uint64_t phase_ms;   /* when the current phase began */
+	enum link_state shown; /* the state meshctl shows, and since when: re-dials of a DOWN link */
+	uint64_t shown_ms;     /* do not reset it */
 	uint64_t attempt_ms; /* when the current attempt began */
 	xport_conn_t *conns[MESH_QPS_PER_LINK_MAX];
 	uint32_t n_est; /* established QPs of the current attempt */

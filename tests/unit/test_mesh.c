@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1246,6 +1247,36 @@ static void mesh_keepalive__not_agreed__no_timeout_no_keepalive(void **state)
 	mt_finish(t);
 }
 
+/* meshctl's time in state counts from when the link went DOWN, not from the last re-dial. */
+static void mesh_link_state__redials_while_down__time_in_state_kept(void **state)
+{
+	struct mt *t = *state;
+	struct xport_event ev;
+	struct link *l;
+	uint64_t since;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	since = l->shown_ms;
+	assert_int_equal(l->shown, LINK_STATE_DOWN_);
+	for (int i = 0; i < 3; i++) {
+		tick_at(t, util_now_ms() + 60 * 1000);
+		assert_int_equal(l->phase, LINK_QPS);
+		ev = cm_event(XPORT_EV_CONNECT_ERROR, l->conns[0], NULL, 0);
+		ev.status = -ETIMEDOUT;
+		deliver(t, &ev);
+		assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+		assert_true(l->shown_ms == since);
+	}
+	/* The peer answers: CONNECTING from now on. */
+	tick_at(t, util_now_ms() + 60 * 1000);
+	usleep(2000);
+	establish_qp(t, l, 0);
+	assert_int_equal(l->shown, LINK_STATE_CONNECTING_);
+	assert_true(l->shown_ms > since);
+	mt_finish(t);
+}
+
 /* A late QP of an attempt that already failed must not start an orphan attempt. */
 static void mesh_accept__late_qp_of_failed_attempt__rejected_estale(void **state)
 {
@@ -1859,6 +1890,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__accept_kind_in_request__rejected),
 	T(mesh_accept__stale_epoch__rejected_estale),
 	T(mesh_keepalive__not_agreed__no_timeout_no_keepalive),
+	T(mesh_link_state__redials_while_down__time_in_state_kept),
 	T(mesh_accept__late_qp_of_failed_attempt__rejected_estale),
 	T(mesh_accept__same_qp_twice__rejected_edupqp),
 	T(mesh_accept__same_epoch_after_qps_connected__rejected_edupqp),
