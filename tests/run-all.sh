@@ -3,7 +3,8 @@
 # then
 #   1. an AddressSanitizer + UBSan build (build-asan/): every ctest test, the rdma VM tests included;
 #   2. valgrind over the unit tests of the release build;
-#   3. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
+#   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
+#   4. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
 # Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
 # MESH_REQUIRE_RDMA=1 (set when CI=true), where that fails the run.
 set -euo pipefail
@@ -38,6 +39,11 @@ for t in build/tests/unit/test_*; do
 	fi
 done
 [ "$vg_fail" = 0 ]
+
+# New inputs against the wire decoders, on a copy of the committed corpus (which ctest replays in
+# both builds); a crash fails the run and names its reproducer.
+step "fuzzing, 60 s per target"
+MESH_JOBS=$jobs bash tests/fuzz/run.sh 60
 
 step "ctest, release build"
 cd "$root"

@@ -1,0 +1,483 @@
+/*
+ * Fuzz target: the decoders of what other processes send (proto/wire.h). The first input byte
+ * picks the decoder, the rest is the message:
+ *   0  mesh_peer_msg_decode   a PeerMsg from a peer daemon (Hello, Ready, Keepalive, ...)
+ *   1  mesh_cm_pdata_decode   rdma_cm private data of connect, accept and reject
+ *   2  mesh_ctl_req_decode    a CtlRequest from a local client
+ *   3  mesh_peer_msg_decode   of a PeerMsg built from field values read from the input
+ *   4  mesh_ctl_req_decode    of a CtlRequest built the same way
+ * (the byte is taken modulo 5, so every input means something).
+ *
+ * For each decoder: the result is one of the documented codes, the out-parameter is written only
+ * on success, a decoded message meets the range guarantees its callers rely on, and its values
+ * encode and decode again to the same values (and, for protobuf, encode again to the same bytes).
+ * Every decoded message is freed, so LeakSanitizer sees a leak in a decoder's error path.
+ *
+ * Modes 3 and 4 exist because protobuf-c itself is not instrumented: libFuzzer sees no comparison
+ * inside its parser, and a varint in the raw input hides the values from the comparisons in
+ * wire.c. Read as fixed-width fields, the values are found by libFuzzer's comparison tracing, and
+ * the decoder's verdict is checked both ways: it must accept exactly the values in range.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mesh/mesh.h>
+
+#include "fuzz.h"
+#include "wire.h"
+
+enum { SEL_PEER_MSG, SEL_CM_PDATA, SEL_CTL_REQ, SEL_PEER_FIELDS, SEL_CTL_FIELDS, SEL_COUNT };
+
+/* ---- peer messages ------------------------------------------------------------------------- */
+
+static void check_peer_msg_in_range(const PeerMsg *m)
+{
+	switch (m->body_case) {
+	case PEER_MSG__BODY_HELLO: {
+		const Hello *h = m->hello;
+
+		FUZZ_CHECK(h != NULL);
+		FUZZ_CHECK(h->node_id <= MESH_NODE_ID_MAX);
+		FUZZ_CHECK(h->qp_count >= 1 && h->qp_count <= MESH_QPS_PER_LINK_MAX);
+		FUZZ_CHECK(h->mailbox_len >= MESH_MAILBOX_MIN);
+		FUZZ_CHECK(h->mailbox_addr != 0);
+		FUZZ_CHECK(h->mailbox_addr + h->mailbox_len > h->mailbox_addr);
+		break;
+	}
+	case PEER_MSG__BODY_READY:
+		FUZZ_CHECK(m->ready != NULL);
+		break;
+	case PEER_MSG__BODY_KEEPALIVE:
+		FUZZ_CHECK(m->keepalive != NULL);
+		break;
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+		FUZZ_CHECK(m->keepalive_ack != NULL);
+		break;
+	case PEER_MSG__BODY_GOODBYE:
+		FUZZ_CHECK(m->goodbye != NULL);
+		break;
+	default:
+		FUZZ_CHECK(!"decoded peer message has no known body");
+	}
+}
+
+static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
+{
+	FUZZ_CHECK(a->body_case == b->body_case);
+	switch (a->body_case) {
+	case PEER_MSG__BODY_HELLO:
+		FUZZ_CHECK(a->hello->node_id == b->hello->node_id);
+		FUZZ_CHECK(a->hello->cluster_hash == b->hello->cluster_hash);
+		FUZZ_CHECK(a->hello->boot_epoch == b->hello->boot_epoch);
+		FUZZ_CHECK(a->hello->link_epoch == b->hello->link_epoch);
+		FUZZ_CHECK(a->hello->features == b->hello->features);
+		FUZZ_CHECK(a->hello->qp_count == b->hello->qp_count);
+		FUZZ_CHECK(a->hello->mailbox_addr == b->hello->mailbox_addr);
+		FUZZ_CHECK(a->hello->mailbox_len == b->hello->mailbox_len);
+		FUZZ_CHECK(a->hello->mailbox_rkey == b->hello->mailbox_rkey);
+		break;
+	case PEER_MSG__BODY_READY:
+		FUZZ_CHECK(a->ready->link_epoch == b->ready->link_epoch);
+		break;
+	case PEER_MSG__BODY_KEEPALIVE:
+		FUZZ_CHECK(a->keepalive->seq == b->keepalive->seq);
+		FUZZ_CHECK(a->keepalive->sent_us == b->keepalive->sent_us);
+		break;
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+		FUZZ_CHECK(a->keepalive_ack->seq == b->keepalive_ack->seq);
+		FUZZ_CHECK(a->keepalive_ack->sent_us == b->keepalive_ack->sent_us);
+		break;
+	case PEER_MSG__BODY_GOODBYE:
+		FUZZ_CHECK(a->goodbye->reason == b->goodbye->reason);
+		break;
+	default:
+		FUZZ_CHECK(!"peer message has no known body");
+	}
+}
+
+/* A PeerMsg with the known fields of another, and none of its unknown fields: the round trip
+ * checks the decoder, not how protobuf-c re-encodes what it skipped. (It does not always re-encode
+ * that losslessly: a field number 0 written as a two-byte tag, 0x81 0x00, is kept as an unknown
+ * field and re-encoded as the one-byte tag 0x01, which protobuf-c's own decoder then refuses.) */
+struct peer_msg_copy {
+	PeerMsg msg;
+	Hello hello;
+	Ready ready;
+	Keepalive keepalive;
+	KeepaliveAck keepalive_ack;
+	Goodbye goodbye;
+};
+
+static void peer_msg_copy_init(struct peer_msg_copy *c)
+{
+	*c = (struct peer_msg_copy){
+		.msg = PEER_MSG__INIT,
+		.hello = HELLO__INIT,
+		.ready = READY__INIT,
+		.keepalive = KEEPALIVE__INIT,
+		.keepalive_ack = KEEPALIVE_ACK__INIT,
+		.goodbye = GOODBYE__INIT,
+	};
+}
+
+static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
+{
+	peer_msg_copy_init(c);
+	c->msg.body_case = m->body_case;
+	switch (m->body_case) {
+	case PEER_MSG__BODY_HELLO:
+		c->hello.node_id = m->hello->node_id;
+		c->hello.cluster_hash = m->hello->cluster_hash;
+		c->hello.boot_epoch = m->hello->boot_epoch;
+		c->hello.link_epoch = m->hello->link_epoch;
+		c->hello.features = m->hello->features;
+		c->hello.qp_count = m->hello->qp_count;
+		c->hello.mailbox_addr = m->hello->mailbox_addr;
+		c->hello.mailbox_len = m->hello->mailbox_len;
+		c->hello.mailbox_rkey = m->hello->mailbox_rkey;
+		c->msg.hello = &c->hello;
+		break;
+	case PEER_MSG__BODY_READY:
+		c->ready.link_epoch = m->ready->link_epoch;
+		c->msg.ready = &c->ready;
+		break;
+	case PEER_MSG__BODY_KEEPALIVE:
+		c->keepalive.seq = m->keepalive->seq;
+		c->keepalive.sent_us = m->keepalive->sent_us;
+		c->msg.keepalive = &c->keepalive;
+		break;
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+		c->keepalive_ack.seq = m->keepalive_ack->seq;
+		c->keepalive_ack.sent_us = m->keepalive_ack->sent_us;
+		c->msg.keepalive_ack = &c->keepalive_ack;
+		break;
+	case PEER_MSG__BODY_GOODBYE:
+		c->goodbye.reason = m->goodbye->reason;
+		c->msg.goodbye = &c->goodbye;
+		break;
+	default:
+		FUZZ_CHECK(!"peer message has no known body");
+	}
+}
+
+static void fuzz_peer_msg(const uint8_t *buf, size_t len)
+{
+	PeerMsg sentinel, *m = &sentinel, *m2 = &sentinel;
+	uint8_t out1[MESH_PEER_MSG_MAX], out2[MESH_PEER_MSG_MAX];
+	struct peer_msg_copy c;
+	const char *why = "unset";
+	uint8_t *copy;
+	int ret, n1, n2;
+
+	ret = mesh_peer_msg_decode(buf, len, &m, &why);
+	if (len > MESH_PEER_MSG_MAX)
+		FUZZ_CHECK(ret == -EMSGSIZE);
+	if (ret) {
+		FUZZ_CHECK(ret == -EMSGSIZE || ret == -EBADMSG || ret == -EPROTO);
+		FUZZ_CHECK(why != NULL && why[0] != '\0');
+		FUZZ_CHECK(m == &sentinel);
+		return;
+	}
+	FUZZ_CHECK(why == NULL);
+	FUZZ_CHECK(m != NULL && m != &sentinel);
+	check_peer_msg_in_range(m);
+
+	/* The values accepted encode within the receive buffer size and decode to the same message;
+	 * encoding that again gives the same bytes. */
+	peer_msg_copy_values(m, &c);
+	n1 = mesh_peer_msg_encode(&c.msg, out1, sizeof(out1));
+	FUZZ_CHECK(n1 > 0 && (size_t)n1 <= sizeof(out1));
+	copy = fuzz_dup(out1, (size_t)n1);
+	ret = mesh_peer_msg_decode(copy, (size_t)n1, &m2, &why);
+	FUZZ_CHECK(ret == 0);
+	check_same_peer_msg(m, m2);
+	n2 = mesh_peer_msg_encode(m2, out2, sizeof(out2));
+	FUZZ_CHECK(n2 == n1);
+	FUZZ_CHECK(memcmp(out1, out2, (size_t)n1) == 0);
+	/* One byte too small a buffer is refused, not overrun. */
+	FUZZ_CHECK(mesh_peer_msg_encode(m2, out2, (size_t)n1 - 1) == -EMSGSIZE);
+	free(copy);
+	mesh_peer_msg_free(m2);
+	mesh_peer_msg_free(m);
+}
+
+/* ---- rdma_cm private data ------------------------------------------------------------------ */
+
+/* What mesh_cm_pdata_decode must return, from the layout in wire.h (offsets of struct
+ * mesh_cm_wire: magic 0, version 4, kind 5, qp_index 6, qp_count 7). */
+static int cm_pdata_expect(const uint8_t *buf, size_t len)
+{
+	if (len < sizeof(struct mesh_cm_wire))
+		return -EBADMSG;
+	if (fuzz_be32(buf) != MESH_CM_MAGIC)
+		return -MESH_EBADMAGIC;
+	if (buf[4] != MESH_CM_VERSION)
+		return -MESH_EPROTOVER;
+	if (buf[5] < MESH_CM_CONNECT || buf[5] > MESH_CM_REJECT)
+		return -EPROTO;
+	if (buf[5] != MESH_CM_REJECT && (buf[7] == 0 || buf[7] > MESH_QPS_PER_LINK_MAX || buf[6] >= buf[7]))
+		return -EPROTO;
+	return 0;
+}
+
+static void check_same_pdata(const struct mesh_cm_pdata *a, const struct mesh_cm_pdata *b)
+{
+	FUZZ_CHECK(a->version == b->version);
+	FUZZ_CHECK(a->kind == b->kind);
+	FUZZ_CHECK(a->qp_index == b->qp_index);
+	FUZZ_CHECK(a->qp_count == b->qp_count);
+	FUZZ_CHECK(a->cluster_hash == b->cluster_hash);
+	FUZZ_CHECK(a->src_node == b->src_node);
+	FUZZ_CHECK(a->dst_node == b->dst_node);
+	FUZZ_CHECK(a->link_epoch == b->link_epoch);
+	FUZZ_CHECK(a->boot_epoch == b->boot_epoch);
+	FUZZ_CHECK(a->reason == b->reason);
+}
+
+static void fuzz_cm_pdata(const uint8_t *buf, size_t len)
+{
+	/* Every field of the wire struct comes before its reserved bytes. */
+	enum { WIRE_LEN = sizeof(struct mesh_cm_wire), FIELDS_LEN = offsetof(struct mesh_cm_wire, reserved) };
+	struct mesh_cm_pdata pd, pd2, untouched;
+	uint8_t out[WIRE_LEN];
+	uint8_t *copy;
+	int ret;
+
+	memset(&pd, 0xa5, sizeof(pd));
+	memcpy(&untouched, &pd, sizeof(pd)); /* padding included */
+	ret = mesh_cm_pdata_decode(buf, len, &pd);
+	FUZZ_CHECK(ret == cm_pdata_expect(buf, len));
+	if (ret) {
+		FUZZ_CHECK(memcmp(&pd, &untouched, sizeof(pd)) == 0);
+		return;
+	}
+	FUZZ_CHECK(pd.version == MESH_CM_VERSION);
+	FUZZ_CHECK(pd.kind >= MESH_CM_CONNECT && pd.kind <= MESH_CM_REJECT);
+	if (pd.kind != MESH_CM_REJECT) {
+		FUZZ_CHECK(pd.qp_count >= 1 && pd.qp_count <= MESH_QPS_PER_LINK_MAX);
+		FUZZ_CHECK(pd.qp_index < pd.qp_count);
+	}
+	FUZZ_CHECK(pd.reason == 0 ||
+		   (pd.reason < -MESH_ERRNO_BASE && pd.reason >= -(MESH_ERRNO_BASE + UINT16_MAX)));
+
+	/* Encoding gives back every field byte (the reserved bytes are written as 0) and decodes to
+	 * the same values. */
+	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out) - 1) == -ENOSPC);
+	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out)) == WIRE_LEN);
+	FUZZ_CHECK(memcmp(out, buf, FIELDS_LEN) == 0);
+	for (size_t i = FIELDS_LEN; i < WIRE_LEN; i++)
+		FUZZ_CHECK(out[i] == 0);
+	copy = fuzz_dup(out, sizeof(out));
+	memset(&pd2, 0x5a, sizeof(pd2));
+	FUZZ_CHECK(mesh_cm_pdata_decode(copy, sizeof(out), &pd2) == 0);
+	check_same_pdata(&pd, &pd2);
+	free(copy);
+}
+
+/* ---- control requests ---------------------------------------------------------------------- */
+
+static void fuzz_ctl_req(const uint8_t *buf, size_t len)
+{
+	CtlRequest sentinel, *r = &sentinel, *r2 = &sentinel;
+	CtlRequest fresh = CTL_REQUEST__INIT;
+	const char *why = "unset";
+	uint8_t *out1, *out2;
+	size_t n1, n2;
+	int ret;
+
+	ret = mesh_ctl_req_decode(buf, len, &r, &why);
+	if (len > MESH_CTL_REQ_MAX)
+		FUZZ_CHECK(ret == -EMSGSIZE);
+	if (ret) {
+		FUZZ_CHECK(ret == -EMSGSIZE || ret == -EBADMSG || ret == -EPROTO);
+		FUZZ_CHECK(why != NULL && why[0] != '\0');
+		FUZZ_CHECK(r == &sentinel);
+		return;
+	}
+	FUZZ_CHECK(why == NULL);
+	FUZZ_CHECK(r != NULL && r != &sentinel);
+	FUZZ_CHECK(r->version == MESH_CTL_VERSION);
+	FUZZ_CHECK(r->object == CTL_OBJECT__CTL_OBJECT_LINKS || r->object == CTL_OBJECT__CTL_OBJECT_NODE);
+
+	/* The values, without unknown fields (see peer_msg_copy_values), encode and decode to the
+	 * same request, and encode again to the same bytes. */
+	fresh.version = r->version;
+	fresh.object = r->object;
+	n1 = ctl_request__get_packed_size(&fresh);
+	FUZZ_CHECK(n1 <= MESH_CTL_REQ_MAX);
+	out1 = calloc(n1, 1);
+	FUZZ_CHECK(out1 != NULL || n1 == 0);
+	FUZZ_CHECK(ctl_request__pack(&fresh, out1) == n1);
+	ret = mesh_ctl_req_decode(out1, n1, &r2, &why);
+	FUZZ_CHECK(ret == 0);
+	FUZZ_CHECK(r2->version == r->version);
+	FUZZ_CHECK(r2->object == r->object);
+	n2 = ctl_request__get_packed_size(r2);
+	FUZZ_CHECK(n2 == n1);
+	out2 = calloc(n2, 1);
+	FUZZ_CHECK(out2 != NULL || n2 == 0);
+	FUZZ_CHECK(ctl_request__pack(r2, out2) == n2);
+	FUZZ_CHECK(n1 == 0 || memcmp(out1, out2, n1) == 0);
+	free(out2);
+	free(out1);
+	mesh_ctl_req_free(r2);
+	mesh_ctl_req_free(r);
+}
+
+/* ---- messages built from field values ------------------------------------------------------ */
+
+/* The next width bytes of the input as a little-endian integer; 0 once the input is used up. */
+static uint64_t take(const uint8_t **p, size_t *len, size_t width)
+{
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < width && *len; i++, (*p)++, (*len)--)
+		v |= (uint64_t)**p << (8 * i);
+	return v;
+}
+
+/* Whether mesh_peer_msg_decode must accept m: the ranges of wire.h and peer.proto. */
+static int peer_msg_valid(const PeerMsg *m)
+{
+	const Hello *h = m->hello;
+
+	switch (m->body_case) {
+	case PEER_MSG__BODY_HELLO:
+		return h->node_id <= MESH_NODE_ID_MAX && h->qp_count >= 1 &&
+		       h->qp_count <= MESH_QPS_PER_LINK_MAX && h->mailbox_len >= MESH_MAILBOX_MIN &&
+		       h->mailbox_addr != 0 && h->mailbox_addr <= UINT64_MAX - h->mailbox_len;
+	case PEER_MSG__BODY_READY:
+	case PEER_MSG__BODY_KEEPALIVE:
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+	case PEER_MSG__BODY_GOODBYE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static void fuzz_peer_fields(const uint8_t *p, size_t len)
+{
+	static const PeerMsg__BodyCase bodies[] = {
+		PEER_MSG__BODY__NOT_SET, PEER_MSG__BODY_HELLO, PEER_MSG__BODY_READY,
+		PEER_MSG__BODY_KEEPALIVE, PEER_MSG__BODY_KEEPALIVE_ACK, PEER_MSG__BODY_GOODBYE,
+	};
+	PeerMsg sentinel, *m = &sentinel;
+	uint8_t out[MESH_PEER_MSG_MAX];
+	struct peer_msg_copy c;
+	const char *why;
+	uint8_t *copy;
+	int n, ret;
+
+	peer_msg_copy_init(&c);
+	c.msg.body_case = bodies[take(&p, &len, 1) % (sizeof(bodies) / sizeof(bodies[0]))];
+	switch (c.msg.body_case) {
+	case PEER_MSG__BODY_HELLO:
+		c.hello.node_id = (uint32_t)take(&p, &len, 4);
+		c.hello.cluster_hash = (uint32_t)take(&p, &len, 4);
+		c.hello.boot_epoch = take(&p, &len, 8);
+		c.hello.link_epoch = take(&p, &len, 8);
+		c.hello.features = take(&p, &len, 8);
+		c.hello.qp_count = (uint32_t)take(&p, &len, 4);
+		c.hello.mailbox_addr = take(&p, &len, 8);
+		c.hello.mailbox_len = (uint32_t)take(&p, &len, 4);
+		c.hello.mailbox_rkey = (uint32_t)take(&p, &len, 4);
+		c.msg.hello = &c.hello;
+		break;
+	case PEER_MSG__BODY_READY:
+		c.ready.link_epoch = take(&p, &len, 8);
+		c.msg.ready = &c.ready;
+		break;
+	case PEER_MSG__BODY_KEEPALIVE:
+		c.keepalive.seq = take(&p, &len, 8);
+		c.keepalive.sent_us = take(&p, &len, 8);
+		c.msg.keepalive = &c.keepalive;
+		break;
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+		c.keepalive_ack.seq = take(&p, &len, 8);
+		c.keepalive_ack.sent_us = take(&p, &len, 8);
+		c.msg.keepalive_ack = &c.keepalive_ack;
+		break;
+	case PEER_MSG__BODY_GOODBYE:
+		c.goodbye.reason = (uint32_t)take(&p, &len, 4);
+		c.msg.goodbye = &c.goodbye;
+		break;
+	default:
+		break;
+	}
+	n = mesh_peer_msg_encode(&c.msg, out, sizeof(out));
+	FUZZ_CHECK(n >= 0);
+	copy = fuzz_dup(out, (size_t)n);
+	ret = mesh_peer_msg_decode(copy, (size_t)n, &m, &why);
+	if (peer_msg_valid(&c.msg)) {
+		FUZZ_CHECK(ret == 0);
+		check_same_peer_msg(&c.msg, m);
+		mesh_peer_msg_free(m);
+	} else {
+		FUZZ_CHECK(ret == -EPROTO);
+		FUZZ_CHECK(m == &sentinel);
+	}
+	/* And everything the raw mode checks. */
+	fuzz_peer_msg(copy, (size_t)n);
+	free(copy);
+}
+
+static void fuzz_ctl_fields(const uint8_t *p, size_t len)
+{
+	CtlRequest sentinel, *r = &sentinel;
+	CtlRequest req = CTL_REQUEST__INIT;
+	const char *why;
+	uint8_t *out;
+	size_t n;
+	int ret;
+
+	req.version = (uint32_t)take(&p, &len, 4);
+	req.object = (CtlObject)(int32_t)(uint32_t)take(&p, &len, 4);
+	n = ctl_request__get_packed_size(&req);
+	out = calloc(n, 1);
+	FUZZ_CHECK(out != NULL || n == 0);
+	FUZZ_CHECK(ctl_request__pack(&req, out) == n);
+	ret = mesh_ctl_req_decode(out, n, &r, &why);
+	if (req.version == MESH_CTL_VERSION &&
+	    (req.object == CTL_OBJECT__CTL_OBJECT_LINKS || req.object == CTL_OBJECT__CTL_OBJECT_NODE)) {
+		FUZZ_CHECK(ret == 0);
+		FUZZ_CHECK(r->version == req.version && r->object == req.object);
+		mesh_ctl_req_free(r);
+	} else {
+		FUZZ_CHECK(ret == -EPROTO);
+		FUZZ_CHECK(r == &sentinel);
+	}
+	fuzz_ctl_req(out, n);
+	free(out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	uint8_t *buf;
+
+	if (size == 0)
+		return 0;
+	buf = fuzz_dup(data + 1, size - 1);
+	switch (data[0] % SEL_COUNT) {
+	case SEL_PEER_MSG:
+		fuzz_peer_msg(buf, size - 1);
+		break;
+	case SEL_CM_PDATA:
+		fuzz_cm_pdata(buf, size - 1);
+		break;
+	case SEL_CTL_REQ:
+		fuzz_ctl_req(buf, size - 1);
+		break;
+	case SEL_PEER_FIELDS:
+		fuzz_peer_fields(buf, size - 1);
+		break;
+	default:
+		fuzz_ctl_fields(buf, size - 1);
+		break;
+	}
+	free(buf);
+	return 0;
+}
