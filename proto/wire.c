@@ -4,6 +4,7 @@
 
 #include <mesh/mesh.h>
 
+#include "ring.h"
 #include "wire.h"
 
 int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len)
@@ -105,6 +106,42 @@ static const char *peer_msg_check(const PeerMsg *m)
 	case PEER_MSG__BODY_KEEPALIVE_ACK:
 	case PEER_MSG__BODY_GOODBYE:
 		return NULL;
+	case PEER_MSG__BODY_CHANNEL_OPEN: {
+		const ChannelOpen *o = m->channel_open;
+
+		if (o->slot >= MESH_CHANNEL_SLOTS)
+			return "channel_open.slot out of range";
+		if (o->src_port > 65535 || o->dst_port > 65535)
+			return "channel_open port out of range 0..65535";
+		if (!mesh_ring_size_valid(o->ring_size))
+			return "channel_open.ring_size is not a power of two in 4 KiB..256 MiB";
+		if (o->qps == 0 || o->qps > MESH_QPS_PER_LINK_MAX)
+			return "channel_open.qps out of range 1..16";
+		if (!o->rx_addr || o->rx_addr + o->ring_size < o->rx_addr || !o->credit_addr || o->credit_addr + 8 < o->credit_addr)
+			return "channel_open: bad ring or credit address";
+		return NULL;
+	}
+	case PEER_MSG__BODY_CHANNEL_ACCEPT: {
+		const ChannelAccept *a = m->channel_accept;
+
+		if (a->slot >= MESH_CHANNEL_SLOTS || a->peer_slot >= MESH_CHANNEL_SLOTS)
+			return "channel_accept slot out of range";
+		if (!a->rx_addr || !a->credit_addr || a->credit_addr + 8 < a->credit_addr)
+			return "channel_accept: bad ring or credit address";
+		return NULL;
+	}
+	case PEER_MSG__BODY_CHANNEL_REJECT:
+		if (m->channel_reject->slot >= MESH_CHANNEL_SLOTS || m->channel_reject->reason >= 0)
+			return "channel_reject: bad slot or a reason that is not a negative errno";
+		return NULL;
+	case PEER_MSG__BODY_CHANNEL_EOF:
+		return m->channel_eof->slot >= MESH_CHANNEL_SLOTS ? "channel_eof.slot out of range" : NULL;
+	case PEER_MSG__BODY_CHANNEL_CLOSE:
+		if (m->channel_close->slot >= MESH_CHANNEL_SLOTS || m->channel_close->reason > 0)
+			return "channel_close: bad slot or a positive reason";
+		return NULL;
+	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
+		return m->channel_close_ack->slot >= MESH_CHANNEL_SLOTS ? "channel_close_ack.slot out of range" : NULL;
 	default:
 		return "message has no known body";
 	}
@@ -141,6 +178,31 @@ void mesh_peer_msg_free(PeerMsg *msg)
 		peer_msg__free_unpacked(msg, NULL);
 }
 
+static const char *ctl_req_check(const CtlRequest *r)
+{
+	switch (r->op) {
+	case CTL_OP__CTL_OP_SHOW:
+		if (r->object != CTL_OBJECT__CTL_OBJECT_LINKS && r->object != CTL_OBJECT__CTL_OBJECT_NODE &&
+		    r->object != CTL_OBJECT__CTL_OBJECT_CHANNELS)
+			return "unknown object";
+		return NULL;
+	case CTL_OP__CTL_OP_LISTEN:
+		return r->port > 65535 ? "port out of range 0..65535" : NULL;
+	case CTL_OP__CTL_OP_CONNECT:
+		if (r->node > MESH_NODE_ID_MAX)
+			return "node out of range 0..65535";
+		if (r->port > 65535)
+			return "port out of range 0..65535";
+		if (r->ring_size && !mesh_ring_size_valid(r->ring_size))
+			return "ring_size is not a power of two in 4 KiB..256 MiB";
+		if (r->qps > MESH_QPS_PER_LINK_MAX)
+			return "qps out of range 0..16";
+		return NULL;
+	default:
+		return "unknown op";
+	}
+}
+
 int mesh_ctl_req_decode(const void *buf, size_t len, CtlRequest **out, const char **why)
 {
 	CtlRequest *r;
@@ -160,8 +222,8 @@ int mesh_ctl_req_decode(const void *buf, size_t len, CtlRequest **out, const cha
 		ctl_request__free_unpacked(r, NULL);
 		return -EPROTO;
 	}
-	if (r->object != CTL_OBJECT__CTL_OBJECT_LINKS && r->object != CTL_OBJECT__CTL_OBJECT_NODE) {
-		*why = "unknown object";
+	*why = ctl_req_check(r);
+	if (*why) {
 		ctl_request__free_unpacked(r, NULL);
 		return -EPROTO;
 	}

@@ -32,7 +32,18 @@
 /* Feature bits of Hello. A message kind is sent only if both sides announced its bit. */
 #define MESH_FEAT_KEEPALIVE (1ull << 0)
 #define MESH_FEAT_GOODBYE (1ull << 1)
-#define MESH_FEAT_ALL (MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE)
+#define MESH_FEAT_CHANNELS (1ull << 2)
+#define MESH_FEAT_ALL (MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS)
+
+/* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
+ *   bit 31      0 = data chunk, 1 = credit update
+ *   bits 30..16 the receiver's channel slot (MESH_CHANNEL_SLOTS per link)
+ *   bits 15..0  data: chunk sequence number (mod 2^16); credit: 0 */
+#define MESH_IMM_CREDIT (1u << 31)
+#define MESH_CHANNEL_SLOTS 32768u
+#define MESH_IMM(credit, slot, seq) (((credit) ? MESH_IMM_CREDIT : 0u) | ((uint32_t)(slot) << 16) | ((uint32_t)(seq) & 0xffffu))
+#define MESH_IMM_SLOT(imm) (((imm) >> 16) & 0x7fffu)
+#define MESH_IMM_SEQ(imm) ((uint16_t)(imm))
 
 /* The mailbox's first bytes are the proof slot: the peer writes its token there and reads it back. */
 #define MESH_PROOF_LEN 32u
@@ -93,7 +104,7 @@ int mesh_peer_msg_encode(const PeerMsg *msg, void *buf, size_t len);
 int mesh_peer_msg_decode(const void *buf, size_t len, PeerMsg **out, const char **why);
 void mesh_peer_msg_free(PeerMsg *msg);
 
-/* Control request: decode with the size limit and check version and object. */
+/* Control request: decode with the size limit and check version, op and every field's range. */
 int mesh_ctl_req_decode(const void *buf, size_t len, CtlRequest **out, const char **why);
 void mesh_ctl_req_free(CtlRequest *req);
 

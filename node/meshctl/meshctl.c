@@ -31,6 +31,8 @@ static void usage(FILE *out)
 		"Objects:\n"
 		"  links   (default) one row per configured peer: state, QPs, epoch, RTT, mailbox key\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters\n"
+		"  channels  one row per open channel: ports, QPs, ring, bytes and chunks each way,\n"
+		"            writes in flight, credit stalls\n"
 		"\n"
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
@@ -107,7 +109,7 @@ static void json_close(struct out *o, char brace)
 	o->first = false;
 }
 
-enum field_kind { F_U32, F_U64, F_STR, F_BOOL, F_STATE, F_MAILBOX, F_ROLE };
+enum field_kind { F_U32, F_U64, F_STR, F_BOOL, F_STATE, F_MAILBOX, F_ROLE, F_OPENER };
 
 struct field {
 	const char *key;   /* JSON member */
@@ -137,6 +139,28 @@ static const struct field link_fields[] = {
 	LF("tx_msgs", NULL, 0, F_U64, tx_msgs),
 	LF("rx_msgs", NULL, 0, F_U64, rx_msgs),
 	LF("last_error", "LAST_ERROR", -1, F_STR, last_error),
+};
+
+#define CF(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member)}
+static const struct field channel_fields[] = {
+	CF("id", "ID", 5, F_U32, id),
+	CF("local_node", NULL, 0, F_U32, local_node),
+	CF("local_port", "LPORT", 5, F_U32, local_port),
+	CF("peer_node", "PEER", 5, F_U32, peer_node),
+	CF("peer_port", "PPORT", 5, F_U32, peer_port),
+	CF("opener", "ROLE", -6, F_OPENER, opener),
+	CF("state", "STATE", -11, F_STR, state),
+	CF("qps", "QPS", 3, F_U32, qps),
+	CF("ring_size", "RING", 9, F_U64, ring_size),
+	CF("tx_bytes", "TX_BYTES", 12, F_U64, tx_bytes),
+	CF("rx_bytes", "RX_BYTES", 12, F_U64, rx_bytes),
+	CF("tx_chunks", "TX_CHUNKS", 9, F_U64, tx_chunks),
+	CF("rx_chunks", "RX_CHUNKS", 9, F_U64, rx_chunks),
+	CF("in_flight", "INFL", 4, F_U32, in_flight),
+	CF("credit_stalls", "STALLS", 6, F_U64, credit_stalls),
+	CF("tx_pending", NULL, 0, F_U64, tx_pending),
+	CF("rx_unread", NULL, 0, F_U64, rx_unread),
+	CF("error", "ERROR", -1, F_STR, error),
 };
 
 #define NF(key, kind, member) {key, key, 0, kind, offsetof(NodeInfo, member)}
@@ -187,6 +211,13 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 		break;
 	case F_BOOL:
 		snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
+		break;
+	case F_OPENER:
+		if (!table) {
+			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
+			break;
+		}
+		s = *(const protobuf_c_boolean *)p ? "open" : "accept";
 		break;
 	case F_ROLE:
 		if (!table) {
@@ -241,20 +272,61 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 		fputs(s, stdout);
 }
 
+/* A table or a JSON array of objects, from a field table. */
+static void print_rows(struct out *o, const char *key, const struct field *fields, size_t nf, void *const *rows,
+		       size_t n)
+{
+	if (o->json) {
+		json_open(o, key, '[');
+		for (size_t i = 0; i < n; i++) {
+			json_open(o, NULL, '{');
+			for (size_t f = 0; f < nf; f++)
+				field_print(o, &fields[f], rows[i], false);
+			json_close(o, '}');
+		}
+		json_close(o, ']');
+		return;
+	}
+	for (size_t f = 0; f < nf; f++)
+		if (fields[f].head)
+			printf("%*s%s", fields[f].width == -1 ? 0 : fields[f].width, fields[f].head, f + 1 < nf ? "  " : "");
+	putchar('\n');
+	for (size_t i = 0; i < n; i++) {
+		for (size_t f = 0; f < nf; f++) {
+			if (!fields[f].head)
+				continue;
+			field_print(o, &fields[f], rows[i], true);
+			if (f + 1 < nf)
+				fputs("  ", stdout);
+		}
+		putchar('\n');
+	}
+}
+
+static void print_channels(struct out *o, const CtlReply *r)
+{
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "node");
+		printf("%" PRIu32, r->node ? r->node->id : 0);
+		print_rows(o, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels,
+			   r->n_channels);
+		json_close(o, '}');
+		putchar('\n');
+		return;
+	}
+	if (r->node)
+		printf("node %" PRIu32 " (%s): %zu channels\n", r->node->id, r->node->cluster, r->n_channels);
+	print_rows(o, NULL, channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels, r->n_channels);
+}
+
 static void print_links(struct out *o, const CtlReply *r)
 {
 	if (o->json) {
 		json_open(o, NULL, '{');
 		json_key(o, "node");
 		printf("%" PRIu32, r->node ? r->node->id : 0);
-		json_open(o, "links", '[');
-		for (size_t i = 0; i < r->n_links; i++) {
-			json_open(o, NULL, '{');
-			for (size_t f = 0; f < ARRAY_SIZE(link_fields); f++)
-				field_print(o, &link_fields[f], r->links[i], false);
-			json_close(o, '}');
-		}
-		json_close(o, ']');
+		print_rows(o, "links", link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links, r->n_links);
 		json_close(o, '}');
 		putchar('\n');
 		return;
@@ -262,23 +334,7 @@ static void print_links(struct out *o, const CtlReply *r)
 	if (r->node)
 		printf("node %" PRIu32 " (%s) links: %" PRIu32 " of %" PRIu32 " UP\n", r->node->id, r->node->cluster,
 		       r->node->links_up, r->node->peers);
-	for (size_t f = 0; f < ARRAY_SIZE(link_fields); f++) {
-		if (!link_fields[f].head)
-			continue;
-		printf("%*s%s", link_fields[f].width == -1 ? 0 : link_fields[f].width, link_fields[f].head,
-		       f + 1 < ARRAY_SIZE(link_fields) ? "  " : "");
-	}
-	putchar('\n');
-	for (size_t i = 0; i < r->n_links; i++) {
-		for (size_t f = 0; f < ARRAY_SIZE(link_fields); f++) {
-			if (!link_fields[f].head)
-				continue;
-			field_print(o, &link_fields[f], r->links[i], true);
-			if (f + 1 < ARRAY_SIZE(link_fields))
-				fputs("  ", stdout);
-		}
-		putchar('\n');
-	}
+	print_rows(o, NULL, link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links, r->n_links);
 }
 
 static void print_node(struct out *o, const CtlReply *r)
@@ -378,6 +434,7 @@ int main(int argc, char **argv)
 	} objects[] = {
 		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
 		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
+		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
 	};
 	struct out o = {.first = true};
 	const char *sock = getenv(MESH_SOCKET_ENV);
@@ -413,7 +470,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node)\n", argv[optind]);
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels)\n", argv[optind]);
 			return 1;
 		}
 		optind++;

@@ -92,6 +92,8 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen,
 
 static void admin_drop(struct admin *a, int slot)
 {
+	/* Its listeners go, a connect it waits for is abandoned. */
+	channel_client_gone(a->mesh, a->clients[slot]);
 	epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->clients[slot], NULL);
 	close(a->clients[slot]);
 	a->clients[slot] = -1;
@@ -227,6 +229,148 @@ static void admin_reply_error(struct admin *a, int slot, int status, const char 
 	admin_reply(a, slot, &r);
 }
 
+static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *ci)
+{
+	ci->id = ch->id;
+	ci->local_node = m->self->id;
+	ci->local_port = ch->local_port;
+	ci->peer_node = ch->ctrl ? ch->ctrl->peer_node : 0;
+	ci->peer_port = ch->peer_port;
+	ci->opener = ch->opener;
+	ci->state = (char *)channel_state_name(ch);
+	ci->qps = ch->qps;
+	ci->ring_size = ch->size;
+	ci->tx_bytes = ch->tx_bytes;
+	ci->rx_bytes = ch->rx_bytes_total;
+	ci->tx_chunks = ch->tx_chunks;
+	ci->rx_chunks = ch->rx_chunks;
+	ci->in_flight = ch->inflight;
+	ci->credit_stalls = ch->credit_stalls;
+	ci->tx_pending = ch->app_tx_prod - ch->tx_sent;
+	ci->rx_unread = ch->rx_bytes - ch->app_rx_cons;
+	ci->error = (char *)ch->why;
+}
+
+static int admin_slot_of(const struct admin *a, int fd)
+{
+	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
+		if (a->clients[i] == fd)
+			return i;
+	return -1;
+}
+
+/* channel_ops.deliver: a reply to a LISTEN'ing or CONNECT'ing client, with the channel's four
+ * descriptors when ch is set. Returns 0 or a negative errno (then the client has nothing). */
+static int admin_deliver(void *ctx, int fd, int status, const char *why, const struct channel *ch, const int fds[4])
+{
+	struct admin *a = ctx;
+	CtlReply r = CTL_REPLY__INIT;
+	ChannelSetup setup = CHANNEL_SETUP__INIT;
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	struct msghdr mh = {0};
+	struct iovec iov;
+	uint8_t *buf;
+	size_t n;
+	ssize_t sent;
+	int slot = admin_slot_of(a, fd);
+
+	if (slot < 0)
+		return -ENOTCONN;
+	r.status = status;
+	r.error = (char *)(why ? why : "");
+	if (ch) {
+		setup.channel_id = ch->id;
+		setup.peer_node = ch->link ? ch->link->peer->id : 0;
+		setup.local_port = ch->local_port;
+		setup.peer_port = ch->peer_port;
+		setup.ring_size = ch->size;
+		setup.memfd_size = ch->map_len;
+		setup.qps = ch->qps;
+		r.setup = &setup;
+	}
+	n = ctl_reply__get_packed_size(&r);
+	buf = malloc(n ? n : 1);
+	if (!buf)
+		return -ENOMEM;
+	ctl_reply__pack(&r, buf);
+	iov.iov_base = buf;
+	iov.iov_len = n;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (ch && fds) {
+		struct cmsghdr *cm;
+
+		memset(&cbuf, 0, sizeof(cbuf));
+		mh.msg_control = cbuf.buf;
+		mh.msg_controllen = sizeof(cbuf.buf);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(4 * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, 4 * sizeof(int));
+	}
+	sent = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	free(buf);
+	if (sent < 0) {
+		int ret = -errno;
+
+		log_warn("local client fd %d: cannot deliver a channel reply: %m", fd);
+		return ret;
+	}
+	return 0;
+}
+
+/* channel_ops.watch: the kick and lifeline descriptors of a channel in meshd's epoll set. */
+static void admin_watch(void *ctx, struct channel *ch, bool add)
+{
+	struct admin *a = ctx;
+	struct epoll_event ee = {.events = EPOLLIN};
+
+	if (!add) {
+		if (ch->kick_fd >= 0)
+			epoll_ctl(a->epfd, EPOLL_CTL_DEL, ch->kick_fd, NULL);
+		if (ch->life_fd >= 0)
+			epoll_ctl(a->epfd, EPOLL_CTL_DEL, ch->life_fd, NULL);
+		return;
+	}
+	ee.data.u64 = a->tag_kick | ch->id;
+	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, ch->kick_fd, &ee))
+		log_warn("channel %u: epoll add kick: %m", ch->id);
+	ee.data.u64 = a->tag_life | ch->id;
+	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, ch->life_fd, &ee))
+		log_warn("channel %u: epoll add lifeline: %m", ch->id);
+}
+
+void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life)
+{
+	a->tag_kick = tag_kick;
+	a->tag_life = tag_life;
+	a->mesh->ch_ops.deliver = admin_deliver;
+	a->mesh->ch_ops.watch = admin_watch;
+	a->mesh->ch_ops.ctx = a;
+}
+
+static void admin_channel_request(struct admin *a, int slot, const CtlRequest *req)
+{
+	const char *why = NULL;
+	int fd = a->clients[slot], ret;
+
+	if (req->op == CTL_OP__CTL_OP_LISTEN) {
+		ret = channel_listen(a->mesh, (uint16_t)req->port, fd, &why);
+		admin_deliver(a, fd, ret, why, NULL, NULL);
+		return;
+	}
+	ret = channel_connect(a->mesh, req->node, (uint16_t)req->port, req->ring_size, req->qps, fd, &why);
+	if (ret) {
+		log_info("local client fd %d: connect to node %u port %u: %s (%s)", fd, req->node, req->port,
+			 why ? why : "", mesh_strerror(ret));
+		admin_deliver(a, fd, ret, why, NULL, NULL);
+	}
+}
+
 void admin_on_client(struct admin *a, int fd)
 {
 	uint8_t buf[MESH_CTL_REQ_MAX + 1];
@@ -235,6 +379,7 @@ void admin_on_client(struct admin *a, int fd)
 	NodeInfo node = NODE_INFO__INIT;
 	LinkInfo *lis = NULL, **lptrs = NULL;
 	MailboxInfo *mbs = NULL;
+	ChannelInfo *cis = NULL, **cptrs = NULL;
 	const char *why;
 	char version[16];
 	ssize_t n;
@@ -261,6 +406,11 @@ void admin_on_client(struct admin *a, int fd)
 		admin_reply_error(a, slot, ret, why);
 		return;
 	}
+	if (req->op == CTL_OP__CTL_OP_LISTEN || req->op == CTL_OP__CTL_OP_CONNECT) {
+		admin_channel_request(a, slot, req);
+		mesh_ctl_req_free(req);
+		return;
+	}
 	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
 	fill_node(a->mesh, &node, version);
 	node.ctl_errors = a->errors;
@@ -284,10 +434,27 @@ void admin_on_client(struct admin *a, int fd)
 		r.n_links = nl;
 		r.links = lptrs;
 	}
+	if (req->object == CTL_OBJECT__CTL_OBJECT_CHANNELS && a->mesh->n_channels) {
+		cis = calloc(a->mesh->n_channels, sizeof(*cis));
+		cptrs = calloc(a->mesh->n_channels, sizeof(*cptrs));
+		if (!cis || !cptrs) {
+			admin_reply_error(a, slot, -ENOMEM, "out of memory");
+			goto out;
+		}
+		for (struct channel *ch = a->mesh->channels; ch && r.n_channels < a->mesh->n_channels; ch = ch->next) {
+			channel_info__init(&cis[r.n_channels]);
+			fill_channel(a->mesh, ch, &cis[r.n_channels]);
+			cptrs[r.n_channels] = &cis[r.n_channels];
+			r.n_channels++;
+		}
+		r.channels = cptrs;
+	}
 	admin_reply(a, slot, &r);
 out:
 	free(lis);
 	free(lptrs);
 	free(mbs);
+	free(cis);
+	free(cptrs);
 	mesh_ctl_req_free(req);
 }

@@ -18,6 +18,7 @@ struct admin {
 	int lfd;
 	int epfd;
 	uint64_t tag_listen, tag_client; /* epoll tags: tag | fd */
+	uint64_t tag_kick, tag_life;     /* epoll tags of channels: tag | channel id */
 	struct mesh *mesh;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int clients[ADMIN_CLIENTS_MAX];
@@ -29,6 +30,8 @@ struct admin {
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
 	       struct mesh *m);
 void admin_close(struct admin *a);
+/* Makes the admin socket the channels' way to applications (channel_ops) and to meshd's epoll. */
+void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life);
 void admin_on_listen(struct admin *a);
 void admin_on_client(struct admin *a, int fd);
 

@@ -22,7 +22,7 @@
 #include "transport.h"
 #include "util.h"
 
-enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT };
+enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE };
 #define TAG(t) ((uint64_t)(t) << 32)
 #define EVENT_BATCH 64
 #define STOP_GRACE_MS 300
@@ -95,8 +95,8 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 	size_t n = 0;
 	struct xport_attr xa = {
 		.connect_timeout_ms = d->cfg.connect_timeout_ms,
-		.max_send_wr = LINK_SEND_BUFS + 2 * MESH_QPS_PER_LINK_MAX,
-		.max_recv_wr = LINK_RECV_BUFS,
+		.max_send_wr = LINK_SQ_DEPTH,
+		.max_recv_wr = MAX(LINK_RECV_BUFS, LINK_DATA_RECVS),
 	};
 	int ret;
 
@@ -234,8 +234,16 @@ static int run(struct daemon *d)
 			case TAG_ADMIN_CLIENT:
 				admin_on_client(&d->admin, fd);
 				break;
+			case TAG_CH_KICK:
+				channel_on_kick(&d->mesh, (uint32_t)fd);
+				break;
+			case TAG_CH_LIFE:
+				channel_on_lifeline(&d->mesh, (uint32_t)fd);
+				break;
 			}
 		}
+		/* What the handlers released goes after the batch (no event above may still name it). */
+		mesh_reap(&d->mesh);
 	}
 	stop_gracefully(d);
 	return 0;
@@ -376,6 +384,7 @@ int main(int argc, char **argv)
 	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_LISTEN), TAG(TAG_ADMIN_CLIENT), &d.mesh);
 	if (ret)
 		goto out_timer;
+	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE));
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);

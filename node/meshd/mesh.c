@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <mesh/mesh.h>
 
@@ -12,7 +13,8 @@
 
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
-enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ };
+enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
+	       WR_RECV_DATA = 7 };
 #define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 #define WR_KIND(id) ((uint32_t)((id) >> 32))
 #define WR_IDX(id) ((uint32_t)(id))
@@ -115,10 +117,31 @@ static void mesh_bury_conn(struct mesh *m, xport_conn_t *c)
 	}
 }
 
-static void mesh_bury_mr(struct mesh *m, xport_mr_t *mr)
+void mesh_bury_mr(struct mesh *m, xport_mr_t *mr)
 {
 	if (mr && grave_push((void ***)&m->grave.mrs, &m->grave.n_mrs, &m->grave.cap_mrs, mr))
 		log_error("out of memory: leaking a memory registration");
+}
+
+void mesh_bury_map(struct mesh *m, void *addr, size_t len)
+{
+	struct mesh_graveyard *g = &m->grave;
+
+	if (!addr)
+		return;
+	if (g->n_maps == g->cap_maps) {
+		size_t nc = g->cap_maps ? g->cap_maps * 2 : 16;
+		struct mesh_map *a = realloc(g->maps, nc * sizeof(*a));
+
+		if (!a) {
+			log_error("out of memory: leaking %zu bytes of channel memory", len);
+			return;
+		}
+		g->maps = a;
+		g->cap_maps = nc;
+	}
+	g->maps[g->n_maps].addr = addr;
+	g->maps[g->n_maps++].len = len;
 }
 
 void mesh_reap(struct mesh *m)
@@ -130,6 +153,14 @@ void mesh_reap(struct mesh *m)
 	for (size_t i = 0; i < m->grave.n_mrs; i++)
 		xport_mr_dereg(m->grave.mrs[i]);
 	m->grave.n_mrs = 0;
+	/* Memory after its registrations. */
+	for (size_t i = 0; i < m->grave.n_maps; i++) {
+		if (m->grave.maps[i].len)
+			munmap(m->grave.maps[i].addr, m->grave.maps[i].len);
+		else
+			free(m->grave.maps[i].addr);
+	}
+	m->grave.n_maps = 0;
 }
 
 /* Keeps the time of the state meshctl shows, which changes with phases and connected QPs. */
@@ -187,6 +218,8 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	else
 		log_debug("link to node %u: attempt epoch %llu failed: %s", l->peer->id,
 			  (unsigned long long)l->epoch, l->last_error);
+	channel_link_down(l);
+	memset(l->sq_used, 0, sizeof(l->sq_used));
 	for (uint32_t i = 0; i < MESH_QPS_PER_LINK_MAX; i++) {
 		if (!l->conns[i])
 			continue;
@@ -241,24 +274,45 @@ static int link_register(struct link *l, xport_conn_t *c)
 	return ret;
 }
 
-/* Control messages use QP 0 only; its receives are posted as soon as it exists. */
-static int link_post_recvs(struct link *l)
+/* Control messages use QP 0 only; its receives (with buffers) are posted as soon as it exists.
+ * The other QPs get receives without a buffer, for the immediates of the data path. */
+static int link_post_recvs(struct link *l, xport_conn_t *c)
 {
 	int ret;
 
-	if (l->recvs_posted || !l->conns[0] || !l->mr_local)
+	if (!l->mr_local)
 		return 0;
-	for (uint32_t i = 0; i < LINK_RECV_BUFS; i++) {
-		ret = xport_post_recv(l->conns[0], l->mr_local, l->buf + BUF_RECV_OFF + i * MESH_PEER_MSG_MAX,
-				      MESH_PEER_MSG_MAX, WR_ID(WR_RECV, i));
+	if (c->index == 0) {
+		if (l->recvs_posted)
+			return 0;
+		for (uint32_t i = 0; i < LINK_RECV_BUFS; i++) {
+			ret = xport_post_recv(c, l->mr_local, l->buf + BUF_RECV_OFF + i * MESH_PEER_MSG_MAX,
+					      MESH_PEER_MSG_MAX, WR_ID(WR_RECV, i));
+			if (ret)
+				return ret;
+		}
+		l->recvs_posted = true;
+		return 0;
+	}
+	for (uint32_t i = 0; i < LINK_DATA_RECVS; i++) {
+		ret = xport_post_recv(c, l->mr_local, NULL, 0, WR_ID(WR_RECV_DATA, i));
 		if (ret)
 			return ret;
 	}
-	l->recvs_posted = true;
 	return 0;
 }
 
-static int link_send(struct link *l, const PeerMsg *msg)
+bool mesh_link_sq_room(const struct link *l, uint32_t qp)
+{
+	return l->sq_used[qp] < LINK_SQ_DEPTH - LINK_SQ_CONTROL;
+}
+
+void mesh_link_sq_take(struct link *l, uint32_t qp)
+{
+	l->sq_used[qp]++;
+}
+
+int mesh_link_send(struct link *l, const PeerMsg *msg)
 {
 	uint32_t slot;
 	uint8_t *p;
@@ -268,7 +322,7 @@ static int link_send(struct link *l, const PeerMsg *msg)
 		return -ENOTCONN;
 	for (slot = 0; slot < LINK_SEND_BUFS && (l->send_busy & (1u << slot)); slot++)
 		;
-	if (slot == LINK_SEND_BUFS)
+	if (slot == LINK_SEND_BUFS || l->sq_used[0] >= LINK_SQ_DEPTH)
 		return -ENOBUFS;
 	p = l->buf + BUF_SEND_OFF + slot * MESH_PEER_MSG_MAX;
 	len = mesh_peer_msg_encode(msg, p, MESH_PEER_MSG_MAX);
@@ -277,6 +331,7 @@ static int link_send(struct link *l, const PeerMsg *msg)
 	ret = xport_post_send(l->conns[0], l->mr_local, p, (uint32_t)len, WR_ID(WR_SEND, slot));
 	if (ret)
 		return ret;
+	l->sq_used[0]++;
 	l->send_busy |= 1u << slot;
 	l->tx_msgs++;
 	return 0;
@@ -299,7 +354,7 @@ static int link_send_hello(struct link *l)
 	h.mailbox_rkey = l->mr_mailbox->rkey;
 	msg.body_case = PEER_MSG__BODY_HELLO;
 	msg.hello = &h;
-	return link_send(l, &msg);
+	return mesh_link_send(l, &msg);
 }
 
 /* Proves the peer's mailbox key on every QP: write our token into slot i, read slot i back. RC
@@ -331,6 +386,7 @@ static int link_start_proof(struct link *l)
 				      WR_ID(WR_PROOF_READ, i));
 		if (ret)
 			return ret;
+		l->sq_used[i] += 2;
 	}
 	return 0;
 }
@@ -363,7 +419,7 @@ static void link_progress(struct link *l)
 		r.link_epoch = l->epoch;
 		msg.body_case = PEER_MSG__BODY_READY;
 		msg.ready = &r;
-		ret = link_send(l, &msg);
+		ret = mesh_link_send(l, &msg);
 		if (ret) {
 			link_fail(l, ret, "cannot send Ready");
 			return;
@@ -529,7 +585,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			l->xp = (uint8_t)i;
 	ret = link_register(l, c);
 	if (!ret)
-		ret = link_post_recvs(l);
+		ret = link_post_recvs(l, c);
 	if (!ret) {
 		rep = pd;
 		rep.kind = MESH_CM_ACCEPT;
@@ -567,7 +623,7 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 		}
 		ret = link_register(l, ev->conn);
 		if (!ret)
-			ret = link_post_recvs(l);
+			ret = link_post_recvs(l, ev->conn);
 		if (ret) {
 			link_fail(l, ret, "cannot register or post on QP %u", ev->conn->index);
 			return;
@@ -643,7 +699,7 @@ static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
 			a.sent_us = msg->keepalive->sent_us;
 			reply.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
 			reply.keepalive_ack = &a;
-			ret = link_send(l, &reply);
+			ret = mesh_link_send(l, &reply);
 			if (ret && ret != -ENOBUFS)
 				link_fail(l, ret, "cannot answer a keepalive");
 		}
@@ -659,6 +715,13 @@ static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
 		link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
 		break;
 	default:
+		if (l->phase != LINK_UP) {
+			link_fail(l, -MESH_EPEERMSG, "channel message before the link was UP");
+			break;
+		}
+		ret = channel_on_message(l, msg);
+		if (ret)
+			link_fail(l, ret, "channel message the link did not agree to");
 		break;
 	}
 	mesh_peer_msg_free(msg);
@@ -670,7 +733,8 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	int ret;
 
 	if (ev->status) {
-		static const char *const kinds[] = {"?", "receive", "send", "proof write", "proof read"};
+		static const char *const kinds[] = {"?",          "receive",      "send",          "proof write",
+						    "proof read", "channel data", "channel credit", "data receive"};
 
 		link_fail(l, ev->status, "QP %u: %s %u failed: %s", ev->conn->index, kind < ARRAY_SIZE(kinds) ? kinds[kind] : "?",
 			  idx, ev->status_str ? ev->status_str : "?");
@@ -678,29 +742,63 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	}
 	switch (kind) {
 	case WR_RECV:
-		if (idx >= LINK_RECV_BUFS || ev->conn->index != 0) {
+	case WR_RECV_DATA: {
+		xport_conn_t *c = ev->conn;
+		bool buffered = kind == WR_RECV;
+
+		if (idx >= (buffered ? LINK_RECV_BUFS : LINK_DATA_RECVS) || (c->index == 0) != buffered) {
 			link_fail(l, -EPROTO, "receive completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
 			return;
 		}
-		if (ev->byte_len > MESH_PEER_MSG_MAX) {
+		if (ev->has_imm) {
+			/* The data path: the immediate names the channel, nothing landed in our buffer. */
+			if (l->phase != LINK_UP || !(l->features & MESH_FEAT_CHANNELS)) {
+				link_fail(l, -MESH_EPEERMSG, "data immediate 0x%x before channels were agreed", ev->imm);
+				return;
+			}
+			ret = channel_on_imm(l, ev->imm, ev->byte_len);
+			if (ret) {
+				link_fail(l, ret, "bad data immediate 0x%x", ev->imm);
+				return;
+			}
+		} else if (!buffered) {
+			link_fail(l, -MESH_EPEERMSG, "a message on data QP %u", c->index);
+			return;
+		} else if (ev->byte_len > MESH_PEER_MSG_MAX) {
 			link_fail(l, -MESH_EPEERMSG, "message of %u bytes", ev->byte_len);
 			return;
+		} else {
+			link_on_message(l, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
 		}
-		link_on_message(l, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
-		if (l->phase == LINK_IDLE || !l->conns[0])
+		if (l->phase == LINK_IDLE || c->ctx != l)
 			return; /* the message ended the attempt */
-		ret = xport_post_recv(l->conns[0], l->mr_local, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
-				      MESH_PEER_MSG_MAX, ev->wr_id);
+		if (buffered)
+			ret = xport_post_recv(c, l->mr_local, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
+					      MESH_PEER_MSG_MAX, ev->wr_id);
+		else
+			ret = xport_post_recv(c, l->mr_local, NULL, 0, ev->wr_id);
 		if (ret)
-			link_fail(l, ret, "cannot repost a receive");
+			link_fail(l, ret, "cannot repost a receive on QP %u", c->index);
 		return;
+	}
 	case WR_SEND:
 		if (idx < LINK_SEND_BUFS)
 			l->send_busy &= ~(1u << idx);
+		l->sq_used[0]--;
+		return;
+	case WR_CH_DATA:
+	case WR_CH_CREDIT:
+		l->sq_used[ev->conn->index]--;
+		ret = channel_on_completion(l, kind, idx, 0);
+		if (ret)
+			link_fail(l, ret, "channel completion for an unknown channel (wr_id 0x%llx)",
+				  (unsigned long long)ev->wr_id);
 		return;
 	case WR_PROOF_WRITE:
+		l->sq_used[ev->conn->index]--;
 		return;
 	case WR_PROOF_READ:
+		l->sq_used[ev->conn->index]--;
 		if (idx >= l->mesh->cfg->qps_per_link || l->phase != LINK_PROOF) {
 			link_fail(l, -EPROTO, "unexpected proof completion for QP %u", idx);
 			return;
@@ -787,7 +885,7 @@ static void link_tick(struct link *l, uint64_t t)
 			k.sent_us = util_now_us();
 			msg.body_case = PEER_MSG__BODY_KEEPALIVE;
 			msg.keepalive = &k;
-			ret = link_send(l, &msg);
+			ret = mesh_link_send(l, &msg);
 			/* All slots busy means the peer is not completing our sends: the timeout decides. */
 			if (ret && ret != -ENOBUFS) {
 				link_fail(l, ret, "cannot send a keepalive");
@@ -817,6 +915,7 @@ void mesh_tick(struct mesh *m, uint64_t t)
 {
 	for (size_t i = 0; i < m->n_links; i++)
 		link_tick(&m->links[i], t);
+	channel_tick(m, t);
 }
 
 void mesh_stop(struct mesh *m)
@@ -832,7 +931,7 @@ void mesh_stop(struct mesh *m)
 			g.reason = MESH_ESHUTDOWN;
 			msg.body_case = PEER_MSG__BODY_GOODBYE;
 			msg.goodbye = &g;
-			link_send(l, &msg);
+			mesh_link_send(l, &msg);
 		}
 	}
 }
@@ -899,14 +998,17 @@ void mesh_cleanup(struct mesh *m)
 {
 	if (!m->links)
 		return;
+	channel_cleanup(m);
 	mesh_disconnect_all(m);
 	for (size_t i = 0; i < m->n_links; i++) {
 		free(m->links[i].buf);
 		free(m->links[i].mailbox);
+		free(m->links[i].ch_slots);
 	}
 	free(m->links);
 	m->links = NULL;
 	free(m->grave.conns);
 	free(m->grave.mrs);
+	free(m->grave.maps);
 	memset(&m->grave, 0, sizeof(m->grave));
 }

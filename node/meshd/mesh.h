@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "channel.h"
 #include "config.h"
 #include "transport.h"
 #include "wire.h"
@@ -29,8 +30,11 @@ enum link_phase {
 enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
 
 #define MESH_XPORTS_MAX 2 /* rdma and tcp */
-#define LINK_RECV_BUFS 16
+#define LINK_RECV_BUFS 64   /* QP 0: buffered receives (control messages and data immediates) */
+#define LINK_DATA_RECVS 256 /* QPs 1..: receives without a buffer, for data immediates */
 #define LINK_SEND_BUFS 16
+#define LINK_SQ_DEPTH 256   /* send queue depth of every QP */
+#define LINK_SQ_CONTROL 16  /* of which the data path leaves this many for control messages */
 #define LINK_ERR_MAX 160
 
 struct mesh;
@@ -58,6 +62,11 @@ struct link {
 	xport_mr_t *mr_mailbox;
 	uint32_t send_busy; /* bitmap of send slots in flight */
 	bool recvs_posted;
+	uint32_t sq_used[MESH_QPS_PER_LINK_MAX]; /* work requests in flight per QP */
+
+	/* Channels of this link by slot (MESH_IMM slot of the data path). */
+	struct channel **ch_slots;
+	uint32_t ch_cap;
 
 	/* The peer's Hello of this attempt. */
 	bool have_peer_hello;
@@ -89,6 +98,11 @@ struct mesh_graveyard {
 	size_t n_conns, cap_conns;
 	xport_mr_t **mrs;
 	size_t n_mrs, cap_mrs;
+	struct mesh_map {
+		void *addr;
+		size_t len; /* 0: heap memory (free), else a mapping (munmap) */
+	} *maps;
+	size_t n_maps, cap_maps;
 };
 
 struct mesh {
@@ -107,6 +121,12 @@ struct mesh {
 	uint64_t peer_rejects;
 	bool stopping;
 	struct mesh_graveyard grave;
+
+	/* Channels (channel.c). */
+	struct channel *channels;
+	struct listener *listeners;
+	uint32_t next_channel_id, n_channels;
+	struct channel_ops ch_ops;
 };
 
 /* Sets up links for every peer of cfg (self = our node) over the given providers (already
@@ -124,6 +144,15 @@ void mesh_tick(struct mesh *m, uint64_t now_ms);
 void mesh_stop(struct mesh *m);
 
 struct link *mesh_link_find(struct mesh *m, uint32_t peer);
+
+/* For channel.c: a control message on the link's QP 0; send-queue room on a QP (the data path
+ * leaves LINK_SQ_CONTROL entries to control messages) and taking one entry; resources released
+ * after the current batch of events (after the QPs that might still use them). */
+int mesh_link_send(struct link *l, const PeerMsg *msg);
+bool mesh_link_sq_room(const struct link *l, uint32_t qp);
+void mesh_link_sq_take(struct link *l, uint32_t qp);
+void mesh_bury_mr(struct mesh *m, xport_mr_t *mr);
+void mesh_bury_map(struct mesh *m, void *addr, size_t len);
 enum link_state link_state(const struct link *l);
 const char *link_state_name(enum link_state s);
 uint32_t mesh_links_up(const struct mesh *m);

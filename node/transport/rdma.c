@@ -574,8 +574,9 @@ static int rdma_post_read(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t l
 static int rdma_post_recv(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t len, uint64_t wr_id)
 {
 	struct rdma_conn *c = to_rc(xc);
-	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr->lkey};
-	struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	/* No buffer: a receive for immediates only (RDMA WRITE_WITH_IMM consumes it, writes nothing). */
+	struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = len ? 1 : 0}, *bad;
 	int ret;
 
 	if (!c->id->qp)

@@ -1207,7 +1207,7 @@ static int tcp_post_recv(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 
 	if (c->state == TC_CLOSED)
 		return -ENOTCONN;
-	if (tcp_check_local(mr, buf, len))
+	if (len && tcp_check_local(mr, buf, len))
 		return -EFAULT;
 	if (c->recv_count == c->recv_cap)
 		return -ENOMEM;

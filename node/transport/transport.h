@@ -119,6 +119,7 @@ struct xport_ops {
 	int (*mr_reg)(xport_conn_t *c, void *addr, size_t len, unsigned access, xport_mr_t **out);
 	void (*mr_dereg)(xport_mr_t *mr);
 	int (*post_send)(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id);
+	/* len 0 (buf and mr may be NULL): a receive only for the immediate of a WRITE_WITH_IMM. */
 	int (*post_recv)(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t len, uint64_t wr_id);
 	int (*post_write)(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
 			  uint32_t rkey, uint64_t wr_id);

@@ -50,8 +50,8 @@ struct world {
 static void node_start(struct world *w, int i)
 {
 	struct xport_attr xa = {.connect_timeout_ms = w->cfg.connect_timeout_ms,
-				.max_send_wr = LINK_SEND_BUFS + 2 * MESH_QPS_PER_LINK_MAX,
-				.max_recv_wr = LINK_RECV_BUFS};
+				.max_send_wr = LINK_SQ_DEPTH,
+				.max_recv_wr = MAX(LINK_RECV_BUFS, LINK_DATA_RECVS)};
 	struct node *n = &w->n[i];
 
 	assert_int_equal(xport_create(ops, &xa, &n->x), 0);

@@ -583,7 +583,7 @@ static void mesh_peer_msg_decode__no_body__eproto(void **state)
 	assert_int_equal(len, 0);
 	assert_int_equal(decode_checked(buf, (size_t)len), -EPROTO);
 	/* Only an unknown field: still no body. */
-	buf[0] = (9 << 3) | 0;
+	buf[0] = (15 << 3) | 0;
 	buf[1] = 1;
 	assert_int_equal(decode_checked(buf, 2), -EPROTO);
 }

@@ -5,8 +5,12 @@
  * (-ENOENT, -ECONNRESET, ...). Failures specific to the mesh use the reserved range below;
  * mesh_strerror() names every code, errno values included.
  *
- * Stream channels (mesh_connect / mesh_listen / send / recv) arrive with the channels issue; today
- * the header carries the error contract shared by libmesh, meshd and meshctl.
+ * Channels: a channel is a reliable, ordered byte stream between two applications on two nodes
+ * (like a TCP connection), identified by (node id, port). The bytes move by RDMA from the sender's
+ * shared-memory ring into the receiver's, through the local meshd of each side; libmesh copies
+ * (mesh_send/mesh_recv) or hands out the ring itself (reserve/commit, peek/release).
+ *
+ * Threads: a channel, listener or session is used by one thread at a time.
  */
 #ifndef MESH_MESH_H
 #define MESH_MESH_H
@@ -52,6 +56,86 @@ enum mesh_errno {
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */
 MESH_EXPORT const char *mesh_strerror(int err);
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct mesh_session mesh_session_t;
+typedef struct mesh_listener mesh_listener_t;
+typedef struct mesh_channel mesh_channel_t;
+
+/* Flags of calls that may wait. */
+#define MESH_NONBLOCK 0x1 /* return -EAGAIN instead of waiting */
+
+/* Options of mesh_connect. Set the bit of every field you fill in `mask`; the others take their
+ * defaults, so the struct can grow without breaking callers (zero it, then fill). */
+#define MESH_OPT_RING_SIZE (1u << 0)
+#define MESH_OPT_QPS (1u << 1)
+#define MESH_OPT_NUMA_NODE (1u << 2)
+#define MESH_OPT_TIMEOUT_MS (1u << 3)
+
+struct mesh_channel_opts {
+	uint32_t mask;
+	uint32_t qps;        /* QPs of the link to stripe over, 1..16; default all of the link's */
+	uint64_t ring_size;  /* bytes per direction, power of two, 4 KiB..256 MiB; default 1 MiB */
+	int32_t numa_node;   /* where the rings should live; default: near the caller */
+	uint32_t timeout_ms; /* how long mesh_connect waits for the peer; default 30000 */
+	uint64_t reserved[6];
+};
+
+struct mesh_channel_info {
+	uint32_t channel_id;
+	uint32_t peer_node;
+	uint16_t local_port;
+	uint16_t peer_port;
+	uint32_t qps;
+	uint64_t ring_size;
+	uint64_t reserved[6];
+};
+
+/* A session names the local meshd: socket_path, else $MESH_SOCKET, else MESH_SOCKET_DEFAULT. It
+ * does not connect yet; every listen/connect opens its own connection. */
+MESH_EXPORT int mesh_open(const char *socket_path, mesh_session_t **out);
+MESH_EXPORT void mesh_session_close(mesh_session_t *s);
+
+/* Accepts channels to `port` of this node until mesh_listener_close. -EADDRINUSE if taken. */
+MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **out);
+/* The next incoming channel; with MESH_NONBLOCK -EAGAIN when none is waiting. */
+MESH_EXPORT int mesh_accept(mesh_listener_t *l, int flags, mesh_channel_t **out);
+/* Readable (poll/epoll) when mesh_accept would not wait. */
+MESH_EXPORT int mesh_listener_fd(const mesh_listener_t *l);
+MESH_EXPORT void mesh_listener_close(mesh_listener_t *l);
+
+/* Opens a channel to (node, port); returns once the peer accepted. Errors: -MESH_EUNKNOWNNODE (not in
+ * the cluster), -ENETUNREACH (the link to that node is not UP), -ECONNREFUSED (nobody listens on the
+ * port), -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
+MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
+			     mesh_channel_t **out);
+
+/* Copies up to len bytes in or out; returns the count (> 0), 0 from mesh_recv at EOF, or a negative
+ * errno: -EAGAIN (MESH_NONBLOCK and nothing possible now), -EPIPE (send after mesh_shutdown),
+ * -ECONNRESET (the peer or the link failed), -EPROTO (the ring was corrupted). Partial counts like
+ * write(2)/read(2): a blocking call returns as soon as some bytes moved. */
+MESH_EXPORT ssize_t mesh_send(mesh_channel_t *c, const void *buf, size_t len, int flags);
+MESH_EXPORT ssize_t mesh_recv(mesh_channel_t *c, void *buf, size_t len, int flags);
+
+/* Zero-copy send: *buf gets free space in the TX ring (contiguous, the return value in bytes, at
+ * least 1); write into it, then commit how many bytes to send (<= what reserve returned). */
+MESH_EXPORT ssize_t mesh_send_reserve(mesh_channel_t *c, void **buf, int flags);
+MESH_EXPORT int mesh_send_commit(mesh_channel_t *c, size_t len);
+/* Zero-copy receive: *buf gets the next contiguous received bytes (the return value; 0 at EOF);
+ * they stay valid until released. */
+MESH_EXPORT ssize_t mesh_recv_peek(mesh_channel_t *c, const void **buf, int flags);
+MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len);
+
+/* Readable (poll/epoll) when the channel may have changed: bytes arrived, space freed, EOF, error. */
+MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c);
+MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_info *info);
+/* Shuts the write side: the peer reads EOF after the last byte sent. */
+MESH_EXPORT int mesh_shutdown(mesh_channel_t *c);
+/* Closes the channel. Bytes already sent still reach the peer, which then reads EOF. */
+MESH_EXPORT int mesh_close(mesh_channel_t *c);
 
 #ifdef __cplusplus
 }

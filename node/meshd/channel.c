@@ -1,0 +1,886 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <mesh/mesh.h>
+
+#include "channel.h"
+#include "log.h"
+#include "mesh.h"
+#include "util.h"
+
+#define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+#define CH_EPHEMERAL_FIRST 49152u
+
+static uint64_t now_ms(void)
+{
+	return util_now_ms();
+}
+
+struct channel *channel_find(struct mesh *m, uint32_t id)
+{
+	for (struct channel *ch = m->channels; ch; ch = ch->next)
+		if (ch->id == id)
+			return ch;
+	return NULL;
+}
+
+const char *channel_state_name(const struct channel *ch)
+{
+	if (ch->error)
+		return "ERROR";
+	switch (ch->state) {
+	case CH_OPENING:
+		return "OPENING";
+	case CH_OPEN:
+		return ch->app_shut || ch->eof_known ? "HALF_CLOSED" : "OPEN";
+	default:
+		return "CLOSING";
+	}
+}
+
+static struct channel *link_channel(struct link *l, uint32_t slot)
+{
+	return slot < l->ch_cap ? l->ch_slots[slot] : NULL;
+}
+
+static int link_slot_alloc(struct link *l, struct channel *ch)
+{
+	for (uint32_t i = 0; i < l->ch_cap; i++) {
+		if (!l->ch_slots[i]) {
+			l->ch_slots[i] = ch;
+			ch->slot = i;
+			return 0;
+		}
+	}
+	if (l->ch_cap < MESH_CHANNEL_SLOTS) {
+		uint32_t nc = l->ch_cap ? MIN(l->ch_cap * 2, MESH_CHANNEL_SLOTS) : 16;
+		struct channel **s = realloc(l->ch_slots, nc * sizeof(*s));
+
+		if (!s)
+			return -ENOMEM;
+		memset(s + l->ch_cap, 0, (nc - l->ch_cap) * sizeof(*s));
+		ch->slot = l->ch_cap;
+		s[l->ch_cap] = ch;
+		l->ch_slots = s;
+		l->ch_cap = nc;
+		return 0;
+	}
+	return -EMFILE;
+}
+
+/* ---- creation and destruction ---- */
+
+static void channel_free(struct channel *ch)
+{
+	struct mesh *m = ch->mesh;
+	struct channel **pp;
+
+	for (pp = &m->channels; *pp; pp = &(*pp)->next) {
+		if (*pp == ch) {
+			*pp = ch->next;
+			break;
+		}
+	}
+	m->n_channels--;
+	if (ch->link && ch->link->ch_slots && link_channel(ch->link, ch->slot) == ch)
+		ch->link->ch_slots[ch->slot] = NULL;
+	if (m->ch_ops.watch)
+		m->ch_ops.watch(m->ch_ops.ctx, ch, false);
+	/* Registrations go through the graveyard: after the batch, after any QP that used them. */
+	mesh_bury_mr(m, ch->mr_tx);
+	mesh_bury_mr(m, ch->mr_rx);
+	mesh_bury_mr(m, ch->mr_cin);
+	mesh_bury_mr(m, ch->mr_cout);
+	if (ch->reply_fd >= 0 && m->ch_ops.deliver)
+		m->ch_ops.deliver(m->ch_ops.ctx, ch->reply_fd, ch->error ? ch->error : -ECONNRESET,
+				  ch->why[0] ? ch->why : "channel closed before it opened", NULL, NULL);
+	/* The rings may still be a DMA target until the QPs in the graveyard are gone. */
+	mesh_bury_map(m, ch->map, ch->map_len);
+	mesh_bury_map(m, ch->credit, 0);
+	for (int *fd = &ch->memfd; fd <= &ch->app_life_fd; fd++)
+		if (*fd >= 0)
+			close(*fd);
+	log_debug("channel %u freed", ch->id);
+	free(ch);
+}
+
+static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, const char **why)
+{
+	struct mesh *m = l->mesh;
+	struct channel *ch = calloc(1, sizeof(*ch));
+	int sv[2];
+	size_t len = MESH_RING_CTRL_SIZE + 2 * size;
+
+	*why = "out of memory";
+	if (!ch)
+		return NULL;
+	ch->memfd = ch->kick_fd = ch->wake_fd = ch->life_fd = ch->app_life_fd = ch->reply_fd = -1;
+	ch->mesh = m;
+	ch->link = l;
+	ch->size = size;
+	ch->qps = qps;
+	ch->chunk = (uint32_t)MIN((uint64_t)CH_CHUNK_MAX, size / 4);
+	ch->open_ms = now_ms();
+	ch->id = ++m->next_channel_id;
+	ch->next = m->channels;
+	m->channels = ch;
+	m->n_channels++;
+	if (link_slot_alloc(l, ch)) {
+		*why = "no free channel slot on this link";
+		ch->link = NULL;
+		goto err;
+	}
+	ch->memfd = memfd_create("mesh-channel", MFD_CLOEXEC);
+	if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)len)) {
+		*why = "memfd_create/ftruncate failed";
+		goto err;
+	}
+	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
+	if (ch->map == MAP_FAILED) {
+		ch->map = NULL;
+		*why = "mmap of the ring failed";
+		goto err;
+	}
+	ch->map_len = len;
+	ch->ctrl = ch->map;
+	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
+	ch->rx = ch->tx + size;
+	ch->credit = aligned_alloc(64, 64);
+	ch->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ch->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (!ch->credit || ch->kick_fd < 0 || ch->wake_fd < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv)) {
+		*why = "out of descriptors or memory";
+		goto err;
+	}
+	memset(ch->credit, 0, 64);
+	ch->life_fd = sv[0];
+	ch->app_life_fd = sv[1];
+	ch->ctrl->magic = MESH_RING_MAGIC;
+	ch->ctrl->version = MESH_RING_VERSION;
+	ch->ctrl->ring_size = size;
+	ch->ctrl->tx_off = MESH_RING_CTRL_SIZE;
+	ch->ctrl->rx_off = MESH_RING_CTRL_SIZE + size;
+	ch->ctrl->channel_id = ch->id;
+	ch->ctrl->peer_node = l->peer->id;
+	/* On the link's device; QP 0 stands for all of them (one device per link). */
+	if (xport_mr_reg(l->conns[0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx) ||
+	    xport_mr_reg(l->conns[0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &ch->mr_rx) ||
+	    xport_mr_reg(l->conns[0], ch->credit, 8, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &ch->mr_cin) ||
+	    xport_mr_reg(l->conns[0], ch->credit + 1, 8, XPORT_ACCESS_LOCAL, &ch->mr_cout)) {
+		*why = "memory registration failed";
+		goto err;
+	}
+	if (m->ch_ops.watch)
+		m->ch_ops.watch(m->ch_ops.ctx, ch, true);
+	return ch;
+err:
+	log_warn("channel to node %u: %s: %m", l->peer->id, *why);
+	channel_free(ch);
+	return NULL;
+}
+
+/* ---- the application side ---- */
+
+static void channel_wake_app(struct channel *ch)
+{
+	uint64_t one = 1;
+
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ch->ctrl->app_flags, memory_order_acquire) & MESH_APP_WAITING) {
+		if (write(ch->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			log_debug("channel %u: wake: %m", ch->id);
+	}
+}
+
+static void channel_publish(struct channel *ch)
+{
+	uint32_t st = MESH_STATE_OPEN;
+
+	if (ch->eof_known && ch->rx_bytes == ch->eof_total)
+		st |= MESH_STATE_PEER_EOF;
+	if (ch->error) {
+		st |= MESH_STATE_ERROR;
+		atomic_store_explicit(&ch->ctrl->error, ch->error, memory_order_relaxed);
+	}
+	atomic_store_explicit(&ch->ctrl->tx_cons, ch->tx_done, memory_order_release);
+	atomic_store_explicit(&ch->ctrl->rx_prod, ch->rx_bytes, memory_order_release);
+	atomic_store_explicit(&ch->ctrl->state, st, memory_order_release);
+	ch->published_state = st;
+	channel_wake_app(ch);
+}
+
+static void channel_send(struct channel *ch, PeerMsg *msg)
+{
+	int ret;
+
+	if (!ch->link || ch->link->phase != LINK_UP)
+		return;
+	ret = mesh_link_send(ch->link, msg);
+	if (ret)
+		log_warn("channel %u: cannot send a control message to node %u: %s", ch->id, ch->link->peer->id,
+			 mesh_strerror(ret));
+}
+
+static void channel_send_close(struct channel *ch, int reason)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelClose c = CHANNEL_CLOSE__INIT;
+
+	c.slot = ch->peer_slot;
+	c.reason = reason;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
+	msg.channel_close = &c;
+	channel_send(ch, &msg);
+	ch->close_sent = true;
+}
+
+static void channel_send_ack(struct channel *ch)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelCloseAck a = CHANNEL_CLOSE_ACK__INIT;
+
+	a.slot = ch->peer_slot;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
+	msg.channel_close_ack = &a;
+	channel_send(ch, &msg);
+	ch->ack_sent = true;
+}
+
+/* The channel is broken: no more data moves; the application sees err after the bytes it has. */
+static void channel_break(struct channel *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void channel_break(struct channel *ch, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ch->error)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(ch->why, sizeof(ch->why), fmt, ap);
+	va_end(ap);
+	ch->error = err;
+	ch->state = CH_CLOSING;
+	log_warn("channel %u (node %u port %u): %s (%s)", ch->id, ch->link ? ch->link->peer->id : 0, ch->peer_port,
+		 ch->why, mesh_strerror(err));
+}
+
+/* Reads and checks what the application published. */
+static int channel_read_app(struct channel *ch)
+{
+	uint64_t tx_prod = atomic_load_explicit(&ch->ctrl->tx_prod, memory_order_acquire);
+	uint64_t rx_cons = atomic_load_explicit(&ch->ctrl->rx_cons, memory_order_acquire);
+	uint32_t flags = atomic_load_explicit(&ch->ctrl->app_flags, memory_order_acquire);
+
+	if (ch->app_shut && tx_prod != ch->app_tx_prod)
+		tx_prod = ch->app_tx_prod; /* bytes after SHUT_WR are not part of the stream */
+	if (!mesh_ring_in_window(tx_prod, ch->app_tx_prod, ch->tx_done + ch->size)) {
+		channel_break(ch, -EPROTO, "application published tx_prod %llu outside [%llu, %llu]",
+			      (unsigned long long)tx_prod, (unsigned long long)ch->app_tx_prod,
+			      (unsigned long long)(ch->tx_done + ch->size));
+		return -EPROTO;
+	}
+	if (!mesh_ring_in_window(rx_cons, ch->app_rx_cons, ch->rx_bytes)) {
+		channel_break(ch, -EPROTO, "application published rx_cons %llu outside [%llu, %llu]",
+			      (unsigned long long)rx_cons, (unsigned long long)ch->app_rx_cons,
+			      (unsigned long long)ch->rx_bytes);
+		return -EPROTO;
+	}
+	ch->app_tx_prod = tx_prod;
+	ch->app_rx_cons = rx_cons;
+	if (flags & MESH_APP_SHUT_WR)
+		ch->app_shut = true;
+	return 0;
+}
+
+/* ---- the data path ---- */
+
+static bool channel_may_post(const struct channel *ch)
+{
+	return ch->state == CH_OPEN && !ch->error && !ch->close_rcvd && !ch->close_sent && ch->link &&
+	       ch->link->phase == LINK_UP;
+}
+
+static void channel_post_data(struct channel *ch)
+{
+	struct link *l = ch->link;
+
+	while (channel_may_post(ch) && ch->tx_sent < ch->app_tx_prod) {
+		uint64_t credit_end = ch->peer_cons + ch->size;
+		uint64_t off = ch->tx_sent & (ch->size - 1);
+		uint32_t qp = ch->next_qp, len;
+		int ret;
+
+		if (ch->tx_sent >= credit_end) {
+			if (!ch->stalled)
+				ch->credit_stalls++;
+			ch->stalled = true;
+			return;
+		}
+		ch->stalled = false;
+		if ((uint16_t)(ch->tx_seq - ch->tx_done_seq) >= CH_WINDOW || !mesh_link_sq_room(l, qp))
+			return;
+		len = (uint32_t)MIN(MIN(ch->app_tx_prod, credit_end) - ch->tx_sent, (uint64_t)ch->chunk);
+		len = (uint32_t)MIN((uint64_t)len, mesh_ring_contig(ch->tx_sent, ch->size));
+		ret = xport_post_write_imm(l->conns[qp], ch->mr_tx, ch->tx + off, len, ch->peer_rx_addr + off,
+					   ch->peer_rx_rkey, MESH_IMM(0, ch->peer_slot, ch->tx_seq),
+					   WR_ID(WR_CH_DATA, (ch->slot << 16) | ch->tx_seq));
+		if (ret) {
+			channel_break(ch, ret, "posting a data write on QP %u failed", qp);
+			return;
+		}
+		mesh_link_sq_take(l, qp);
+		ch->tx_len[ch->tx_seq % CH_WINDOW] = len;
+		ch->tx_ok[ch->tx_seq % CH_WINDOW] = false;
+		ch->tx_seq++;
+		ch->tx_sent += len;
+		ch->tx_bytes += len;
+		ch->tx_chunks++;
+		ch->inflight++;
+		ch->next_qp = (qp + 1) % ch->qps;
+	}
+}
+
+static void channel_post_credit(struct channel *ch)
+{
+	struct link *l = ch->link;
+	uint64_t cons = ch->app_rx_cons;
+	int ret;
+
+	if (!channel_may_post(ch) || ch->credit_busy || cons == ch->credit_sent)
+		return;
+	/* A quarter of the ring, or everything: fewer writes, and a stalled sender always hears. */
+	if (cons - ch->credit_sent < ch->size / 4 && cons != ch->rx_bytes)
+		return;
+	if (!mesh_link_sq_room(l, 0))
+		return;
+	ch->credit[1] = cons;
+	ret = xport_post_write_imm(l->conns[0], ch->mr_cout, &ch->credit[1], 8, ch->peer_credit_addr,
+				   ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
+	if (ret) {
+		channel_break(ch, ret, "posting a credit write failed");
+		return;
+	}
+	mesh_link_sq_take(l, 0);
+	ch->credit_busy = true;
+	ch->credit_posting = cons;
+	ch->inflight++;
+}
+
+static void channel_pump(struct channel *ch);
+
+/* ---- lifecycle ---- */
+
+static bool channel_done(struct channel *ch)
+{
+	/* The peer no longer writes to us, and our application is gone. */
+	return ch->app_gone && ch->inflight == 0 &&
+	       ((ch->close_sent && ch->ack_rcvd) || (ch->close_rcvd && ch->ack_sent) || !ch->link);
+}
+
+static void channel_progress_close(struct channel *ch)
+{
+	bool up = ch->link && ch->link->phase == LINK_UP;
+
+	if (!up) {
+		/* Without the link nothing can be in flight any more (its QPs are gone). */
+		ch->inflight = 0;
+		return;
+	}
+	if (ch->state == CH_OPENING)
+		return;
+	/* Answer the peer's Close once none of our writes is in flight. */
+	if (ch->close_rcvd && !ch->ack_sent && ch->inflight == 0)
+		channel_send_ack(ch);
+	if (ch->close_sent || ch->close_rcvd || ch->inflight)
+		return;
+	if (ch->error && ch->app_gone) {
+		channel_send_close(ch, ch->error);
+		return;
+	}
+	if (!ch->app_gone)
+		return;
+	/* The application closed: after a clean shutdown its last bytes and the EOF go first. */
+	if (ch->app_shut && (ch->tx_sent < ch->app_tx_prod || !ch->eof_sent))
+		return;
+	channel_send_close(ch, ch->app_shut ? 0 : -ECONNRESET);
+}
+
+static void channel_pump(struct channel *ch)
+{
+	if (!ch->app_gone || ch->app_shut)
+		channel_read_app(ch);
+	if (ch->state == CH_OPEN) {
+		channel_post_data(ch);
+		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch)) {
+			PeerMsg msg = PEER_MSG__INIT;
+			ChannelEof e = CHANNEL_EOF__INIT;
+
+			e.slot = ch->peer_slot;
+			e.total = ch->tx_sent;
+			msg.body_case = PEER_MSG__BODY_CHANNEL_EOF;
+			msg.channel_eof = &e;
+			channel_send(ch, &msg);
+			ch->eof_sent = true;
+		}
+		if (!ch->app_gone)
+			channel_post_credit(ch);
+	}
+	channel_progress_close(ch);
+	if (!ch->app_gone)
+		channel_publish(ch);
+	if (channel_done(ch))
+		channel_free(ch);
+}
+
+/* ---- local clients ---- */
+
+int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **why)
+{
+	struct listener *li;
+
+	for (li = m->listeners; li; li = li->next) {
+		if (li->port == port) {
+			*why = "port already has a listener";
+			return -EADDRINUSE;
+		}
+	}
+	li = calloc(1, sizeof(*li));
+	if (!li) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	li->port = port;
+	li->fd = client_fd;
+	li->next = m->listeners;
+	m->listeners = li;
+	log_debug("listening on port %u for client fd %d", port, client_fd);
+	return 0;
+}
+
+static uint16_t channel_ephemeral_port(struct mesh *m)
+{
+	uint16_t p = (uint16_t)(CH_EPHEMERAL_FIRST + (m->next_channel_id % (65536u - CH_EPHEMERAL_FIRST)));
+
+	return p;
+}
+
+int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int client_fd,
+		    const char **why)
+{
+	struct link *l;
+	struct channel *ch;
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelOpen o = CHANNEL_OPEN__INIT;
+
+	if (node == m->self->id) {
+		*why = "channels to the local node are not supported; connect to a peer";
+		return -EINVAL;
+	}
+	l = mesh_link_find(m, node);
+	if (!l) {
+		*why = "node is not in the cluster configuration";
+		return -MESH_EUNKNOWNNODE;
+	}
+	if (l->phase != LINK_UP) {
+		*why = "the link to that node is not UP";
+		return -ENETUNREACH;
+	}
+	if (!(l->features & MESH_FEAT_CHANNELS)) {
+		*why = "the peer's meshd does not support channels";
+		return -EOPNOTSUPP;
+	}
+	if (!ring_size)
+		ring_size = MESH_RING_DEFAULT;
+	if (!qps || qps > m->cfg->qps_per_link)
+		qps = m->cfg->qps_per_link;
+	ch = channel_new(l, ring_size, qps, why);
+	if (!ch)
+		return -ENOMEM;
+	ch->opener = true;
+	ch->state = CH_OPENING;
+	ch->peer_port = port;
+	ch->local_port = channel_ephemeral_port(m);
+	ch->ctrl->local_port = ch->local_port;
+	ch->ctrl->peer_port = port;
+	ch->reply_fd = client_fd;
+	o.slot = ch->slot;
+	o.src_port = ch->local_port;
+	o.dst_port = port;
+	o.ring_size = ring_size;
+	o.qps = qps;
+	o.rx_addr = (uintptr_t)ch->rx;
+	o.rx_rkey = ch->mr_rx->rkey;
+	o.credit_addr = (uintptr_t)ch->credit;
+	o.credit_rkey = ch->mr_cin->rkey;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
+	msg.channel_open = &o;
+	channel_send(ch, &msg);
+	log_debug("channel %u: opening to node %u port %u (ring %llu, %u QPs)", ch->id, node, port,
+		  (unsigned long long)ring_size, qps);
+	return 0;
+}
+
+void channel_client_gone(struct mesh *m, int client_fd)
+{
+	struct listener **pp = &m->listeners;
+
+	while (*pp) {
+		struct listener *li = *pp;
+
+		if (li->fd == client_fd) {
+			*pp = li->next;
+			free(li);
+		} else {
+			pp = &li->next;
+		}
+	}
+	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+		next = ch->next;
+		if (ch->reply_fd == client_fd) {
+			/* Nobody will take this channel: it closes like one whose application died. */
+			ch->reply_fd = -1;
+			ch->app_gone = true;
+			channel_pump(ch);
+		}
+	}
+}
+
+static int channel_hand_over(struct channel *ch, int fd)
+{
+	struct mesh *m = ch->mesh;
+	int fds[4] = {ch->memfd, ch->app_life_fd, ch->kick_fd, ch->wake_fd};
+	int ret = m->ch_ops.deliver ? m->ch_ops.deliver(m->ch_ops.ctx, fd, 0, NULL, ch, fds) : -ENOTCONN;
+
+	if (ret)
+		return ret;
+	/* The application has its copies now; meshd keeps the mapping, the kick, wake and lifeline. */
+	close(ch->memfd);
+	ch->memfd = -1;
+	close(ch->app_life_fd);
+	ch->app_life_fd = -1;
+	return 0;
+}
+
+/* ---- the peer ---- */
+
+static void channel_reject(struct link *l, uint32_t slot, int reason)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelReject r = CHANNEL_REJECT__INIT;
+
+	r.slot = slot;
+	r.reason = reason;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_REJECT;
+	msg.channel_reject = &r;
+	mesh_link_send(l, &msg);
+}
+
+static void channel_on_open(struct link *l, const ChannelOpen *o)
+{
+	struct mesh *m = l->mesh;
+	struct listener *li;
+	struct channel *ch;
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelAccept a = CHANNEL_ACCEPT__INIT;
+	const char *why;
+
+	for (li = m->listeners; li && li->port != o->dst_port; li = li->next)
+		;
+	if (!li) {
+		log_info("node %u opened a channel to port %u: nobody listens", l->peer->id, o->dst_port);
+		channel_reject(l, o->slot, -ECONNREFUSED);
+		return;
+	}
+	if (o->qps > m->cfg->qps_per_link) {
+		channel_reject(l, o->slot, -EINVAL);
+		return;
+	}
+	ch = channel_new(l, o->ring_size, o->qps, &why);
+	if (!ch) {
+		channel_reject(l, o->slot, -ENOMEM);
+		return;
+	}
+	ch->state = CH_OPEN;
+	ch->peer_slot = o->slot;
+	ch->local_port = (uint16_t)o->dst_port;
+	ch->peer_port = (uint16_t)o->src_port;
+	ch->ctrl->local_port = ch->local_port;
+	ch->ctrl->peer_port = ch->peer_port;
+	ch->peer_rx_addr = o->rx_addr;
+	ch->peer_rx_rkey = o->rx_rkey;
+	ch->peer_credit_addr = o->credit_addr;
+	ch->peer_credit_rkey = o->credit_rkey;
+	channel_publish(ch);
+	if (channel_hand_over(ch, li->fd)) {
+		log_warn("channel from node %u to port %u: the listener did not take it", l->peer->id, o->dst_port);
+		channel_reject(l, o->slot, -ECONNREFUSED);
+		ch->app_gone = true;
+		ch->state = CH_OPENING; /* the peer never saw it open: free without a close handshake */
+		channel_free(ch);
+		return;
+	}
+	a.slot = o->slot;
+	a.peer_slot = ch->slot;
+	a.rx_addr = (uintptr_t)ch->rx;
+	a.rx_rkey = ch->mr_rx->rkey;
+	a.credit_addr = (uintptr_t)ch->credit;
+	a.credit_rkey = ch->mr_cin->rkey;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
+	msg.channel_accept = &a;
+	channel_send(ch, &msg);
+	log_debug("channel %u: accepted from node %u port %u to port %u", ch->id, l->peer->id, ch->peer_port,
+		  ch->local_port);
+}
+
+int channel_on_message(struct link *l, const PeerMsg *msg)
+{
+	struct channel *ch;
+
+	if (!(l->features & MESH_FEAT_CHANNELS))
+		return -MESH_EPEERMSG;
+	switch (msg->body_case) {
+	case PEER_MSG__BODY_CHANNEL_OPEN:
+		channel_on_open(l, msg->channel_open);
+		return 0;
+	case PEER_MSG__BODY_CHANNEL_ACCEPT: {
+		const ChannelAccept *a = msg->channel_accept;
+
+		ch = link_channel(l, a->slot);
+		if (!ch || ch->state != CH_OPENING) {
+			log_warn("node %u accepted channel slot %u, which is not opening", l->peer->id, a->slot);
+			return 0;
+		}
+		ch->peer_slot = a->peer_slot;
+		ch->peer_rx_addr = a->rx_addr;
+		ch->peer_rx_rkey = a->rx_rkey;
+		ch->peer_credit_addr = a->credit_addr;
+		ch->peer_credit_rkey = a->credit_rkey;
+		ch->state = CH_OPEN;
+		channel_publish(ch);
+		/* Nobody waits for it any more (timeout, client gone): it closes right away. */
+		if (ch->reply_fd < 0 || channel_hand_over(ch, ch->reply_fd))
+			ch->app_gone = true;
+		ch->reply_fd = -1;
+		channel_pump(ch);
+		return 0;
+	}
+	case PEER_MSG__BODY_CHANNEL_REJECT:
+		ch = link_channel(l, msg->channel_reject->slot);
+		if (ch && ch->state == CH_OPENING) {
+			ch->error = msg->channel_reject->reason;
+			snprintf(ch->why, sizeof(ch->why), "node %u refused: %s", l->peer->id,
+				 mesh_strerror(msg->channel_reject->reason));
+			ch->app_gone = true;
+			channel_free(ch); /* answers the client with the reason */
+		}
+		return 0;
+	case PEER_MSG__BODY_CHANNEL_EOF:
+		ch = link_channel(l, msg->channel_eof->slot);
+		if (!ch || ch->state == CH_OPENING)
+			return 0;
+		if (msg->channel_eof->total < ch->rx_bytes || ch->eof_known) {
+			channel_break(ch, -EPROTO, "peer sent EOF at %llu after %llu bytes arrived",
+				      (unsigned long long)msg->channel_eof->total, (unsigned long long)ch->rx_bytes);
+		} else {
+			ch->eof_known = true;
+			ch->eof_total = msg->channel_eof->total;
+		}
+		channel_pump(ch);
+		return 0;
+	case PEER_MSG__BODY_CHANNEL_CLOSE:
+		ch = link_channel(l, msg->channel_close->slot);
+		if (!ch || ch->state == CH_OPENING) {
+			log_warn("node %u closed channel slot %u, which is not open", l->peer->id,
+				 msg->channel_close->slot);
+			return 0;
+		}
+		ch->close_rcvd = true;
+		ch->state = CH_CLOSING;
+		if (msg->channel_close->reason && !ch->error) {
+			ch->error = msg->channel_close->reason;
+			snprintf(ch->why, sizeof(ch->why), "node %u closed the channel: %s", l->peer->id,
+				 mesh_strerror(ch->error));
+		} else if (!ch->eof_known) {
+			/* A clean close without an EOF message: everything that arrived is the stream. */
+			ch->eof_known = true;
+			ch->eof_total = ch->rx_bytes;
+		}
+		channel_pump(ch);
+		return 0;
+	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
+		ch = link_channel(l, msg->channel_close_ack->slot);
+		if (ch && ch->close_sent) {
+			ch->ack_rcvd = true;
+			channel_pump(ch);
+		}
+		return 0;
+	default:
+		return -MESH_EPEERMSG;
+	}
+}
+
+int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status)
+{
+	uint32_t slot = kind == WR_CH_DATA ? idx >> 16 : idx;
+	struct channel *ch = link_channel(l, slot);
+
+	if (status)
+		return status; /* a failed write breaks the QP, hence the link */
+	if (!ch || !ch->inflight)
+		return -EPROTO;
+	ch->inflight--;
+	if (kind == WR_CH_DATA) {
+		uint16_t seq = (uint16_t)idx;
+
+		ch->tx_ok[seq % CH_WINDOW] = true;
+		while (ch->tx_done_seq != ch->tx_seq && ch->tx_ok[ch->tx_done_seq % CH_WINDOW]) {
+			ch->tx_ok[ch->tx_done_seq % CH_WINDOW] = false;
+			ch->tx_done += ch->tx_len[ch->tx_done_seq % CH_WINDOW];
+			ch->tx_done_seq++;
+		}
+	} else {
+		ch->credit_busy = false;
+		ch->credit_sent = ch->credit_posting;
+	}
+	channel_pump(ch);
+	return 0;
+}
+
+int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
+{
+	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
+
+	if (!ch || ch->state == CH_OPENING) {
+		log_warn("node %u wrote to channel slot %u, which is not open", l->peer->id, MESH_IMM_SLOT(imm));
+		return 0;
+	}
+	if (imm & MESH_IMM_CREDIT) {
+		uint64_t c = __atomic_load_n(&ch->credit[0], __ATOMIC_ACQUIRE);
+
+		if (!mesh_ring_in_window(c, ch->peer_cons, ch->tx_sent))
+			channel_break(ch, -EPROTO, "peer credited %llu bytes, outside [%llu, %llu]", (unsigned long long)c,
+				      (unsigned long long)ch->peer_cons, (unsigned long long)ch->tx_sent);
+		else
+			ch->peer_cons = c;
+	} else {
+		uint16_t seq = MESH_IMM_SEQ(imm);
+
+		if ((uint16_t)(seq - ch->rx_seq) >= CH_WINDOW || ch->rx_len[seq % CH_WINDOW] || !len || len > ch->size) {
+			channel_break(ch, -EPROTO, "peer sent chunk %u of %u bytes, expected %u..%u", seq, len, ch->rx_seq,
+				      (uint16_t)(ch->rx_seq + CH_WINDOW - 1));
+		} else {
+			ch->rx_len[seq % CH_WINDOW] = len;
+			ch->rx_chunks++;
+			while (ch->rx_len[ch->rx_seq % CH_WINDOW]) {
+				ch->rx_bytes += ch->rx_len[ch->rx_seq % CH_WINDOW];
+				ch->rx_bytes_total += ch->rx_len[ch->rx_seq % CH_WINDOW];
+				ch->rx_len[ch->rx_seq % CH_WINDOW] = 0;
+				ch->rx_seq++;
+			}
+			/* Never more than a ring ahead of the reader: the peer ignored our credits. */
+			if (ch->rx_bytes - ch->app_rx_cons > ch->size)
+				channel_break(ch, -EPROTO, "peer wrote %llu bytes past the reader's credit",
+					      (unsigned long long)(ch->rx_bytes - ch->app_rx_cons - ch->size));
+			if (ch->eof_known && ch->rx_bytes > ch->eof_total)
+				channel_break(ch, -EPROTO, "peer sent data after its EOF");
+		}
+	}
+	channel_pump(ch);
+	return 0;
+}
+
+void channel_link_down(struct link *l)
+{
+	for (uint32_t i = 0; i < l->ch_cap; i++) {
+		struct channel *ch = l->ch_slots[i];
+
+		if (!ch)
+			continue;
+		channel_break(ch, -ECONNRESET, "link to node %u went DOWN", l->peer->id);
+		/* The QPs are gone: the registrations go with them, the slot is free. */
+		l->ch_slots[i] = NULL;
+		ch->link = NULL;
+		ch->inflight = 0;
+		if (ch->state == CH_OPENING) {
+			ch->app_gone = true;
+			channel_free(ch);
+			continue;
+		}
+		channel_pump(ch);
+	}
+}
+
+void channel_on_kick(struct mesh *m, uint32_t id)
+{
+	struct channel *ch = channel_find(m, id);
+	uint64_t v;
+
+	if (!ch)
+		return;
+	if (read(ch->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_debug("channel %u: kick read: %m", id);
+	channel_pump(ch);
+}
+
+void channel_on_lifeline(struct mesh *m, uint32_t id)
+{
+	struct channel *ch = channel_find(m, id);
+	char buf[64];
+	ssize_t n;
+
+	if (!ch)
+		return;
+	n = recv(ch->life_fd, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n > 0)
+		return; /* nothing is defined on the lifeline yet: ignore, it is not a close */
+	/* The application closed or died: a clean close if it shut its write side first. */
+	channel_read_app(ch);
+	ch->app_gone = true;
+	if (m->ch_ops.watch)
+		m->ch_ops.watch(m->ch_ops.ctx, ch, false);
+	log_debug("channel %u: application %s", ch->id, ch->app_shut ? "closed" : "gone without shutdown");
+	channel_pump(ch);
+}
+
+void channel_tick(struct mesh *m, uint64_t t)
+{
+	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+		next = ch->next;
+		if (ch->state == CH_OPENING && ch->reply_fd >= 0 && t - ch->open_ms > m->cfg->handshake_timeout_ms) {
+			/* The client hears now; the channel waits for the peer's answer (its Accept would
+			 * be followed by writes into our registered ring), then closes. */
+			if (m->ch_ops.deliver)
+				m->ch_ops.deliver(m->ch_ops.ctx, ch->reply_fd, -ETIMEDOUT, "the peer did not answer in time",
+						  NULL, NULL);
+			ch->reply_fd = -1;
+			ch->app_gone = true;
+		}
+		channel_pump(ch);
+	}
+}
+
+void channel_cleanup(struct mesh *m)
+{
+	while (m->channels) {
+		struct channel *ch = m->channels;
+
+		ch->error = ch->error ? ch->error : -ECONNRESET;
+		channel_free(ch);
+	}
+	while (m->listeners) {
+		struct listener *li = m->listeners;
+
+		m->listeners = li->next;
+		free(li);
+	}
+}

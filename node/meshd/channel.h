@@ -1,0 +1,135 @@
+/*
+ * Stream channels inside meshd: the shared-memory rings of local applications (proto/ring.h),
+ * the ChannelOpen/Accept/Reject/Eof/Close/CloseAck exchange with the peer meshd over the link's
+ * control QP, and the data path: new TX bytes go as RDMA WRITE_WITH_IMM, striped round-robin over
+ * the channel's QPs, from the TX ring straight to the same offset of the peer's RX ring; the
+ * receiver reorders chunks by sequence number and publishes them; credits (the reader's rx_cons)
+ * come back by WRITE_WITH_IMM into the sender's credit word. meshd never copies payload.
+ *
+ * Closing never breaks the link: a side sends ChannelClose only once none of its writes is in
+ * flight, and frees the registered rings only after the peer's ChannelCloseAck (which the peer
+ * sends once it has no write in flight either) or after acknowledging the peer's Close.
+ */
+#ifndef MESH_MESHD_CHANNEL_H
+#define MESH_MESHD_CHANNEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ring.h"
+#include "transport.h"
+#include "wire.h"
+
+#define CH_WINDOW 256u          /* chunks in flight per direction; < 2^16 for the sequence numbers */
+#define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
+
+struct mesh;
+struct link;
+
+enum ch_state {
+	CH_OPENING, /* opener: ChannelOpen sent, waiting for Accept/Reject */
+	CH_OPEN,
+	CH_CLOSING, /* no more data moves; the close handshake or the application is pending */
+};
+
+struct channel {
+	uint32_t id; /* node-wide, shown by meshctl */
+	struct mesh *mesh;
+	struct link *link;
+	struct channel *next; /* mesh's list */
+	uint32_t slot, peer_slot;
+	uint16_t local_port, peer_port;
+	bool opener;
+	enum ch_state state;
+	uint64_t size;
+	uint32_t qps, next_qp, chunk;
+	uint64_t open_ms;
+
+	/* shared memory and descriptors (meshd's ends) */
+	void *map;
+	size_t map_len;
+	struct mesh_ring_ctrl *ctrl;
+	uint8_t *tx, *rx;
+	int memfd, kick_fd, wake_fd, life_fd, app_life_fd;
+
+	/* registered memory: TX (local), RX (peer writes), credit word in (peer writes), credit out */
+	xport_mr_t *mr_tx, *mr_rx, *mr_cin, *mr_cout;
+	uint64_t *credit; /* credit[0]: the peer's rx_cons, written by the peer; credit[8]: our source */
+	uint64_t peer_rx_addr, peer_credit_addr;
+	uint32_t peer_rx_rkey, peer_credit_rkey;
+
+	/* TX: app published app_tx_prod; we posted tx_sent; writes done up to tx_done */
+	uint64_t app_tx_prod, tx_sent, tx_done, peer_cons;
+	uint16_t tx_seq, tx_done_seq;
+	uint32_t tx_len[CH_WINDOW];
+	bool tx_ok[CH_WINDOW];
+	bool stalled;
+
+	/* RX: chunks in order up to rx_bytes; the app consumed app_rx_cons; we credited credit_sent */
+	uint16_t rx_seq;
+	uint32_t rx_len[CH_WINDOW];
+	uint64_t rx_bytes, app_rx_cons, credit_sent, credit_posting;
+	bool credit_busy;
+	bool eof_known;
+	uint64_t eof_total;
+
+	/* lifecycle */
+	uint32_t inflight; /* data and credit writes posted, not completed */
+	bool app_gone, app_shut, eof_sent, close_sent, ack_rcvd, close_rcvd, ack_sent;
+	int error;          /* negative errno once broken */
+	int reply_fd;       /* opener: the client waiting for the connect result, -1 none */
+	char why[96];
+
+	/* counters */
+	uint64_t tx_bytes, rx_bytes_total, tx_chunks, rx_chunks, credit_stalls;
+	uint32_t published_state;
+};
+
+struct listener {
+	struct listener *next;
+	uint16_t port;
+	int fd; /* the client connection that listens */
+};
+
+/* What admin.c provides: delivery of a channel to an application. */
+struct channel_ops {
+	/* Sends a CtlReply (status, or a ChannelSetup with the four descriptors) on client fd. */
+	int (*deliver)(void *ctx, int fd, int status, const char *why, const struct channel *ch, const int fds[4]);
+	/* epoll registration of a channel's kick and lifeline fds (add = false: remove). */
+	void (*watch)(void *ctx, struct channel *ch, bool add);
+	void *ctx;
+};
+
+/* Requests from local clients. Return 0 when answered later (connect) or done, else a negative errno
+ * to answer now; *why names the problem. */
+int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **why);
+int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int client_fd,
+		    const char **why);
+/* A client connection went away: its listeners go, its pending connect is abandoned. */
+void channel_client_gone(struct mesh *m, int client_fd);
+
+/* From the link: a channel message (PeerMsg body), a completion of a channel work request, an
+ * immediate of the data path. Return 0, or a negative errno when the peer broke the protocol badly
+ * enough that the link must go. */
+int channel_on_message(struct link *l, const PeerMsg *msg);
+int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status);
+int channel_on_imm(struct link *l, uint32_t imm, uint32_t len);
+/* The link went DOWN: every channel on it breaks (-ECONNRESET); registered memory goes with the QPs. */
+void channel_link_down(struct link *l);
+
+/* From meshd's loop: the application kicked, or its lifeline closed. */
+void channel_on_kick(struct mesh *m, uint32_t id);
+void channel_on_lifeline(struct mesh *m, uint32_t id);
+/* Periodic: connect timeouts, and a pump of every channel (a lost wake-up never hangs anyone). */
+void channel_tick(struct mesh *m, uint64_t now_ms);
+/* Everything, at exit. */
+void channel_cleanup(struct mesh *m);
+
+struct channel *channel_find(struct mesh *m, uint32_t id);
+const char *channel_state_name(const struct channel *ch);
+
+/* wr_id kinds of the data path (mesh.c owns 1..4). */
+#define WR_CH_DATA 5u
+#define WR_CH_CREDIT 6u
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * The shared-memory ring of a stream channel: the contract between libmesh (the application) and
+ * meshd, which share one memfd per channel.
+ *
+ * memfd layout:  [ control page, 4096 bytes ][ TX data, ring_size ][ RX data, ring_size ]
+ *
+ * ring_size is a power of two (MESH_RING_MIN..MESH_RING_MAX), the same for both directions and on
+ * both nodes: a byte at stream position p lives at offset p & (ring_size - 1) of the sender's TX
+ * area and is written by RDMA to the same offset of the receiver's RX area.
+ *
+ * Indices are 64-bit stream positions that only grow. Each is written by exactly one side, sits on
+ * its own cache line, and is accessed with C11 atomics: release when publishing, acquire when
+ * reading. Neither side trusts an index the other wrote: a value outside its valid window is an
+ * error of the writer (meshd closes the channel with -EPROTO; libmesh returns -EPROTO), never a
+ * read or write outside the ring.
+ *
+ *   written by the application      written by meshd
+ *   tx_prod: bytes published in TX   tx_cons: TX bytes sent and acknowledged: reusable
+ *   rx_cons: RX bytes consumed       rx_prod: RX bytes arrived, in order
+ *
+ * Valid windows (checked by the reader):
+ *   meshd:   tx_cons <= tx_prod <= tx_cons + ring_size, and tx_prod never decreases;
+ *            rx_cons(previous) <= rx_cons <= rx_prod
+ *   libmesh: tx_cons(previous) <= tx_cons <= tx_prod; rx_cons <= rx_prod <= rx_cons + ring_size
+ *
+ * Wake-ups: the application's side blocks on the wake eventfd and sets MESH_APP_WAITING before it
+ * re-checks the indices and sleeps; meshd writes the wake eventfd after publishing whenever that flag
+ * is set. The application writes the kick eventfd after publishing tx_prod, after consuming a
+ * quarter of the ring or catching up with rx_prod, and after setting MESH_APP_SHUT_WR.
+ */
+#ifndef MESH_PROTO_RING_H
+#define MESH_PROTO_RING_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define MESH_RING_MAGIC 0x4d52494eu /* "MRIN" */
+#define MESH_RING_VERSION 1
+#define MESH_RING_CTRL_SIZE 4096u
+#define MESH_RING_MIN (4u << 10)
+#define MESH_RING_MAX (256u << 20)
+#define MESH_RING_DEFAULT (1u << 20)
+#define MESH_CACHELINE 64
+
+/* app_flags (written by the application) */
+#define MESH_APP_WAITING (1u << 0) /* wake me through the wake eventfd */
+#define MESH_APP_SHUT_WR (1u << 1) /* no more bytes after tx_prod: send EOF once they are out */
+
+/* state (written by meshd) */
+#define MESH_STATE_OPEN (1u << 0)
+#define MESH_STATE_PEER_EOF (1u << 1) /* the peer shut its write side; rx_prod is final */
+#define MESH_STATE_ERROR (1u << 2)    /* the channel is broken: see error; no more data moves */
+
+struct mesh_ring_ctrl {
+	/* line 0: set by meshd before the memfd is handed over, then read-only */
+	alignas(MESH_CACHELINE) uint32_t magic;
+	uint32_t version;
+	uint64_t ring_size;
+	uint64_t tx_off; /* offset of the TX area in the memfd */
+	uint64_t rx_off;
+	uint32_t channel_id;
+	uint32_t peer_node;
+	uint16_t local_port;
+	uint16_t peer_port;
+	uint32_t reserved0;
+	/* the application's lines */
+	alignas(MESH_CACHELINE) _Atomic uint64_t tx_prod;
+	alignas(MESH_CACHELINE) _Atomic uint64_t rx_cons;
+	alignas(MESH_CACHELINE) _Atomic uint32_t app_flags;
+	/* meshd's lines */
+	alignas(MESH_CACHELINE) _Atomic uint64_t tx_cons;
+	alignas(MESH_CACHELINE) _Atomic uint64_t rx_prod;
+	alignas(MESH_CACHELINE) _Atomic uint32_t state;
+	_Atomic int32_t error; /* negative errno when MESH_STATE_ERROR */
+};
+_Static_assert(sizeof(struct mesh_ring_ctrl) <= MESH_RING_CTRL_SIZE, "ring control page overflows");
+_Static_assert(sizeof(_Atomic uint64_t) == 8, "64-bit atomics required");
+
+static inline int mesh_ring_size_valid(uint64_t size)
+{
+	return size >= MESH_RING_MIN && size <= MESH_RING_MAX && !(size & (size - 1));
+}
+
+/* Is v in [lo, hi]? Written for monotonic 64-bit positions (no wrap in practice: 2^64 bytes). */
+static inline int mesh_ring_in_window(uint64_t v, uint64_t lo, uint64_t hi)
+{
+	return v >= lo && v <= hi;
+}
+
+/* Bytes from position pos to the end of the ring area: the longest contiguous run there. */
+static inline uint64_t mesh_ring_contig(uint64_t pos, uint64_t size)
+{
+	return size - (pos & (size - 1));
+}
+
+#endif
