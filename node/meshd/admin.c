@@ -266,6 +266,7 @@ static int admin_deliver(void *ctx, int fd, int status, const char *why, const s
 	struct admin *a = ctx;
 	CtlReply r = CTL_REPLY__INIT;
 	ChannelSetup setup = CHANNEL_SETUP__INIT;
+	NodeInfo node = NODE_INFO__INIT;
 	union {
 		char buf[CMSG_SPACE(4 * sizeof(int))];
 		struct cmsghdr align;
@@ -281,6 +282,10 @@ static int admin_deliver(void *ctx, int fd, int status, const char *why, const s
 		return -ENOTCONN;
 	r.status = status;
 	r.error = (char *)(why ? why : "");
+	/* Never an empty datagram: on SEQPACKET it would read like the end of the connection. */
+	node.id = a->mesh->self->id;
+	node.cluster = (char *)a->mesh->cfg->cluster_name;
+	r.node = &node;
 	if (ch) {
 		setup.channel_id = ch->id;
 		setup.peer_node = ch->link ? ch->link->peer->id : 0;
