@@ -23,10 +23,15 @@
  *            rx_cons(previous) <= rx_cons <= rx_prod
  *   libmesh: tx_cons(previous) <= tx_cons <= tx_prod; rx_cons <= rx_prod <= rx_cons + ring_size
  *
+ * Indices start at 0 and never decrease (a reader also rejects a value below the last it saw).
+ * The memfd is sealed (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) before it is handed over.
+ *
  * Wake-ups: the application's side blocks on the wake eventfd and sets MESH_APP_WAITING before it
- * re-checks the indices and sleeps; meshd writes the wake eventfd after publishing whenever that flag
- * is set. The application writes the kick eventfd after publishing tx_prod, after consuming a
- * quarter of the ring or catching up with rx_prod, and after setting MESH_APP_SHUT_WR.
+ * re-checks the indices and sleeps; meshd publishes, issues a seq_cst fence, then writes the wake
+ * eventfd if that flag is set, for index and for state changes. The application writes the kick
+ * eventfd after publishing tx_prod, after consuming a quarter of the ring or catching up with
+ * rx_prod, before it sleeps if it consumed anything not yet kicked, and after setting
+ * MESH_APP_SHUT_WR.
  */
 #ifndef MESH_PROTO_RING_H
 #define MESH_PROTO_RING_H

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,9 +138,11 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 		ch->link = NULL;
 		goto err;
 	}
-	ch->memfd = memfd_create("mesh-channel", MFD_CLOEXEC);
-	if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)len)) {
-		*why = "memfd_create/ftruncate failed";
+	ch->memfd = memfd_create("mesh-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	/* Sealed at its size: neither side can shrink it under the other's mapping (SIGBUS). */
+	if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)len) ||
+	    fcntl(ch->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		*why = "memfd_create/ftruncate/seal failed";
 		goto err;
 	}
 	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
@@ -401,7 +404,8 @@ static void channel_progress_close(struct channel *ch)
 		channel_send_ack(ch);
 	if (ch->close_sent || ch->close_rcvd || ch->inflight)
 		return;
-	if (ch->error && ch->app_gone) {
+	/* A broken channel tells the peer at once, whether or not our application is still there. */
+	if (ch->error) {
 		channel_send_close(ch, ch->error);
 		return;
 	}

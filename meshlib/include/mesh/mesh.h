@@ -129,7 +129,9 @@ MESH_EXPORT int mesh_send_commit(mesh_channel_t *c, size_t len);
 MESH_EXPORT ssize_t mesh_recv_peek(mesh_channel_t *c, const void **buf, int flags);
 MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len);
 
-/* Readable (poll/epoll) when the channel may have changed: bytes arrived, space freed, EOF, error. */
+/* Readable (poll/epoll) when the channel may have changed: bytes arrived, space freed, EOF, error, or
+ * meshd went away. Level-triggered: call the channel with MESH_NONBLOCK until -EAGAIN, which clears
+ * it. Owned by the channel: do not read or close it. */
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c);
 MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_info *info);
 /* Shuts the write side: the peer reads EOF after the last byte sent. */

@@ -1,0 +1,607 @@
+/*
+ * Channels: the application's side of the shared-memory rings of proto/ring.h.
+ *
+ * Everything meshd wrote is hostile: the setup message and the control page are checked before the
+ * channel exists, and each index meshd publishes is read once (acquire) into a local, checked
+ * against its window and only then used; a value outside its window makes the channel fail with a
+ * sticky -EPROTO, so no copy can reach outside the mapping. Our own indices are kept here and never
+ * read back from the page.
+ *
+ * Waiting: set MESH_APP_WAITING, re-check, sleep in poll() on the wake eventfd and the lifeline (a
+ * hang-up there means meshd is gone: -ECONNRESET instead of a hang), clear the eventfd, clear the
+ * flag, re-check. Once mesh_channel_fd was called the flag stays set, so meshd wakes the fd it
+ * returned on every change.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "wire.h"
+
+/* One step of a call that may wait: a result (>= 0 or an error), or -EAGAIN to wait and retry. */
+typedef ssize_t (*chan_step_fn)(mesh_channel_t *c, void *arg);
+
+/* ---- setup ---- */
+
+/* A descriptor meshd passed as an eventfd really is one, where /proc tells (otherwise trusted). */
+static bool fd_is_eventfd(int fd)
+{
+	char path[64], buf[512];
+	ssize_t n;
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return true;
+	n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return true;
+	buf[n] = '\0';
+	return strstr(buf, "eventfd-count:") != NULL;
+}
+
+static int setup_check(const ChannelSetup *s, const int *fds)
+{
+	struct stat st;
+
+	if (!mesh_ring_size_valid(s->ring_size) || s->memfd_size != MESH_RING_CTRL_SIZE + 2 * s->ring_size) {
+		lib_debug("channel %u: setup ring_size %" PRIu64 " memfd_size %" PRIu64 ": not a valid ring and layout",
+			  s->channel_id, s->ring_size, s->memfd_size);
+		return -EPROTO;
+	}
+	if (s->local_port > 65535 || s->peer_port > 65535 || s->peer_node > MESH_NODE_ID_MAX ||
+	    s->qps > MESH_QPS_PER_LINK_MAX) {
+		lib_debug("channel %u: setup port, node or qps out of range", s->channel_id);
+		return -EPROTO;
+	}
+	if (fstat(fds[CTL_FD_MEMFD], &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != s->memfd_size) {
+		lib_debug("channel %u: memfd is not a file of memfd_size %" PRIu64 " bytes", s->channel_id,
+			  s->memfd_size);
+		return -EPROTO;
+	}
+	if (fstat(fds[CTL_FD_LIFELINE], &st) || !S_ISSOCK(st.st_mode)) {
+		lib_debug("channel %u: lifeline (descriptor 2) is not a socket", s->channel_id);
+		return -EPROTO;
+	}
+	if (!fd_is_eventfd(fds[CTL_FD_KICK]) || !fd_is_eventfd(fds[CTL_FD_WAKE])) {
+		lib_debug("channel %u: kick or wake (descriptors 3, 4) is not an eventfd", s->channel_id);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* The control page as meshd handed it over: line 0 describes the layout, the indices are in their
+ * windows. Our copies of the indices start from it. */
+static int ctrl_check(mesh_channel_t *c, uint32_t id)
+{
+	struct mesh_ring_ctrl *k = c->ctrl;
+	uint64_t size = c->size;
+	uint64_t tx_prod, tx_cons, rx_cons, rx_prod;
+
+	if (k->magic != MESH_RING_MAGIC || k->version != MESH_RING_VERSION || k->ring_size != size ||
+	    k->tx_off != MESH_RING_CTRL_SIZE || k->rx_off != MESH_RING_CTRL_SIZE + size) {
+		lib_debug("channel %u: control page magic 0x%x version %u ring_size %" PRIu64 " tx_off %" PRIu64
+			  " rx_off %" PRIu64 ": expected 0x%x %u %" PRIu64 " %u %" PRIu64,
+			  id, k->magic, k->version, k->ring_size, k->tx_off, k->rx_off, MESH_RING_MAGIC,
+			  MESH_RING_VERSION, size, MESH_RING_CTRL_SIZE, MESH_RING_CTRL_SIZE + size);
+		return -EPROTO;
+	}
+	tx_prod = atomic_load_explicit(&k->tx_prod, memory_order_acquire);
+	rx_cons = atomic_load_explicit(&k->rx_cons, memory_order_acquire);
+	tx_cons = atomic_load_explicit(&k->tx_cons, memory_order_acquire);
+	rx_prod = atomic_load_explicit(&k->rx_prod, memory_order_acquire);
+	if (!mesh_ring_in_window(tx_prod, tx_cons, tx_cons + size) || tx_cons > UINT64_MAX - size ||
+	    !mesh_ring_in_window(rx_prod, rx_cons, rx_cons + size) || rx_cons > UINT64_MAX - size) {
+		lib_debug("channel %u: initial indices tx %" PRIu64 "/%" PRIu64 " rx %" PRIu64 "/%" PRIu64
+			  " (cons/prod) outside their windows", id, tx_cons, tx_prod, rx_cons, rx_prod);
+		return -EPROTO;
+	}
+	c->tx_prod = tx_prod;
+	c->tx_cons = tx_cons;
+	c->rx_cons = c->rx_kicked = rx_cons;
+	c->rx_prod = rx_prod;
+	return 0;
+}
+
+int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_t **out)
+{
+	mesh_channel_t *c;
+	int fl, ret;
+
+	ret = setup_check(setup, fds);
+	if (ret)
+		goto err_close_fds;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		ret = -ENOMEM;
+		goto err_close_fds;
+	}
+	c->size = setup->ring_size;
+	c->map_len = setup->memfd_size;
+	c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[CTL_FD_MEMFD], 0);
+	if (c->map == MAP_FAILED) {
+		ret = -errno;
+		goto err_free;
+	}
+	c->ctrl = c->map;
+	c->tx = (uint8_t *)c->map + MESH_RING_CTRL_SIZE;
+	c->rx = c->tx + c->size;
+	ret = ctrl_check(c, setup->channel_id);
+	if (ret)
+		goto err_unmap;
+	/* Only we read the wake eventfd: never block in that read. */
+	fl = fcntl(fds[CTL_FD_WAKE], F_GETFL);
+	if (fl < 0 || fcntl(fds[CTL_FD_WAKE], F_SETFL, fl | O_NONBLOCK)) {
+		ret = -errno;
+		goto err_unmap;
+	}
+	/* The mapping keeps the memory; the descriptor is not needed any more. */
+	close(fds[CTL_FD_MEMFD]);
+	c->lifeline = fds[CTL_FD_LIFELINE];
+	c->kick = fds[CTL_FD_KICK];
+	c->wake = fds[CTL_FD_WAKE];
+	c->epfd = -1;
+	atomic_store_explicit(&c->ctrl->app_flags, 0, memory_order_release);
+	c->info.channel_id = setup->channel_id;
+	c->info.peer_node = setup->peer_node;
+	c->info.local_port = (uint16_t)setup->local_port;
+	c->info.peer_port = (uint16_t)setup->peer_port;
+	c->info.qps = setup->qps;
+	c->info.ring_size = setup->ring_size;
+	*out = c;
+	return 0;
+
+err_unmap:
+	munmap(c->map, c->map_len);
+err_free:
+	free(c);
+err_close_fds:
+	ctl_fds_close(fds, CTL_FDS_SETUP);
+	return ret;
+}
+
+/* ---- the indices ---- */
+
+/* meshd broke the ring contract: the channel is unusable from now on. */
+static int chan_fail(mesh_channel_t *c, const char *index, uint64_t v, uint64_t lo, uint64_t hi)
+{
+	lib_debug("channel %u: %s %" PRIu64 " outside its window [%" PRIu64 ", %" PRIu64 "]", c->info.channel_id,
+		  index, v, lo, hi);
+	c->err = -EPROTO;
+	return c->err;
+}
+
+/* meshd's tx_cons: tx_cons(previous) <= tx_cons <= tx_prod. */
+static int tx_sync(mesh_channel_t *c)
+{
+	uint64_t v = atomic_load_explicit(&c->ctrl->tx_cons, memory_order_acquire);
+
+	if (!mesh_ring_in_window(v, c->tx_cons, c->tx_prod))
+		return chan_fail(c, "tx_cons", v, c->tx_cons, c->tx_prod);
+	c->tx_cons = v;
+	return 0;
+}
+
+/* meshd's rx_prod: rx_cons <= rx_prod <= rx_cons + ring_size, and it never goes back. */
+static int rx_sync(mesh_channel_t *c)
+{
+	uint64_t v = atomic_load_explicit(&c->ctrl->rx_prod, memory_order_acquire);
+
+	if (!mesh_ring_in_window(v, c->rx_prod, c->rx_cons + c->size))
+		return chan_fail(c, "rx_prod", v, c->rx_prod, c->rx_cons + c->size);
+	c->rx_prod = v;
+	return 0;
+}
+
+static uint32_t chan_state(const mesh_channel_t *c)
+{
+	return atomic_load_explicit(&c->ctrl->state, memory_order_acquire);
+}
+
+/* The error meshd reported with MESH_STATE_ERROR; anything but a negative errno is itself one. */
+static int chan_state_error(const mesh_channel_t *c)
+{
+	int32_t e = atomic_load_explicit(&c->ctrl->error, memory_order_acquire);
+
+	if (e < 0 && e > -4096)
+		return e;
+	lib_debug("channel %u: MESH_STATE_ERROR with error %d, not a negative errno", c->info.channel_id, e);
+	return -EPROTO;
+}
+
+static void chan_kick(mesh_channel_t *c)
+{
+	uint64_t one = 1;
+
+	/* EAGAIN: the counter is saturated, meshd has a kick pending anyway. */
+	if (write(c->kick, &one, sizeof(one)) < 0)
+		return;
+}
+
+static void rx_publish(mesh_channel_t *c, uint64_t len)
+{
+	c->rx_cons += len;
+	atomic_store_explicit(&c->ctrl->rx_cons, c->rx_cons, memory_order_release);
+	if (c->rx_cons - c->rx_kicked >= c->size / 4 || c->rx_cons == c->rx_prod) {
+		c->rx_kicked = c->rx_cons;
+		chan_kick(c);
+	}
+}
+
+static void tx_publish(mesh_channel_t *c, uint64_t len)
+{
+	c->tx_prod += len;
+	atomic_store_explicit(&c->ctrl->tx_prod, c->tx_prod, memory_order_release);
+	chan_kick(c);
+}
+
+/* ---- waiting ---- */
+
+static void wake_clear(mesh_channel_t *c)
+{
+	uint64_t v;
+
+	if (read(c->wake, &v, sizeof(v)) < 0)
+		return; /* EAGAIN: nothing to clear */
+}
+
+/* Has meshd hung up the lifeline? Checked without waiting; sticky. */
+static bool lifeline_gone(mesh_channel_t *c)
+{
+	struct pollfd p = {.fd = c->lifeline, .events = 0};
+
+	if (!c->meshd_gone && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)))
+		c->meshd_gone = true;
+	return c->meshd_gone;
+}
+
+static bool fd_exported(const mesh_channel_t *c)
+{
+	return c->epfd >= 0;
+}
+
+/* Sleeps until meshd writes the wake eventfd or hangs up. 0 to re-check, or -EINTR / -errno. */
+static int chan_sleep(mesh_channel_t *c)
+{
+	struct pollfd p[2] = {{.fd = c->wake, .events = POLLIN}, {.fd = c->lifeline, .events = 0}};
+
+	if (poll(p, 2, -1) < 0)
+		return -errno;
+	if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL))
+		c->meshd_gone = true;
+	if (p[0].revents & POLLIN)
+		wake_clear(c);
+	return 0;
+}
+
+/* Runs step until it stops asking to wait. A blocking call sleeps between attempts; a
+ * non-blocking one returns -EAGAIN. Once meshd is gone, a step that would wait gets -ECONNRESET
+ * (after whatever the ring still held). */
+static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *arg)
+{
+	ssize_t r;
+	int ret;
+
+	for (;;) {
+		r = step(c, arg);
+		if (r != -EAGAIN)
+			return r;
+		if (c->meshd_gone)
+			return -ECONNRESET;
+		if (flags & MESH_NONBLOCK) {
+			/* The caller polls the channel fd: clear it before the last look, so that it is
+			 * readable again only for a change after that look. */
+			if (fd_exported(c)) {
+				wake_clear(c);
+				r = step(c, arg);
+				if (r != -EAGAIN)
+					return r;
+			}
+			if (lifeline_gone(c)) {
+				r = step(c, arg);
+				return r != -EAGAIN ? r : -ECONNRESET;
+			}
+			return -EAGAIN;
+		}
+		/* Before sleeping, report consumption meshd was not told about yet: the side we wait
+		 * for may be waiting for exactly that room. */
+		if (c->rx_kicked != c->rx_cons) {
+			c->rx_kicked = c->rx_cons;
+			chan_kick(c);
+		}
+		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
+		atomic_thread_fence(memory_order_seq_cst);
+		r = step(c, arg);
+		ret = r == -EAGAIN ? chan_sleep(c) : 0;
+		if (!fd_exported(c))
+			atomic_fetch_and_explicit(&c->ctrl->app_flags, ~MESH_APP_WAITING, memory_order_seq_cst);
+		if (r != -EAGAIN)
+			return r;
+		if (ret)
+			return ret;
+	}
+}
+
+static int flags_check(int flags)
+{
+	return flags & ~MESH_NONBLOCK ? -EINVAL : 0;
+}
+
+/* ---- send ---- */
+
+/* Free space in TX, or a reason not to send. */
+static ssize_t tx_space(mesh_channel_t *c)
+{
+	int ret;
+
+	if (c->err)
+		return c->err;
+	if (c->shut_wr)
+		return -EPIPE;
+	if (chan_state(c) & MESH_STATE_ERROR)
+		return chan_state_error(c);
+	ret = tx_sync(c);
+	if (ret)
+		return ret;
+	return (ssize_t)(c->tx_cons + c->size - c->tx_prod);
+}
+
+struct send_arg {
+	const uint8_t *buf;
+	size_t len;
+};
+
+static ssize_t send_step(mesh_channel_t *c, void *arg)
+{
+	const struct send_arg *a = arg;
+	ssize_t space = tx_space(c);
+	uint64_t off, first;
+	size_t n;
+
+	if (space <= 0)
+		return space ? space : -EAGAIN;
+	n = a->len < (size_t)space ? a->len : (size_t)space;
+	off = c->tx_prod & (c->size - 1);
+	first = mesh_ring_contig(c->tx_prod, c->size);
+	if (n <= first) {
+		memcpy(c->tx + off, a->buf, n);
+	} else {
+		memcpy(c->tx + off, a->buf, first);
+		memcpy(c->tx, a->buf + first, n - first);
+	}
+	tx_publish(c, n);
+	return (ssize_t)n;
+}
+
+MESH_EXPORT ssize_t mesh_send(mesh_channel_t *c, const void *buf, size_t len, int flags)
+{
+	struct send_arg a = {.buf = buf, .len = len};
+
+	if (!c || !buf || !len || flags_check(flags))
+		return -EINVAL;
+	c->reserved = 0; /* the copy lands where a reservation pointed */
+	return chan_run(c, flags, send_step, &a);
+}
+
+static ssize_t reserve_step(mesh_channel_t *c, void *arg)
+{
+	void **buf = arg;
+	ssize_t space = tx_space(c);
+	uint64_t n;
+
+	if (space <= 0)
+		return space ? space : -EAGAIN;
+	n = mesh_ring_contig(c->tx_prod, c->size);
+	if (n > (uint64_t)space)
+		n = (uint64_t)space;
+	c->reserved = (size_t)n;
+	*buf = c->tx + (c->tx_prod & (c->size - 1));
+	return (ssize_t)n;
+}
+
+MESH_EXPORT ssize_t mesh_send_reserve(mesh_channel_t *c, void **buf, int flags)
+{
+	if (!c || !buf || flags_check(flags))
+		return -EINVAL;
+	c->reserved = 0;
+	return chan_run(c, flags, reserve_step, buf);
+}
+
+MESH_EXPORT int mesh_send_commit(mesh_channel_t *c, size_t len)
+{
+	if (!c || !len)
+		return -EINVAL;
+	if (c->err)
+		return c->err;
+	if (c->shut_wr)
+		return -EPIPE;
+	if (len > c->reserved)
+		return -EINVAL;
+	c->reserved = 0;
+	if (chan_state(c) & MESH_STATE_ERROR)
+		return chan_state_error(c);
+	tx_publish(c, len);
+	return 0;
+}
+
+/* ---- receive ---- */
+
+/* Bytes readable in RX; 0 at EOF; or a reason there are none. The state is read before rx_prod:
+ * meshd publishes rx_prod before MESH_STATE_PEER_EOF, so with EOF seen, rx_prod is final. Bytes
+ * already in the ring come before the end of the stream and before an error. */
+static ssize_t rx_avail(mesh_channel_t *c)
+{
+	uint32_t state;
+	int ret;
+
+	if (c->err)
+		return c->err;
+	state = chan_state(c);
+	ret = rx_sync(c);
+	if (ret)
+		return ret;
+	if (c->rx_prod != c->rx_cons)
+		return (ssize_t)(c->rx_prod - c->rx_cons);
+	if (state & MESH_STATE_PEER_EOF)
+		return 0;
+	if (state & MESH_STATE_ERROR)
+		return chan_state_error(c);
+	return -EAGAIN;
+}
+
+struct recv_arg {
+	uint8_t *buf;
+	size_t len;
+};
+
+static ssize_t recv_step(mesh_channel_t *c, void *arg)
+{
+	const struct recv_arg *a = arg;
+	ssize_t avail = rx_avail(c);
+	uint64_t off, first;
+	size_t n;
+
+	if (avail <= 0)
+		return avail;
+	n = a->len < (size_t)avail ? a->len : (size_t)avail;
+	off = c->rx_cons & (c->size - 1);
+	first = mesh_ring_contig(c->rx_cons, c->size);
+	if (n <= first) {
+		memcpy(a->buf, c->rx + off, n);
+	} else {
+		memcpy(a->buf, c->rx + off, first);
+		memcpy(a->buf + first, c->rx, n - first);
+	}
+	rx_publish(c, n);
+	return (ssize_t)n;
+}
+
+MESH_EXPORT ssize_t mesh_recv(mesh_channel_t *c, void *buf, size_t len, int flags)
+{
+	struct recv_arg a = {.buf = buf, .len = len};
+
+	if (!c || !buf || !len || flags_check(flags))
+		return -EINVAL;
+	c->peeked = 0; /* the copy consumes what a peek showed */
+	return chan_run(c, flags, recv_step, &a);
+}
+
+static ssize_t peek_step(mesh_channel_t *c, void *arg)
+{
+	const void **buf = arg;
+	ssize_t avail = rx_avail(c);
+	uint64_t n;
+
+	if (avail <= 0)
+		return avail;
+	n = mesh_ring_contig(c->rx_cons, c->size);
+	if (n > (uint64_t)avail)
+		n = (uint64_t)avail;
+	c->peeked = (size_t)n;
+	*buf = c->rx + (c->rx_cons & (c->size - 1));
+	return (ssize_t)n;
+}
+
+MESH_EXPORT ssize_t mesh_recv_peek(mesh_channel_t *c, const void **buf, int flags)
+{
+	if (!c || !buf || flags_check(flags))
+		return -EINVAL;
+	c->peeked = 0;
+	return chan_run(c, flags, peek_step, (void *)buf);
+}
+
+MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len)
+{
+	if (!c || !len)
+		return -EINVAL;
+	if (c->err)
+		return c->err;
+	if (len > c->peeked)
+		return -EINVAL;
+	c->peeked = 0;
+	rx_publish(c, len);
+	return 0;
+}
+
+/* ---- the rest ---- */
+
+MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	int fd, ret;
+
+	if (!c)
+		return -EINVAL;
+	if (fd_exported(c))
+		return c->epfd;
+	/* The wake eventfd alone would never wake a poller whose meshd died: the fd given out is an
+	 * epoll set of the wake eventfd and the lifeline (whose hang-up makes it readable). */
+	fd = epoll_create1(EPOLL_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (epoll_ctl(fd, EPOLL_CTL_ADD, c->wake, &ev)) {
+		ret = -errno;
+		goto err_close_epoll;
+	}
+	ev.events = 0; /* EPOLLHUP and EPOLLERR are always reported */
+	if (epoll_ctl(fd, EPOLL_CTL_ADD, c->lifeline, &ev)) {
+		ret = -errno;
+		goto err_close_epoll;
+	}
+	c->epfd = fd;
+	/* From now on meshd writes the wake eventfd on every change. */
+	atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
+	return fd;
+
+err_close_epoll:
+	close(fd);
+	return ret;
+}
+
+MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_info *info)
+{
+	if (!c || !info)
+		return -EINVAL;
+	*info = c->info;
+	return 0;
+}
+
+MESH_EXPORT int mesh_shutdown(mesh_channel_t *c)
+{
+	if (!c)
+		return -EINVAL;
+	if (c->shut_wr)
+		return 0;
+	c->shut_wr = true;
+	c->reserved = 0;
+	atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_SHUT_WR, memory_order_release);
+	chan_kick(c);
+	return 0;
+}
+
+MESH_EXPORT int mesh_close(mesh_channel_t *c)
+{
+	if (!c)
+		return -EINVAL;
+	mesh_shutdown(c);
+	munmap(c->map, c->map_len);
+	if (c->epfd >= 0)
+		close(c->epfd);
+	close(c->kick);
+	close(c->wake);
+	/* Last: the lifeline's hang-up tells meshd the application is done with the channel. */
+	close(c->lifeline);
+	free(c);
+	return 0;
+}

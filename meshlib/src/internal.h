@@ -1,0 +1,103 @@
+/*
+ * libmesh internals: the objects behind the public handles and the helpers shared by the source
+ * files of the library. Nothing here is installed or exported.
+ */
+#ifndef MESH_LIB_INTERNAL_H
+#define MESH_LIB_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include <mesh/mesh.h>
+
+#include "ctl.pb-c.h"
+#include "ring.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Descriptors that come with a ChannelSetup, in this order (proto/ctl.proto). */
+enum {
+	CTL_FD_MEMFD,
+	CTL_FD_LIFELINE,
+	CTL_FD_KICK,
+	CTL_FD_WAKE,
+	CTL_FDS_SETUP
+};
+/* Room for more descriptors than a reply may carry, so that extra ones are seen (and closed)
+ * rather than silently dropped by the kernel. */
+#define CTL_FDS_MAX 16
+
+/* How long mesh_connect waits by default, and mesh_listen for meshd's immediate answer. */
+#define MESH_CONNECT_TIMEOUT_MS 30000u
+
+struct mesh_session {
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+struct mesh_listener {
+	int fd; /* the control connection that carried LISTEN; one CtlReply per incoming channel */
+	uint16_t port;
+};
+
+struct mesh_channel {
+	struct mesh_ring_ctrl *ctrl; /* the shared control page: every value meshd wrote is hostile */
+	uint8_t *tx, *rx;            /* the ring areas, ring_size bytes each */
+	void *map;
+	size_t map_len;
+	uint64_t size;
+
+	/* Positions. Ours are the only truth (never read back from the page); meshd's are the last
+	 * values that passed the window checks of proto/ring.h. */
+	uint64_t tx_prod;   /* published */
+	uint64_t tx_cons;   /* last valid value of meshd's tx_cons */
+	uint64_t rx_cons;   /* published */
+	uint64_t rx_prod;   /* last valid value of meshd's rx_prod */
+	uint64_t rx_kicked; /* rx_cons when meshd was last told about consumption */
+	size_t reserved;    /* bytes handed out by the last mesh_send_reserve, 0 when none */
+	size_t peeked;      /* bytes handed out by the last mesh_recv_peek, 0 when none */
+
+	int lifeline; /* closing it closes the channel; POLLHUP: meshd is gone */
+	int kick;     /* application -> meshd */
+	int wake;     /* meshd -> application */
+	int epfd;     /* mesh_channel_fd: epoll over wake and lifeline, -1 until asked for */
+
+	int err;          /* sticky: -EPROTO once meshd broke the ring contract */
+	bool meshd_gone;  /* the lifeline hung up */
+	bool shut_wr;     /* mesh_shutdown was called */
+
+	struct mesh_channel_info info;
+};
+
+/* ---- debug.c ---- */
+
+/* With MESH_DEBUG=1: one line on stderr naming a contract violation by meshd. Error paths only. */
+void lib_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- ctl.c: the control connection to meshd ---- */
+
+/* A deadline on CLOCK_MONOTONIC, timeout_ms from now. */
+void ctl_deadline(struct timespec *deadline, uint32_t timeout_ms);
+/* Connects a SOCK_SEQPACKET socket to path; returns the fd or a negative errno. */
+int ctl_open(const char *path, const struct timespec *deadline);
+/* Sends one request; 0 or a negative errno. */
+int ctl_send(int fd, const CtlRequest *req);
+/* Waits until fd is readable or hung up: 0, -ETIMEDOUT at the deadline (NULL: no deadline),
+ * -EINTR when a signal came and !restart, or another -errno. */
+int ctl_wait(int fd, const struct timespec *deadline, bool restart);
+/* Receives one reply without waiting. On success *out is the decoded reply (free it with
+ * ctl_reply__free_unpacked) and fds[0..*nfds) the descriptors that came with it, owned by the
+ * caller. On failure nothing is returned and every received descriptor is closed: -EAGAIN (nothing
+ * queued), -ECONNRESET (meshd closed the connection), -EPROTO (truncated reply or descriptors),
+ * -EBADMSG (undecodable), -ENOMEM or another -errno. */
+int ctl_recv(int fd, CtlReply **out, int fds[CTL_FDS_MAX], int *nfds);
+void ctl_fds_close(int *fds, int nfds);
+
+/* ---- channel.c ---- */
+
+/* Builds a channel from a successful reply's setup and its descriptors, which it takes over (they
+ * are closed on failure too). -EPROTO when anything meshd sent is inconsistent. */
+int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_t **out);
+
+#endif

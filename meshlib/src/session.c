@@ -1,0 +1,235 @@
+/*
+ * Sessions, listeners and connects: everything that talks to meshd over its control socket.
+ *
+ * A session only names the socket. mesh_connect opens a control connection, sends CONNECT, waits for
+ * the one reply (a setup and four descriptors, or a status) and closes the connection. mesh_listen
+ * keeps its connection: after the LISTEN answer, every reply with a setup is an incoming channel.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "wire.h"
+
+MESH_EXPORT int mesh_open(const char *socket_path, mesh_session_t **out)
+{
+	const char *path = socket_path;
+	mesh_session_t *s;
+
+	if (!out)
+		return -EINVAL;
+	if (!path) {
+		path = getenv(MESH_SOCKET_ENV);
+		if (!path || !*path)
+			path = MESH_SOCKET_DEFAULT;
+	}
+	if (!*path)
+		return -EINVAL;
+	if (strlen(path) >= sizeof(s->path))
+		return -ENAMETOOLONG;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	memcpy(s->path, path, strlen(path) + 1);
+	*out = s;
+	return 0;
+}
+
+MESH_EXPORT void mesh_session_close(mesh_session_t *s)
+{
+	free(s);
+}
+
+/* A reply's status as a return value: 0 or negative. A positive status is not in the contract. */
+static int reply_status(const CtlReply *r)
+{
+	if (r->status <= 0)
+		return r->status;
+	lib_debug("control reply with positive status %d", r->status);
+	return -EPROTO;
+}
+
+/* The reply that carries a channel: status 0, a setup and exactly four descriptors. Consumes the
+ * reply's descriptors whatever happens. */
+static int reply_channel(const CtlReply *r, int *fds, int nfds, mesh_channel_t **out)
+{
+	int ret = reply_status(r);
+
+	if (!ret && (!r->setup || nfds != CTL_FDS_SETUP)) {
+		lib_debug("channel reply with %s and %d descriptors (expected a setup and %d)",
+			  r->setup ? "a setup" : "no setup", nfds, CTL_FDS_SETUP);
+		ret = -EPROTO;
+	}
+	if (ret) {
+		ctl_fds_close(fds, nfds);
+		return ret;
+	}
+	return chan_create(r->setup, fds, out);
+}
+
+static int opts_check(const struct mesh_channel_opts *o)
+{
+	const uint32_t known = MESH_OPT_RING_SIZE | MESH_OPT_QPS | MESH_OPT_NUMA_NODE | MESH_OPT_TIMEOUT_MS;
+
+	if (!o)
+		return 0;
+	if (o->mask & ~known)
+		return -EINVAL;
+	if ((o->mask & MESH_OPT_RING_SIZE) && !mesh_ring_size_valid(o->ring_size))
+		return -EINVAL;
+	if ((o->mask & MESH_OPT_QPS) && (o->qps < 1 || o->qps > MESH_QPS_PER_LINK_MAX))
+		return -EINVAL;
+	if ((o->mask & MESH_OPT_NUMA_NODE) && o->numa_node < 0)
+		return -EINVAL;
+	if ((o->mask & MESH_OPT_TIMEOUT_MS) && !o->timeout_ms)
+		return -EINVAL;
+	return 0;
+}
+
+MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
+			     mesh_channel_t **out)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	uint32_t timeout_ms = MESH_CONNECT_TIMEOUT_MS;
+	int fds[CTL_FDS_MAX], nfds, fd, ret;
+	struct timespec deadline;
+	CtlReply *r;
+
+	if (!s || !out || node > MESH_NODE_ID_MAX)
+		return -EINVAL;
+	ret = opts_check(opts);
+	if (ret)
+		return ret;
+	req.version = MESH_CTL_VERSION;
+	req.op = CTL_OP__CTL_OP_CONNECT;
+	req.node = node;
+	req.port = port;
+	if (opts) {
+		if (opts->mask & MESH_OPT_RING_SIZE)
+			req.ring_size = opts->ring_size;
+		if (opts->mask & MESH_OPT_QPS)
+			req.qps = opts->qps;
+		if (opts->mask & MESH_OPT_NUMA_NODE) {
+			req.has_numa = 1;
+			req.numa_node = opts->numa_node;
+		}
+		if (opts->mask & MESH_OPT_TIMEOUT_MS)
+			timeout_ms = opts->timeout_ms;
+	}
+	ctl_deadline(&deadline, timeout_ms);
+	fd = ctl_open(s->path, &deadline);
+	if (fd < 0)
+		return fd;
+	ret = ctl_send(fd, &req);
+	if (ret)
+		goto out_close;
+	/* One reply, once the peer accepted or refused. A signal does not abort the wait: the
+	 * channel would be half made. */
+	do {
+		ret = ctl_wait(fd, &deadline, true);
+		if (!ret)
+			ret = ctl_recv(fd, &r, fds, &nfds);
+	} while (ret == -EAGAIN);
+	if (ret)
+		goto out_close;
+	ret = reply_channel(r, fds, nfds, out);
+	ctl_reply__free_unpacked(r, NULL);
+out_close:
+	/* Done with the control connection either way; on a timeout meshd sees it close. */
+	close(fd);
+	return ret;
+}
+
+MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **out)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	int fds[CTL_FDS_MAX], nfds, fd, ret;
+	struct timespec deadline;
+	mesh_listener_t *l;
+	CtlReply *r;
+
+	if (!s || !out)
+		return -EINVAL;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	req.version = MESH_CTL_VERSION;
+	req.op = CTL_OP__CTL_OP_LISTEN;
+	req.port = port;
+	/* meshd answers LISTEN at once: the connect timeout bounds a stuck daemon. */
+	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
+	fd = ctl_open(s->path, &deadline);
+	if (fd < 0) {
+		ret = fd;
+		goto err_free;
+	}
+	ret = ctl_send(fd, &req);
+	if (ret)
+		goto err_close;
+	do {
+		ret = ctl_wait(fd, &deadline, true);
+		if (!ret)
+			ret = ctl_recv(fd, &r, fds, &nfds);
+	} while (ret == -EAGAIN);
+	if (ret)
+		goto err_close;
+	ret = reply_status(r);
+	if (!ret && (r->setup || nfds)) {
+		lib_debug("LISTEN answer carries %s and %d descriptors", r->setup ? "a setup" : "no setup", nfds);
+		ret = -EPROTO; /* LISTEN's answer carries no channel */
+	}
+	ctl_fds_close(fds, nfds);
+	ctl_reply__free_unpacked(r, NULL);
+	if (ret)
+		goto err_close;
+	l->fd = fd;
+	l->port = port;
+	*out = l;
+	return 0;
+
+err_close:
+	close(fd);
+err_free:
+	free(l);
+	return ret;
+}
+
+MESH_EXPORT int mesh_accept(mesh_listener_t *l, int flags, mesh_channel_t **out)
+{
+	int fds[CTL_FDS_MAX], nfds, ret;
+	CtlReply *r;
+
+	if (!l || !out || (flags & ~MESH_NONBLOCK))
+		return -EINVAL;
+	for (;;) {
+		ret = ctl_recv(l->fd, &r, fds, &nfds);
+		if (ret != -EAGAIN)
+			break;
+		if (flags & MESH_NONBLOCK)
+			return -EAGAIN;
+		ret = ctl_wait(l->fd, NULL, false);
+		if (ret)
+			return ret; /* -EINTR when a signal came, like accept(2) */
+	}
+	if (ret)
+		return ret;
+	ret = reply_channel(r, fds, nfds, out);
+	ctl_reply__free_unpacked(r, NULL);
+	return ret;
+}
+
+MESH_EXPORT int mesh_listener_fd(const mesh_listener_t *l)
+{
+	return l ? l->fd : -EINVAL;
+}
+
+MESH_EXPORT void mesh_listener_close(mesh_listener_t *l)
+{
+	if (!l)
+		return;
+	close(l->fd);
+	free(l);
+}

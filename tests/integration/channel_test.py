@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Integration test of stream channels: several meshd, applications on libmesh (chan_test) and a raw
+client (meshring.py) that misbehaves on purpose. Over tcp anywhere, over rdma in the Soft-RoCE VM.
+
+  1. all-to-all: every node opens a channel to every other (N*(N-1) channels at once), each
+     carrying --bytes of a pseudo-random stream checked byte by byte at the receiver, ring sizes
+     from 4 KiB to 16 MiB and 1 to qps_per_link QPs per channel, half of them zero-copy;
+  2. a reader that stops for seconds loses nothing (the sender stalls on credit, meshctl shows it);
+  3. errors at connect: unknown node, nobody listening, link DOWN;
+  4. hostile shared memory: nonsense indices break only that channel (-EPROTO), meshd keeps serving;
+  5. applications that die with open channels: meshd frees everything, the peer sees the channel
+     closed, and meshd's memory and descriptors do not grow over --deaths deaths;
+  6. a link that goes DOWN under an open channel: the application gets an error, never a hang.
+Prints one line per check and 'N passed, M failed'.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import meshring  # noqa: E402
+from mesh_test import Cluster, wait_until  # noqa: E402
+
+passed = failed = 0
+
+
+def check(ok, what, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {what}", flush=True)
+    else:
+        failed += 1
+        print(f"FAIL {what}{': ' + detail if detail else ''}", flush=True)
+    return ok
+
+
+def proc_stats(pid):
+    with open(f"/proc/{pid}/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--addrs", default="127.0.0.1")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--qps", type=int, default=8)
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--base-port", type=int, default=7570)
+    ap.add_argument("--bytes", type=int, default=64 << 20)
+    ap.add_argument("--rings", default="4096,65536,1048576,16777216")
+    ap.add_argument("--deaths", type=int, default=1000)
+    ap.add_argument("--ka-interval", type=int, default=300)
+    ap.add_argument("--ka-timeout", type=int, default=3000)
+    ap.add_argument("--up-timeout", type=float, default=90)
+    ap.add_argument("--tcp-only-addrs", default="")
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
+    rings = [int(r) for r in args.rings.split(",")]
+    workdir = tempfile.mkdtemp(prefix="mesh-chtest-")
+    c = Cluster(args, workdir)
+    n = args.nodes
+    procs = []
+
+    def run(node, *a):
+        p = subprocess.Popen([chan_test, "-s", c.nodes[node]["sock"], *map(str, a)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        return p
+
+    def channels(node):
+        j = c.ctl(node, "channels")
+        return j["channels"] if j else []
+
+    print(f"# {n} meshd, {args.qps} QPs per link, transport {args.transport}, {args.bytes} bytes per channel")
+    try:
+        for i in c.nodes:
+            c.start(i)
+        if not check(wait_until(c.all_up, args.up_timeout, 0.2), "full mesh UP"):
+            raise RuntimeError("no mesh")
+
+        # 1. all-to-all
+        port = 7000
+        receivers = {}
+        for j in c.nodes:
+            receivers[j] = run(j, "recv", port, n - 1, *(["-z"] if j % 2 else []))
+            line = receivers[j].stdout.readline()
+            check("listening" in line, f"node {j} listens on port {port}", line.strip())
+        senders, k, combos = [], 0, []
+        t0 = time.monotonic()
+        for i in c.nodes:
+            for j in c.nodes:
+                if i == j:
+                    continue
+                ring, qps = rings[k % len(rings)], 1 + k % args.qps
+                combos.append((i, j, ring, qps))
+                senders.append(run(i, "send", j, port, args.bytes, "-r", ring, "-q", qps, "-S", 1000 + k,
+                                   *(["-z"] if k % 2 else [])))
+                k += 1
+        wait_until(lambda: len(channels(1)) >= 2 * (n - 1), 10, 0.05)
+        shown = channels(1)
+        check(len(shown) == 2 * (n - 1) and all("tx_bytes" in ch and "credit_stalls" in ch for ch in shown),
+              f"meshctl -j channels on node 1 shows its {2 * (n - 1)} channels", json.dumps(shown)[:300])
+        out = subprocess.run([c.bin("meshctl"), "-s", c.nodes[1]["sock"], "channels"], capture_output=True,
+                             text=True).stdout
+        print("# meshctl channels on node 1 during the transfer:")
+        print("".join("#   " + line + "\n" for line in out.splitlines()), end="")
+        budget = 120 + args.bytes * len(senders) / (5 << 20)
+        ok_s = all(p.wait(timeout=budget) == 0 for p in senders)
+        ok_r = all(p.wait(timeout=60) == 0 for p in receivers.values())
+        secs = time.monotonic() - t0
+        outs = [p.stdout.read() for p in senders + list(receivers.values())]
+        total = args.bytes * len(senders)
+        check(ok_s and ok_r, f"{len(senders)} channels all-to-all, {args.bytes} bytes each, every byte checked "
+              f"(rings {min(rings)}..{max(rings)}, 1..{args.qps} QPs, copy and zero-copy): "
+              f"{total / secs / 1e6:.1f} MB/s in total", " | ".join(o.strip().replace("\n", "; ") for o in outs)[:2000])
+        print(f"# all-to-all: {total} bytes in {secs:.1f} s")
+        check(wait_until(lambda: all(not channels(i) for i in c.nodes), 15),
+              "every channel is gone from every meshd after close")
+
+        # 2. a reader that stops for 3 s
+        port += 1
+        r = run(2, "recv", port, 1, "-p", 3000, "-a", 1 << 20)
+        r.stdout.readline()
+        s = run(1, "send", 2, port, 8 << 20, "-r", 65536, "-q", 2)
+        stalled = wait_until(lambda: any(ch["credit_stalls"] > 0 for ch in channels(1)), 10)
+        check(stalled, "a paused reader stalls the sender on credit (meshctl credit_stalls > 0)")
+        check(s.wait(timeout=120) == 0 and r.wait(timeout=60) == 0,
+              "after the pause the reader resumes and gets every byte", r.stdout.read() + s.stdout.read())
+
+        # 3. errors at connect
+        rep = meshring.connect_reply(c.nodes[1]["sock"], 999, 7000)
+        check(rep.status == -2004, f"connect to an unknown node: {rep.status} ({rep.error})")
+        rep = meshring.connect_reply(c.nodes[1]["sock"], 2, 7999)
+        check(rep.status == -111, f"connect to a port nobody listens on: {rep.status} ({rep.error})")
+        rep = meshring.connect_reply(c.nodes[1]["sock"], 1, 7000)
+        check(rep.status == -22, f"connect to the local node: {rep.status} ({rep.error})")
+
+        # 4. hostile shared memory
+        lst = meshring.Listener(c.nodes[2]["sock"], 7100)
+        bad = meshring.connect(c.nodes[1]["sock"], 2, 7100, ring_size=4096)
+        peer = lst.accept()
+        bad.put64(meshring.OFF_TX_PROD, 1 << 62)
+        bad.do_kick()
+        st = wait_until(lambda: bad.state()[0] & meshring.STATE_ERROR, 10)
+        check(st and bad.state()[1] == -71, f"a nonsense tx_prod breaks that channel with -EPROTO {bad.state()}")
+        check(wait_until(lambda: peer.state()[0] & meshring.STATE_ERROR, 10),
+              f"the peer application sees the channel broken {peer.state()}")
+        bad2 = meshring.connect(c.nodes[1]["sock"], 2, 7100, ring_size=4096)
+        peer2 = lst.accept()
+        bad2.put64(meshring.OFF_RX_CONS, 12345)
+        bad2.do_kick()
+        check(wait_until(lambda: bad2.state()[0] & meshring.STATE_ERROR, 10) and bad2.state()[1] == -71,
+              "an rx_cons beyond what arrived breaks that channel with -EPROTO")
+        for ch in (bad, peer, bad2, peer2):
+            ch.close()
+        lst.close()
+        r = run(2, "recv", 7101, 1)
+        r.stdout.readline()
+        s = run(1, "send", 2, 7101, 1 << 20)
+        check(s.wait(timeout=60) == 0 and r.wait(timeout=60) == 0 and c.all_up(),
+              "meshd keeps serving: links UP, a new channel carries its data")
+
+        # 5. applications that die
+        lst = meshring.Listener(c.nodes[2]["sock"], 7200)
+        pid1, pid2 = c.nodes[1]["proc"].pid, c.nodes[2]["proc"].pid
+        warm = min(50, args.deaths)
+        for i in range(args.deaths + warm):
+            if i == warm:
+                wait_until(lambda: not channels(1) and not channels(2), 10)
+                before = proc_stats(pid1), proc_stats(pid2)
+            a = meshring.connect(c.nodes[1]["sock"], 2, 7200, ring_size=4096)
+            b = lst.accept()
+            a.send(b"x" * 100)
+            if i == warm:
+                a.close()  # dies: no shutdown
+                seen = wait_until(lambda: b.state()[0] & meshring.STATE_ERROR, 10)
+                check(seen and b.state()[1] == -104,
+                      f"the peer of an application that died sees the channel reset {b.state()}")
+            else:
+                a.close()
+            b.close()
+        gone = wait_until(lambda: not channels(1) and not channels(2), 30)
+        after = proc_stats(pid1), proc_stats(pid2)
+        lst.close()
+        check(gone, f"after {args.deaths} application deaths no channel is left")
+        grow_rss = max(after[k][0] - before[k][0] for k in range(2))
+        grow_fd = max(after[k][1] - before[k][1] for k in range(2))
+        check(grow_rss < 4096 and grow_fd <= 0,
+              f"meshd memory and descriptors do not grow over {args.deaths} deaths "
+              f"(RSS {before[0][0]}->{after[0][0]} kB and {before[1][0]}->{after[1][0]} kB, "
+              f"fds {before[0][1]}->{after[0][1]} and {before[1][1]}->{after[1][1]})")
+        r = run(2, "recv", 7201, 1)
+        r.stdout.readline()
+        s = run(1, "send", 2, 7201, 1 << 40)
+        time.sleep(1)
+        s.send_signal(signal.SIGKILL)
+        s.wait()
+        rc = r.wait(timeout=30)
+        out = r.stdout.read()
+        check(rc != 0 and "Connection reset" in out,
+              "a sender killed mid-stream: the receiver gets a reset, not a hang", out.strip())
+
+        # 6. the link goes DOWN under an open channel
+        r = run(2, "recv", 7300, 1)
+        r.stdout.readline()
+        s = run(1, "send", 2, 7300, 1 << 40)
+        time.sleep(1)
+        c.nodes[2]["proc"].send_signal(signal.SIGKILL)
+        c.nodes[2]["proc"].wait()
+        t1 = time.monotonic()
+        try:
+            rc = s.wait(timeout=args.ka_timeout / 1000 + 20)
+        except subprocess.TimeoutExpired:
+            rc = "hung"
+        out = s.stdout.read() if rc != "hung" else ""
+        check(rc not in (0, "hung") and ("reset" in out or "unreachable" in out),
+              f"the link went DOWN under an open channel: the sender got an error after "
+              f"{time.monotonic() - t1:.1f} s", f"{rc} {out.strip()}")
+        r.kill()
+        wait_until(lambda: c.links(1)[2]["state"] == "DOWN", 15)
+        rep = meshring.connect_reply(c.nodes[1]["sock"], 2, 7000)
+        check(rep.status == -101, f"connect while the link is DOWN: {rep.status} ({rep.error})")
+        c.start(2)
+        check(wait_until(c.all_up, args.up_timeout, 0.2), "the restarted node rejoins")
+
+        for nd in c.nodes.values():
+            nd["proc"].send_signal(signal.SIGTERM)
+        codes = [nd["proc"].wait(timeout=15) for nd in c.nodes.values()]
+        check(codes == [0] * n, "SIGTERM: every meshd exits 0", str(codes))
+    except Exception as e:
+        check(False, "test aborted", repr(e))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for nd in c.nodes.values():
+            if nd["proc"] and nd["proc"].poll() is None:
+                nd["proc"].kill()
+                nd["proc"].wait()
+        if failed:
+            c.dump_logs()
+        errors = 0
+        for nd in c.nodes.values():
+            if os.path.exists(nd["log"]):
+                with open(nd["log"]) as f:
+                    errors += sum(1 for line in f if "AddressSanitizer" in line or "runtime error" in line
+                                  or " error: " in line)
+        check(errors == 0, "no errors or sanitizer reports in the meshd logs", f"{errors} lines")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
