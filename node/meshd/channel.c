@@ -206,6 +206,7 @@ static void channel_wake_app(struct channel *ch)
 static void channel_publish(struct channel *ch)
 {
 	uint32_t st = MESH_STATE_OPEN;
+	bool changed;
 
 	if (ch->eof_known && ch->rx_bytes == ch->eof_total)
 		st |= MESH_STATE_PEER_EOF;
@@ -213,10 +214,15 @@ static void channel_publish(struct channel *ch)
 		st |= MESH_STATE_ERROR;
 		atomic_store_explicit(&ch->ctrl->error, ch->error, memory_order_relaxed);
 	}
+	changed = st != ch->published_state || ch->tx_done != ch->published_tx || ch->rx_bytes != ch->published_rx;
+	if (!changed)
+		return; /* a periodic pump must not wake a waiting application for nothing */
 	atomic_store_explicit(&ch->ctrl->tx_cons, ch->tx_done, memory_order_release);
 	atomic_store_explicit(&ch->ctrl->rx_prod, ch->rx_bytes, memory_order_release);
 	atomic_store_explicit(&ch->ctrl->state, st, memory_order_release);
 	ch->published_state = st;
+	ch->published_tx = ch->tx_done;
+	ch->published_rx = ch->rx_bytes;
 	channel_wake_app(ch);
 }
 
@@ -278,9 +284,11 @@ static void channel_break(struct channel *ch, int err, const char *fmt, ...)
 /* Reads and checks what the application published. */
 static int channel_read_app(struct channel *ch)
 {
+	/* The flag first: the tx_prod published before MESH_APP_SHUT_WR is then visible too, so the
+	 * last bytes are never cut off. */
+	uint32_t flags = atomic_load_explicit(&ch->ctrl->app_flags, memory_order_acquire);
 	uint64_t tx_prod = atomic_load_explicit(&ch->ctrl->tx_prod, memory_order_acquire);
 	uint64_t rx_cons = atomic_load_explicit(&ch->ctrl->rx_cons, memory_order_acquire);
-	uint32_t flags = atomic_load_explicit(&ch->ctrl->app_flags, memory_order_acquire);
 
 	if (ch->app_shut && tx_prod != ch->app_tx_prod)
 		tx_prod = ch->app_tx_prod; /* bytes after SHUT_WR are not part of the stream */

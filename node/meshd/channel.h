@@ -82,7 +82,8 @@ struct channel {
 
 	/* counters */
 	uint64_t tx_bytes, rx_bytes_total, tx_chunks, rx_chunks, credit_stalls;
-	uint32_t published_state;
+	uint32_t published_state; /* what the ring shows, to wake the application only on a change */
+	uint64_t published_tx, published_rx;
 };
 
 struct listener {
