@@ -112,7 +112,7 @@ static void channel_free(struct channel *ch)
 	free(ch);
 }
 
-static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, const char **why)
+static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, const char **why, int *errp)
 {
 	struct mesh *m = l->mesh;
 	struct channel *ch = calloc(1, sizeof(*ch));
@@ -120,6 +120,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	size_t len = MESH_RING_CTRL_SIZE + 2 * size;
 
 	*why = "out of memory";
+	*errp = -ENOMEM;
 	if (!ch)
 		return NULL;
 	ch->memfd = ch->kick_fd = ch->wake_fd = ch->life_fd = ch->app_life_fd = ch->reply_fd = -1;
@@ -135,6 +136,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	m->n_channels++;
 	if (link_slot_alloc(l, ch)) {
 		*why = "no free channel slot on this link";
+		*errp = -EMFILE;
 		ch->link = NULL;
 		goto err;
 	}
@@ -143,12 +145,14 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)len) ||
 	    fcntl(ch->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		*why = "memfd_create/ftruncate/seal failed";
+		*errp = -errno;
 		goto err;
 	}
 	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
 	if (ch->map == MAP_FAILED) {
 		ch->map = NULL;
 		*why = "mmap of the ring failed";
+		*errp = -errno;
 		goto err;
 	}
 	ch->map_len = len;
@@ -174,10 +178,12 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->ctrl->channel_id = ch->id;
 	ch->ctrl->peer_node = l->peer->id;
 	/* On the link's device; QP 0 stands for all of them (one device per link). */
-	if (xport_mr_reg(l->conns[0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx) ||
-	    xport_mr_reg(l->conns[0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &ch->mr_rx) ||
-	    xport_mr_reg(l->conns[0], ch->credit, 8, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &ch->mr_cin) ||
-	    xport_mr_reg(l->conns[0], ch->credit + 1, 8, XPORT_ACCESS_LOCAL, &ch->mr_cout)) {
+	if ((*errp = xport_mr_reg(l->conns[0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
+	    (*errp = xport_mr_reg(l->conns[0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+				  &ch->mr_rx)) ||
+	    (*errp = xport_mr_reg(l->conns[0], ch->credit, 8, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+				  &ch->mr_cin)) ||
+	    (*errp = xport_mr_reg(l->conns[0], ch->credit + 1, 8, XPORT_ACCESS_LOCAL, &ch->mr_cout))) {
 		*why = "memory registration failed";
 		goto err;
 	}
@@ -226,16 +232,19 @@ static void channel_publish(struct channel *ch)
 	channel_wake_app(ch);
 }
 
-static void channel_send(struct channel *ch, PeerMsg *msg)
+/* A control message to the peer. -ENOBUFS (every send buffer of the link in flight) is not an
+ * error: the caller keeps the message pending and the next pump (at the latest the tick) retries. */
+static int channel_send(struct channel *ch, PeerMsg *msg)
 {
 	int ret;
 
 	if (!ch->link || ch->link->phase != LINK_UP)
-		return;
+		return -ENOTCONN;
 	ret = mesh_link_send(ch->link, msg);
-	if (ret)
+	if (ret && ret != -ENOBUFS)
 		log_warn("channel %u: cannot send a control message to node %u: %s", ch->id, ch->link->peer->id,
 			 mesh_strerror(ret));
+	return ret;
 }
 
 static void channel_send_close(struct channel *ch, int reason)
@@ -247,8 +256,8 @@ static void channel_send_close(struct channel *ch, int reason)
 	c.reason = reason;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
 	msg.channel_close = &c;
-	channel_send(ch, &msg);
-	ch->close_sent = true;
+	if (!channel_send(ch, &msg))
+		ch->close_sent = true;
 }
 
 static void channel_send_ack(struct channel *ch)
@@ -259,8 +268,8 @@ static void channel_send_ack(struct channel *ch)
 	a.slot = ch->peer_slot;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
 	msg.channel_close_ack = &a;
-	channel_send(ch, &msg);
-	ch->ack_sent = true;
+	if (!channel_send(ch, &msg))
+		ch->ack_sent = true;
 }
 
 /* The channel is broken: no more data moves; the application sees err after the bytes it has. */
@@ -387,6 +396,24 @@ static void channel_post_credit(struct channel *ch)
 
 static void channel_pump(struct channel *ch);
 
+/* The acceptor's answer; pending (retried by the pump) while the link's send buffers are busy. */
+static void channel_send_accept(struct channel *ch)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelAccept a = CHANNEL_ACCEPT__INIT;
+
+	a.slot = ch->peer_slot;
+	a.peer_slot = ch->slot;
+	a.rx_addr = (uintptr_t)ch->rx;
+	a.rx_rkey = ch->mr_rx->rkey;
+	a.credit_addr = (uintptr_t)ch->credit;
+	a.credit_rkey = ch->mr_cin->rkey;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
+	msg.channel_accept = &a;
+	if (!channel_send(ch, &msg))
+		ch->accept_pending = false;
+}
+
 /* ---- lifecycle ---- */
 
 static bool channel_done(struct channel *ch)
@@ -429,6 +456,12 @@ static void channel_pump(struct channel *ch)
 {
 	if (!ch->app_gone || ch->app_shut)
 		channel_read_app(ch);
+	/* Bytes published after the peer closed can never go: say so rather than let a sender wait. */
+	if (ch->close_rcvd && !ch->error && ch->app_tx_prod > ch->tx_sent)
+		channel_break(ch, -EPIPE, "application wrote after node %u closed the channel",
+			      ch->link ? ch->link->peer->id : 0);
+	if (ch->accept_pending)
+		channel_send_accept(ch);
 	if (ch->state == CH_OPEN) {
 		channel_post_data(ch);
 		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch)) {
@@ -439,8 +472,8 @@ static void channel_pump(struct channel *ch)
 			e.total = ch->tx_sent;
 			msg.body_case = PEER_MSG__BODY_CHANNEL_EOF;
 			msg.channel_eof = &e;
-			channel_send(ch, &msg);
-			ch->eof_sent = true;
+			if (!channel_send(ch, &msg))
+				ch->eof_sent = true;
 		}
 		if (!ch->app_gone)
 			channel_post_credit(ch);
@@ -491,6 +524,7 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	struct channel *ch;
 	PeerMsg msg = PEER_MSG__INIT;
 	ChannelOpen o = CHANNEL_OPEN__INIT;
+	int ret;
 
 	if (node == m->self->id) {
 		*why = "channels to the local node are not supported; connect to a peer";
@@ -513,9 +547,9 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		ring_size = MESH_RING_DEFAULT;
 	if (!qps || qps > m->cfg->qps_per_link)
 		qps = m->cfg->qps_per_link;
-	ch = channel_new(l, ring_size, qps, why);
+	ch = channel_new(l, ring_size, qps, why, &ret);
 	if (!ch)
-		return -ENOMEM;
+		return ret;
 	ch->opener = true;
 	ch->state = CH_OPENING;
 	ch->peer_port = port;
@@ -534,7 +568,15 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	o.credit_rkey = ch->mr_cin->rkey;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	msg.channel_open = &o;
-	channel_send(ch, &msg);
+	ret = channel_send(ch, &msg);
+	if (ret) {
+		/* The peer knows nothing of it: free it at once, the client hears why. */
+		*why = ret == -ENOBUFS ? "the link's control messages are all in flight; try again" : "cannot reach the peer";
+		ch->state = CH_CLOSING;
+		ch->app_gone = true;
+		channel_free(ch);
+		return ret == -ENOBUFS ? -EAGAIN : ret;
+	}
 	log_debug("channel %u: opening to node %u port %u (ring %llu, %u QPs)", ch->id, node, port,
 		  (unsigned long long)ring_size, qps);
 	return 0;
@@ -592,7 +634,25 @@ static void channel_reject(struct link *l, uint32_t slot, int reason)
 	r.reason = reason;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_REJECT;
 	msg.channel_reject = &r;
-	mesh_link_send(l, &msg);
+	if (mesh_link_send(l, &msg) == -ENOBUFS) {
+		/* Kept for the tick: an opener left without an answer would keep its ring forever. */
+		if (l->n_rejects < LINK_REJECTS_PENDING) {
+			l->rej_slot[l->n_rejects] = slot;
+			l->rej_reason[l->n_rejects++] = reason;
+		} else {
+			log_error("node %u: too many channel rejects pending; dropping the one of slot %u", l->peer->id,
+				  slot);
+		}
+	}
+}
+
+static void channel_flush_rejects(struct link *l)
+{
+	uint32_t n = l->n_rejects;
+
+	l->n_rejects = 0;
+	for (uint32_t i = 0; i < n && l->phase == LINK_UP; i++)
+		channel_reject(l, l->rej_slot[i], l->rej_reason[i]);
 }
 
 static void channel_on_open(struct link *l, const ChannelOpen *o)
@@ -600,9 +660,8 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 	struct mesh *m = l->mesh;
 	struct listener *li;
 	struct channel *ch;
-	PeerMsg msg = PEER_MSG__INIT;
-	ChannelAccept a = CHANNEL_ACCEPT__INIT;
 	const char *why;
+	int ret;
 
 	for (li = m->listeners; li && li->port != o->dst_port; li = li->next)
 		;
@@ -615,9 +674,9 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_reject(l, o->slot, -EINVAL);
 		return;
 	}
-	ch = channel_new(l, o->ring_size, o->qps, &why);
+	ch = channel_new(l, o->ring_size, o->qps, &why, &ret);
 	if (!ch) {
-		channel_reject(l, o->slot, -ENOMEM);
+		channel_reject(l, o->slot, ret);
 		return;
 	}
 	ch->state = CH_OPEN;
@@ -639,15 +698,8 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_free(ch);
 		return;
 	}
-	a.slot = o->slot;
-	a.peer_slot = ch->slot;
-	a.rx_addr = (uintptr_t)ch->rx;
-	a.rx_rkey = ch->mr_rx->rkey;
-	a.credit_addr = (uintptr_t)ch->credit;
-	a.credit_rkey = ch->mr_cin->rkey;
-	msg.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
-	msg.channel_accept = &a;
-	channel_send(ch, &msg);
+	ch->accept_pending = true;
+	channel_send_accept(ch);
 	log_debug("channel %u: accepted from node %u port %u to port %u", ch->id, l->peer->id, ch->peer_port,
 		  ch->local_port);
 }
@@ -770,10 +822,12 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 {
 	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
 
-	if (!ch || ch->state == CH_OPENING) {
+	if (!ch) {
 		log_warn("node %u wrote to channel slot %u, which is not open", l->peer->id, MESH_IMM_SLOT(imm));
 		return 0;
 	}
+	/* Data may beat the Accept (other QPs complete independently): it is in our ring already, and
+	 * counts as soon as it arrives. */
 	if (imm & MESH_IMM_CREDIT) {
 		uint64_t c = __atomic_load_n(&ch->credit[0], __ATOMIC_ACQUIRE);
 
@@ -789,20 +843,28 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 			channel_break(ch, -EPROTO, "peer sent chunk %u of %u bytes, expected %u..%u", seq, len, ch->rx_seq,
 				      (uint16_t)(ch->rx_seq + CH_WINDOW - 1));
 		} else {
+			uint64_t end = ch->rx_bytes;
+			uint16_t s = ch->rx_seq;
+
 			ch->rx_len[seq % CH_WINDOW] = len;
 			ch->rx_chunks++;
-			while (ch->rx_len[ch->rx_seq % CH_WINDOW]) {
-				ch->rx_bytes += ch->rx_len[ch->rx_seq % CH_WINDOW];
-				ch->rx_bytes_total += ch->rx_len[ch->rx_seq % CH_WINDOW];
-				ch->rx_len[ch->rx_seq % CH_WINDOW] = 0;
-				ch->rx_seq++;
-			}
-			/* Never more than a ring ahead of the reader: the peer ignored our credits. */
-			if (ch->rx_bytes - ch->app_rx_cons > ch->size)
+			while (ch->rx_len[s % CH_WINDOW])
+				end += ch->rx_len[s++ % CH_WINDOW];
+			/* Never more than a ring ahead of the reader (the peer ignored our credits), never past
+			 * the EOF: such bytes are not published, the channel breaks. */
+			if (end - ch->app_rx_cons > ch->size)
 				channel_break(ch, -EPROTO, "peer wrote %llu bytes past the reader's credit",
-					      (unsigned long long)(ch->rx_bytes - ch->app_rx_cons - ch->size));
-			if (ch->eof_known && ch->rx_bytes > ch->eof_total)
+					      (unsigned long long)(end - ch->app_rx_cons - ch->size));
+			else if (ch->eof_known && end > ch->eof_total)
 				channel_break(ch, -EPROTO, "peer sent data after its EOF");
+			else {
+				while (ch->rx_seq != s) {
+					ch->rx_len[ch->rx_seq % CH_WINDOW] = 0;
+					ch->rx_seq++;
+				}
+				ch->rx_bytes_total += end - ch->rx_bytes;
+				ch->rx_bytes = end;
+			}
 		}
 	}
 	channel_pump(ch);
@@ -816,16 +878,20 @@ void channel_link_down(struct link *l)
 
 		if (!ch)
 			continue;
-		channel_break(ch, -ECONNRESET, "link to node %u went DOWN", l->peer->id);
 		/* The QPs are gone: the registrations go with them, the slot is free. */
 		l->ch_slots[i] = NULL;
-		ch->link = NULL;
-		ch->inflight = 0;
 		if (ch->state == CH_OPENING) {
+			/* Nobody answers any more: the waiting client hears it now (channel_free). */
+			ch->error = -ECONNRESET;
+			snprintf(ch->why, sizeof(ch->why), "link to node %u went DOWN", l->peer->id);
+			ch->link = NULL;
 			ch->app_gone = true;
 			channel_free(ch);
 			continue;
 		}
+		channel_break(ch, -ECONNRESET, "link to node %u went DOWN", l->peer->id);
+		ch->link = NULL;
+		ch->inflight = 0;
 		channel_pump(ch);
 	}
 }
@@ -866,6 +932,9 @@ void channel_on_lifeline(struct mesh *m, uint32_t id)
 
 void channel_tick(struct mesh *m, uint64_t t)
 {
+	for (size_t i = 0; i < m->n_links; i++)
+		if (m->links[i].n_rejects)
+			channel_flush_rejects(&m->links[i]);
 	for (struct channel *ch = m->channels, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->state == CH_OPENING && ch->reply_fd >= 0 && t - ch->open_ms > m->cfg->handshake_timeout_ms) {

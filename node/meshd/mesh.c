@@ -220,6 +220,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 			  (unsigned long long)l->epoch, l->last_error);
 	channel_link_down(l);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
+	l->n_rejects = 0;
 	for (uint32_t i = 0; i < MESH_QPS_PER_LINK_MAX; i++) {
 		if (!l->conns[i])
 			continue;

@@ -35,6 +35,7 @@ enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
 #define LINK_SEND_BUFS 16
 #define LINK_SQ_DEPTH 256   /* send queue depth of every QP */
 #define LINK_SQ_CONTROL 16  /* of which the data path leaves this many for control messages */
+#define LINK_REJECTS_PENDING 32
 #define LINK_ERR_MAX 160
 
 struct mesh;
@@ -67,6 +68,10 @@ struct link {
 	/* Channels of this link by slot (MESH_IMM slot of the data path). */
 	struct channel **ch_slots;
 	uint32_t ch_cap;
+	/* ChannelRejects that found every send buffer busy, sent by the next tick. */
+	uint32_t n_rejects;
+	uint32_t rej_slot[LINK_REJECTS_PENDING];
+	int32_t rej_reason[LINK_REJECTS_PENDING];
 
 	/* The peer's Hello of this attempt. */
 	bool have_peer_hello;

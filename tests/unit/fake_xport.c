@@ -281,11 +281,13 @@ static void fake_mr_dereg(xport_mr_t *mr)
 
 static int fake_post_send(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id)
 {
+	struct fake_post *p;
 	int ret = take_failure(&fake_conn_of(c)->fx->fail_post_send);
 
 	if (ret)
 		return ret;
-	post_rec(c, XPORT_OP_SEND, mr, buf, len, 0, 0, wr_id);
+	p = post_rec(c, XPORT_OP_SEND, mr, buf, len, 0, 0, wr_id);
+	memcpy(p->sent, buf, len < FAKE_SEND_COPY ? len : FAKE_SEND_COPY);
 	return 0;
 }
 

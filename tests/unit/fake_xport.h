@@ -16,8 +16,9 @@
 #include "transport.h"
 
 #define FAKE_MAX_RECS 256
-#define FAKE_MAX_POSTS 1024
+#define FAKE_MAX_POSTS 2048
 #define FAKE_MAX_EVENTS 64
+#define FAKE_SEND_COPY 1024 /* bytes of a SEND's payload kept in its record (MESH_PEER_MSG_MAX) */
 
 struct fake_xport;
 
@@ -62,7 +63,9 @@ struct fake_post {
 	uint32_t rkey;
 	uint32_t imm;
 	uint64_t wr_id;
-	bool used; /* a test consumed it (e.g. filled a receive) */
+	bool used; /* a test consumed it (e.g. filled a receive, completed a send) */
+	/* SEND: the payload as it was posted (the owner may reuse buf once the send completed) */
+	uint8_t sent[FAKE_SEND_COPY];
 };
 
 struct fake_reg {

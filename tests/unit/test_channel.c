@@ -1,0 +1,2060 @@
+/*
+ * Channels in meshd (node/meshd/channel.c) over the fake transport. The test plays three parts:
+ *
+ * - the peer meshd: its ChannelOpen/Accept/Reject/Eof/Close/CloseAck arrive as SENDs on QP 0 of the
+ *   link, its data and credits as RECV_IMM completions on the QP they came by; the writes we post
+ *   land in memory the test owns (the peer's RX ring and credit word, checked against the keys it
+ *   announced) when the test completes them;
+ * - the application: the fake channel_ops.deliver keeps its own copies of the four descriptors, as
+ *   SCM_RIGHTS would; the test maps the memfd, writes and reads the rings, publishes indices, kicks,
+ *   shuts its write side and closes its lifeline as libmesh would;
+ * - meshd's loop: transport events go through mesh_handle_event() + mesh_reap() (harness deliver()),
+ *   kicks and lifelines through channel_on_kick()/channel_on_lifeline() + mesh_reap().
+ *
+ * We are node 2 of {1, 2, 3}: the link to node 1 is UP (we dialled it), the link to node 3 is DOWN.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <mesh/mesh.h>
+
+#include "channel.h"
+#include "log.h"
+#include "mesh_harness.h"
+#include "unit_main.h"
+#include "util.h"
+
+#define SELF 2u
+#define PEER 1u       /* link UP */
+#define DOWN_NODE 3u  /* link DOWN: node 3 dials us and has not */
+#define UNKNOWN_NODE 9u
+#define RING MESH_RING_MIN /* 4 KiB rings: chunks of a quarter, 1 KiB */
+#define CHUNK (RING / 4)
+#define CLIENT_FD 1001 /* a connecting client: only a number to channel.c and to the fake deliver */
+#define LISTEN_FD 1002
+#define PEER_SLOT 7u /* the peer meshd's slot of a channel */
+#define PEER_RX_RKEY 0x5eed0001u
+#define PEER_CREDIT_RKEY 0x5eed0002u
+#define ACCESS_RW (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE)
+#define MAX_APPS 16
+#define MAX_CHANS 4
+#define MAX_IDS 64
+
+enum { FD_MEMFD, FD_LIFELINE, FD_KICK, FD_WAKE }; /* the order of channel_ops.deliver's fds[] */
+
+static const uint16_t ids123[] = {1, 2, 3};
+
+/* What the fake deliver got: a reply to a client and, with a channel, the application's copies of
+ * its four descriptors and (once app_map() ran) the mapped ring. */
+struct app {
+	int client_fd;
+	int status;
+	char why[128];
+	bool setup;
+	uint32_t channel_id, qps;
+	uint64_t ring_size;
+	size_t map_len;
+	uint16_t local_port, peer_port;
+	int fds[4];
+	uint8_t *map;
+	struct mesh_ring_ctrl *ctrl;
+	uint8_t *tx, *rx;
+	uint64_t tx_prod, rx_cons; /* what this application published */
+};
+
+/* One channel as the test sees it. */
+struct chan {
+	uint32_t id;        /* meshd's channel id */
+	uint32_t slot;      /* ours: what the peer's messages and immediates name */
+	uint32_t peer_slot; /* the peer's: what ours name */
+	uint16_t local_port;
+	uint64_t size;
+	struct app *app;
+	/* what we announced: our RX ring and credit word (meshd's memory, written by the "peer") */
+	uint8_t *our_rx;
+	uint64_t *our_credit;
+	uint32_t our_rx_rkey, our_credit_rkey;
+	/* the peer's RX ring and credit word: the targets of our writes */
+	uint8_t *peer_rx;
+	uint64_t *peer_credit;
+};
+
+struct ct {
+	struct mt t; /* first: the harness's fixture */
+	struct link *l;
+	struct app apps[MAX_APPS];
+	size_t n_apps;
+	int deliver_err; /* armed: the next deliver fails with it (the client is gone) */
+	unsigned watch_add[MAX_IDS], watch_del[MAX_IDS];
+	struct chan chans[MAX_CHANS];
+	size_t n_chans;
+};
+
+/* ---- the application's side: channel_ops ------------------------------------------------------ */
+
+static int app_deliver(void *ctx, int fd, int status, const char *why, const struct channel *ch, const int fds[4])
+{
+	struct ct *c = ctx;
+	struct app *a;
+
+	/* A reply carries a channel exactly when it reports success, and then all four descriptors. */
+	assert_true((status == 0) == (ch != NULL));
+	assert_true((ch != NULL) == (fds != NULL));
+	assert_true(status <= 0);
+	if (c->deliver_err) {
+		int err = c->deliver_err;
+
+		c->deliver_err = 0;
+		return err;
+	}
+	assert_true(c->n_apps < MAX_APPS);
+	a = &c->apps[c->n_apps++];
+	memset(a, 0, sizeof(*a));
+	a->client_fd = fd;
+	a->status = status;
+	snprintf(a->why, sizeof(a->why), "%s", why ? why : "");
+	for (int i = 0; i < 4; i++)
+		a->fds[i] = -1;
+	if (!ch)
+		return 0;
+	a->setup = true;
+	a->channel_id = ch->id;
+	a->qps = ch->qps;
+	a->ring_size = ch->size;
+	a->map_len = ch->map_len;
+	a->local_port = ch->local_port;
+	a->peer_port = ch->peer_port;
+	/* SCM_RIGHTS gives the application descriptors of its own. */
+	for (int i = 0; i < 4; i++) {
+		assert_true(fds[i] >= 0);
+		a->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		assert_true(a->fds[i] >= 0);
+	}
+	return 0;
+}
+
+static void app_watch(void *ctx, struct channel *ch, bool add)
+{
+	struct ct *c = ctx;
+
+	assert_true(ch->id < MAX_IDS);
+	if (add)
+		c->watch_add[ch->id]++;
+	else
+		c->watch_del[ch->id]++;
+}
+
+static bool fd_is(int fd, const char *what)
+{
+	char path[64], buf[256];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, buf, sizeof(buf) - 1);
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, what) != NULL;
+}
+
+/* Maps the memfd as libmesh does and checks the control page meshd filled in. */
+static void app_map(struct app *a)
+{
+	struct stat st;
+	void *p;
+
+	assert_true(a->setup);
+	assert_int_equal(fstat(a->fds[FD_MEMFD], &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_true((uint64_t)st.st_size == a->map_len);
+	assert_true(a->map_len == MESH_RING_CTRL_SIZE + 2 * a->ring_size);
+	p = mmap(NULL, a->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fds[FD_MEMFD], 0);
+	assert_true(p != MAP_FAILED);
+	a->map = p;
+	a->ctrl = p;
+	assert_int_equal(a->ctrl->magic, MESH_RING_MAGIC);
+	assert_int_equal(a->ctrl->version, MESH_RING_VERSION);
+	assert_true(a->ctrl->ring_size == a->ring_size);
+	assert_true(a->ctrl->tx_off == MESH_RING_CTRL_SIZE);
+	assert_true(a->ctrl->rx_off == MESH_RING_CTRL_SIZE + a->ring_size);
+	assert_int_equal(a->ctrl->channel_id, a->channel_id);
+	assert_int_equal(a->ctrl->local_port, a->local_port);
+	assert_int_equal(a->ctrl->peer_port, a->peer_port);
+	a->tx = a->map + a->ctrl->tx_off;
+	a->rx = a->map + a->ctrl->rx_off;
+}
+
+static void app_close(struct app *a)
+{
+	if (a->map)
+		munmap(a->map, a->map_len);
+	a->map = NULL;
+	for (int i = 0; i < 4; i++) {
+		if (a->fds[i] >= 0)
+			close(a->fds[i]);
+		a->fds[i] = -1;
+	}
+}
+
+/* Byte `pos` of a stream; salt tells the directions apart. */
+static uint8_t pat(uint64_t pos, uint8_t salt)
+{
+	return (uint8_t)(pos * 7u + (pos >> 8) + salt);
+}
+
+#define SALT_OUT 0xa5 /* our application's stream */
+#define SALT_IN 0x5a  /* the peer's stream */
+
+/* The application appends n bytes to TX and publishes tx_prod. */
+static void app_write(struct chan *h, uint32_t n)
+{
+	struct app *a = h->app;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t p = a->tx_prod + i;
+
+		a->tx[p & (a->ring_size - 1)] = pat(p, SALT_OUT);
+	}
+	a->tx_prod += n;
+	atomic_store_explicit(&a->ctrl->tx_prod, a->tx_prod, memory_order_release);
+}
+
+/* The application reads n bytes (checking them) and publishes rx_cons. */
+static void app_read(struct chan *h, uint64_t n)
+{
+	struct app *a = h->app;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t p = a->rx_cons + i;
+
+		if (a->rx[p & (a->ring_size - 1)] != pat(p, SALT_IN))
+			fail_msg("RX byte %llu is 0x%02x, the peer sent 0x%02x", (unsigned long long)p,
+				 a->rx[p & (a->ring_size - 1)], pat(p, SALT_IN));
+	}
+	a->rx_cons += n;
+	atomic_store_explicit(&a->ctrl->rx_cons, a->rx_cons, memory_order_release);
+}
+
+static void app_shut_wr(struct chan *h)
+{
+	atomic_fetch_or_explicit(&h->app->ctrl->app_flags, MESH_APP_SHUT_WR, memory_order_release);
+}
+
+/* Writes the kick eventfd; meshd's loop then sees it readable. */
+static void app_kick(struct ct *c, struct chan *h)
+{
+	uint64_t one = 1;
+
+	assert_int_equal(write(h->app->fds[FD_KICK], &one, sizeof(one)), (ssize_t)sizeof(one));
+	channel_on_kick(&c->t.m, h->id);
+	mesh_reap(&c->t.m);
+}
+
+/* The application closes (or dies): its lifeline end goes, meshd's loop sees the hang-up. */
+static void app_hangup(struct ct *c, struct chan *h)
+{
+	assert_true(h->app->fds[FD_LIFELINE] >= 0);
+	close(h->app->fds[FD_LIFELINE]);
+	h->app->fds[FD_LIFELINE] = -1;
+	channel_on_lifeline(&c->t.m, h->id);
+	mesh_reap(&c->t.m);
+}
+
+static uint32_t ring_state(const struct chan *h)
+{
+	return atomic_load_explicit(&h->app->ctrl->state, memory_order_acquire);
+}
+
+static int32_t ring_error(const struct chan *h)
+{
+	return atomic_load_explicit(&h->app->ctrl->error, memory_order_acquire);
+}
+
+static uint64_t ring_tx_cons(const struct chan *h)
+{
+	return atomic_load_explicit(&h->app->ctrl->tx_cons, memory_order_acquire);
+}
+
+static uint64_t ring_rx_prod(const struct chan *h)
+{
+	return atomic_load_explicit(&h->app->ctrl->rx_prod, memory_order_acquire);
+}
+
+/* ---- fixture -------------------------------------------------------------------------------- */
+
+static int ct_setup(void **state)
+{
+	size_t len = (sizeof(struct ct) + 63) & ~(size_t)63;
+	struct ct *c = aligned_alloc(64, len);
+
+	if (!c)
+		return -1;
+	memset(c, 0, sizeof(*c));
+	mt_open(&c->t);
+	*state = c;
+	return 0;
+}
+
+static int ct_teardown(void **state)
+{
+	struct ct *c = *state;
+
+	for (size_t i = 0; i < c->n_apps; i++)
+		app_close(&c->apps[i]);
+	mt_close(&c->t);
+	for (size_t i = 0; i < c->n_chans; i++) {
+		free(c->chans[i].peer_rx);
+		free(c->chans[i].peer_credit);
+	}
+	free(c);
+	return 0;
+}
+
+/* Every SEND of ours still outstanding on QP 0 completes (the peer received it). */
+static void complete_sends(struct ct *c)
+{
+	struct mt *t = &c->t;
+	unsigned cid = conn_id(c->l->conns[0]);
+
+	for (size_t i = 0; i < t->fx->n_posts; i++) {
+		struct fake_post *p = &t->fx->posts[i];
+		struct xport_event ev;
+
+		if (p->op != XPORT_OP_SEND || p->conn_id != cid || p->used)
+			continue;
+		p->used = true;
+		ev = wc_event(c->l->conns[0], XPORT_OP_SEND, p->wr_id, p->len);
+		deliver(t, &ev);
+	}
+}
+
+/* Brings the link to node 1 UP over qps QPs, with the fake application attached. */
+static void ct_init(struct ct *c, uint32_t qps)
+{
+	struct mt *t = &c->t;
+
+	t->qps = qps;
+	mt_init(t, SELF, ids123, 3);
+	/* No keepalive timeout inside a test, however slow (valgrind): ticks serve channel timeouts. */
+	t->cfg.keepalive_interval_ms = 3600u * 1000u;
+	t->cfg.keepalive_timeout_ms = 7200u * 1000u;
+	t->m.ch_ops = (struct channel_ops){.deliver = app_deliver, .watch = app_watch, .ctx = c};
+	tick(t);
+	c->l = lk(t, PEER);
+	drive_to_up(t, c->l);
+	complete_sends(c);
+	assert_int_equal(t->fx->live_mrs, 2); /* the link's own */
+}
+
+static struct channel *chn(struct ct *c, const struct chan *h)
+{
+	struct channel *ch = channel_find(&c->t.m, h->id);
+
+	if (!ch)
+		fail_msg("channel %u no longer exists", h->id);
+	return ch;
+}
+
+static struct chan *chan_new(struct ct *c, uint64_t size, uint32_t peer_slot)
+{
+	struct chan *h;
+
+	assert_true(c->n_chans < MAX_CHANS);
+	h = &c->chans[c->n_chans++];
+	memset(h, 0, sizeof(*h));
+	h->size = size;
+	h->peer_slot = peer_slot;
+	h->peer_rx = calloc(1, size);
+	h->peer_credit = aligned_alloc(64, 64);
+	assert_non_null(h->peer_rx);
+	assert_non_null(h->peer_credit);
+	*h->peer_credit = 0;
+	return h;
+}
+
+/* ---- what we sent ----------------------------------------------------------------------------- */
+
+/* The nth message of kind `body` we sent since post index `from`, decoded (free it), or NULL. */
+static PeerMsg *sent_msg(struct ct *c, size_t from, PeerMsg__BodyCase body, size_t nth)
+{
+	struct fake_xport *fx = c->t.fx;
+
+	for (size_t i = from; i < fx->n_posts; i++) {
+		struct fake_post *p = &fx->posts[i];
+		const char *why;
+		PeerMsg *m;
+
+		if (p->op != XPORT_OP_SEND)
+			continue;
+		assert_true(p->len <= FAKE_SEND_COPY);
+		assert_int_equal(mesh_peer_msg_decode(p->sent, p->len, &m, &why), 0);
+		if (m->body_case == body && nth-- == 0)
+			return m;
+		mesh_peer_msg_free(m);
+	}
+	return NULL;
+}
+
+static size_t sent_count(struct ct *c, size_t from, PeerMsg__BodyCase body)
+{
+	size_t n = 0;
+	PeerMsg *m;
+
+	while ((m = sent_msg(c, from, body, n))) {
+		mesh_peer_msg_free(m);
+		n++;
+	}
+	return n;
+}
+
+/* Our ChannelClose to channel h (the first since from): its reason. Fails if there is none. */
+static int sent_close_reason(struct ct *c, const struct chan *h, size_t from)
+{
+	PeerMsg *m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_CLOSE, 0);
+	int reason;
+
+	if (!m)
+		fail_msg("no ChannelClose was sent");
+	assert_int_equal(m->channel_close->slot, h->peer_slot);
+	reason = m->channel_close->reason;
+	mesh_peer_msg_free(m);
+	return reason;
+}
+
+static bool is_credit(const struct fake_post *p)
+{
+	return (p->imm & MESH_IMM_CREDIT) != 0;
+}
+
+/* The nth data (credit false) or credit WRITE_WITH_IMM of channel h posted since from, or NULL. */
+static struct fake_post *write_post(struct ct *c, const struct chan *h, size_t from, bool credit, size_t nth)
+{
+	struct fake_xport *fx = c->t.fx;
+
+	for (size_t i = from; i < fx->n_posts; i++) {
+		struct fake_post *p = &fx->posts[i];
+
+		if (p->op != XPORT_OP_WRITE_IMM || is_credit(p) != credit || MESH_IMM_SLOT(p->imm) != h->peer_slot)
+			continue;
+		if (nth-- == 0)
+			return p;
+	}
+	return NULL;
+}
+
+static size_t write_count(struct ct *c, const struct chan *h, size_t from, bool credit)
+{
+	size_t n = 0;
+
+	while (write_post(c, h, from, credit, n))
+		n++;
+	return n;
+}
+
+/* The peer's NIC executes a write we posted (data into its RX ring, a credit into its credit word,
+ * both checked against what it announced), then our QP reports the completion. */
+static void complete_write(struct ct *c, struct chan *h, struct fake_post *p)
+{
+	struct fake_conn *fc = fake_conn_by_id(c->t.fx, p->conn_id);
+	struct xport_event ev;
+
+	assert_non_null(p);
+	assert_non_null(fc);
+	assert_int_equal(p->op, XPORT_OP_WRITE_IMM);
+	assert_false(p->used);
+	p->used = true;
+	if (is_credit(p)) {
+		assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
+		assert_true(p->raddr == (uintptr_t)h->peer_credit);
+		assert_int_equal(p->len, 8);
+		memcpy(h->peer_credit, p->buf, 8);
+	} else {
+		uint64_t off = p->raddr - (uintptr_t)h->peer_rx;
+
+		assert_int_equal(p->rkey, PEER_RX_RKEY);
+		assert_true(p->raddr >= (uintptr_t)h->peer_rx);
+		assert_true(off + p->len <= h->size);
+		memcpy(h->peer_rx + off, p->buf, p->len);
+	}
+	/* The requester of a WRITE_WITH_IMM reports WRITE, as verbs does. */
+	ev = wc_event(&fc->base, XPORT_OP_WRITE, p->wr_id, 0);
+	deliver(&c->t, &ev);
+}
+
+/* Completes every data write of channel h posted since from and not completed yet, in order. */
+static void complete_data(struct ct *c, struct chan *h, size_t from)
+{
+	struct fake_post *p;
+
+	for (size_t i = 0; (p = write_post(c, h, from, false, i)); i++)
+		if (!p->used)
+			complete_write(c, h, p);
+}
+
+/* ---- what the peer sends ---------------------------------------------------------------------- */
+
+static void peer_msg(struct ct *c, PeerMsg *m)
+{
+	peer_send(&c->t, c->l, m);
+}
+
+/* A WRITE_WITH_IMM of the peer reaches QP qp: a receive of ours there completes with the immediate. */
+static void peer_imm(struct ct *c, uint32_t qp, uint32_t imm, uint32_t len)
+{
+	struct fake_post *r = take_recv(&c->t, c->l, qp);
+	struct xport_event ev = wc_event(c->l->conns[qp], XPORT_OP_RECV_IMM, r->wr_id, len);
+
+	ev.imm = imm;
+	ev.has_imm = true;
+	deliver(&c->t, &ev);
+}
+
+/* The peer sends bytes [pos, pos + len) of its stream as chunk seq over QP qp: they land in the RX
+ * ring we announced, then the immediate arrives. */
+static void peer_data(struct ct *c, const struct chan *h, uint32_t qp, uint16_t seq, uint64_t pos, uint32_t len)
+{
+	uint64_t off = pos & (h->size - 1);
+
+	assert_true(off + len <= h->size);
+	for (uint32_t i = 0; i < len; i++)
+		h->our_rx[off + i] = pat(pos + i, SALT_IN);
+	peer_imm(c, qp, MESH_IMM(0, h->slot, seq), len);
+}
+
+/* The peer's reader consumed up to cons: the credit lands in our credit word, then its immediate. */
+static void peer_credit(struct ct *c, const struct chan *h, uint64_t cons)
+{
+	__atomic_store_n(h->our_credit, cons, __ATOMIC_RELEASE);
+	peer_imm(c, 0, MESH_IMM(1, h->slot, 0), 8);
+}
+
+static void peer_open(struct ct *c, const struct chan *h, uint16_t src_port, uint16_t dst_port, uint32_t qps)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelOpen o = CHANNEL_OPEN__INIT;
+
+	o.slot = h->peer_slot;
+	o.src_port = src_port;
+	o.dst_port = dst_port;
+	o.ring_size = h->size;
+	o.qps = qps;
+	o.rx_addr = (uintptr_t)h->peer_rx;
+	o.rx_rkey = PEER_RX_RKEY;
+	o.credit_addr = (uintptr_t)h->peer_credit;
+	o.credit_rkey = PEER_CREDIT_RKEY;
+	m.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
+	m.channel_open = &o;
+	peer_msg(c, &m);
+}
+
+static void peer_accept(struct ct *c, const struct chan *h)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelAccept a = CHANNEL_ACCEPT__INIT;
+
+	a.slot = h->slot;
+	a.peer_slot = h->peer_slot;
+	a.rx_addr = (uintptr_t)h->peer_rx;
+	a.rx_rkey = PEER_RX_RKEY;
+	a.credit_addr = (uintptr_t)h->peer_credit;
+	a.credit_rkey = PEER_CREDIT_RKEY;
+	m.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
+	m.channel_accept = &a;
+	peer_msg(c, &m);
+}
+
+static void peer_reject(struct ct *c, uint32_t slot, int reason)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelReject r = CHANNEL_REJECT__INIT;
+
+	r.slot = slot;
+	r.reason = reason;
+	m.body_case = PEER_MSG__BODY_CHANNEL_REJECT;
+	m.channel_reject = &r;
+	peer_msg(c, &m);
+}
+
+static void peer_eof(struct ct *c, const struct chan *h, uint64_t total)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelEof e = CHANNEL_EOF__INIT;
+
+	e.slot = h->slot;
+	e.total = total;
+	m.body_case = PEER_MSG__BODY_CHANNEL_EOF;
+	m.channel_eof = &e;
+	peer_msg(c, &m);
+}
+
+static void peer_close(struct ct *c, const struct chan *h, int reason)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelClose cl = CHANNEL_CLOSE__INIT;
+
+	cl.slot = h->slot;
+	cl.reason = reason;
+	m.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
+	m.channel_close = &cl;
+	peer_msg(c, &m);
+}
+
+static void peer_close_ack(struct ct *c, const struct chan *h)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelCloseAck a = CHANNEL_CLOSE_ACK__INIT;
+
+	a.slot = h->slot;
+	m.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
+	m.channel_close_ack = &a;
+	peer_msg(c, &m);
+}
+
+static void peer_keepalive(struct ct *c, uint64_t seq)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	Keepalive k = KEEPALIVE__INIT;
+
+	k.seq = seq;
+	k.sent_us = 1000 + seq;
+	m.body_case = PEER_MSG__BODY_KEEPALIVE;
+	m.keepalive = &k;
+	peer_msg(c, &m);
+}
+
+/* ---- opening channels ------------------------------------------------------------------------- */
+
+/* channel_connect to node 1; notes what the ChannelOpen announced. The channel is OPENING. */
+static struct chan *connect_out(struct ct *c, uint16_t port, uint64_t size, uint32_t qps, uint32_t peer_slot)
+{
+	size_t from = c->t.fx->n_posts;
+	const char *why = NULL;
+	struct chan *h = chan_new(c, size, peer_slot);
+	PeerMsg *m;
+	int ret = channel_connect(&c->t.m, PEER, port, size, qps, CLIENT_FD, &why);
+
+	if (ret)
+		fail_msg("channel_connect: %s (%s)", mesh_strerror(ret), why ? why : "?");
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
+	assert_non_null(m);
+	h->slot = m->channel_open->slot;
+	h->local_port = (uint16_t)m->channel_open->src_port;
+	h->our_rx = (uint8_t *)(uintptr_t)m->channel_open->rx_addr;
+	h->our_rx_rkey = m->channel_open->rx_rkey;
+	h->our_credit = (uint64_t *)(uintptr_t)m->channel_open->credit_addr;
+	h->our_credit_rkey = m->channel_open->credit_rkey;
+	mesh_peer_msg_free(m);
+	assert_true(h->slot < c->l->ch_cap);
+	assert_non_null(c->l->ch_slots[h->slot]);
+	h->id = c->l->ch_slots[h->slot]->id;
+	complete_sends(c);
+	return h;
+}
+
+/* The peer accepts: the connecting client gets the channel, and maps it. */
+static void accept_out(struct ct *c, struct chan *h)
+{
+	size_t n = c->n_apps;
+
+	peer_accept(c, h);
+	assert_int_equal(c->n_apps, n + 1);
+	h->app = &c->apps[n];
+	if (h->app->status)
+		fail_msg("the client got %s (%s), not the channel", mesh_strerror(h->app->status), h->app->why);
+	app_map(h->app);
+	complete_sends(c);
+}
+
+static struct chan *open_out(struct ct *c, uint64_t size, uint32_t qps, uint32_t peer_slot)
+{
+	struct chan *h = connect_out(c, 5000, size, qps, peer_slot);
+
+	accept_out(c, h);
+	return h;
+}
+
+/* The peer opens a channel to our port, where LISTEN_FD listens: we deliver it and accept. */
+static struct chan *open_in(struct ct *c, uint16_t src_port, uint16_t dst_port, uint64_t size, uint32_t qps,
+			    uint32_t peer_slot)
+{
+	size_t from = c->t.fx->n_posts, n = c->n_apps;
+	struct chan *h = chan_new(c, size, peer_slot);
+	PeerMsg *m;
+
+	peer_open(c, h, src_port, dst_port, qps);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT, 0);
+	if (!m)
+		fail_msg("no ChannelAccept (%zu rejects)", sent_count(c, from, PEER_MSG__BODY_CHANNEL_REJECT));
+	assert_int_equal(m->channel_accept->slot, peer_slot);
+	h->slot = m->channel_accept->peer_slot;
+	h->local_port = dst_port;
+	h->our_rx = (uint8_t *)(uintptr_t)m->channel_accept->rx_addr;
+	h->our_rx_rkey = m->channel_accept->rx_rkey;
+	h->our_credit = (uint64_t *)(uintptr_t)m->channel_accept->credit_addr;
+	h->our_credit_rkey = m->channel_accept->credit_rkey;
+	mesh_peer_msg_free(m);
+	assert_true(h->slot < c->l->ch_cap);
+	assert_non_null(c->l->ch_slots[h->slot]);
+	h->id = c->l->ch_slots[h->slot]->id;
+	assert_int_equal(c->n_apps, n + 1);
+	h->app = &c->apps[n];
+	assert_int_equal(h->app->status, 0);
+	app_map(h->app);
+	complete_sends(c);
+	return h;
+}
+
+/* The channel's four registrations, the latest of each kind (access, length). */
+struct ch_regs {
+	const struct fake_reg *tx, *rx, *cin, *cout;
+};
+
+static struct ch_regs find_regs(struct ct *c, uint64_t size)
+{
+	struct ch_regs r = {0};
+	struct fake_xport *fx = c->t.fx;
+
+	for (size_t i = 0; i < fx->n_regs; i++) {
+		const struct fake_reg *g = &fx->regs[i];
+
+		if (g->access == XPORT_ACCESS_LOCAL && g->len == size)
+			r.tx = g;
+		else if (g->access == ACCESS_RW && g->len == size)
+			r.rx = g;
+		else if (g->access == ACCESS_RW && g->len == 8)
+			r.cin = g;
+		else if (g->access == XPORT_ACCESS_LOCAL && g->len == 8)
+			r.cout = g;
+	}
+	assert_non_null(r.tx);
+	assert_non_null(r.rx);
+	assert_non_null(r.cin);
+	assert_non_null(r.cout);
+	return r;
+}
+
+/* Channel h broke with err: the ring says so, the link stays UP, nothing more is posted. */
+static void expect_broken(struct ct *c, struct chan *h, int err)
+{
+	size_t from = c->t.fx->n_posts;
+
+	if (!(ring_state(h) & MESH_STATE_ERROR))
+		fail_msg("ring state 0x%x: no MESH_STATE_ERROR", ring_state(h));
+	if (ring_error(h) != err)
+		fail_msg("ring error %d (%s), expected %d (%s)", ring_error(h), mesh_strerror(ring_error(h)), err,
+			 mesh_strerror(err));
+	assert_string_equal(channel_state_name(chn(c, h)), "ERROR");
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	/* Whatever the application does now, no data and no credit moves. */
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_int_equal(write_count(c, h, from, true), 0);
+}
+
+/* ---- connect and accept ------------------------------------------------------------------------ */
+
+static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	const ChannelOpen *o;
+	struct ch_regs r;
+	struct channel *ch;
+	size_t from, regs;
+	PeerMsg *m;
+
+	ct_init(c, 3);
+	from = c->t.fx->n_posts;
+	regs = c->t.fx->n_regs;
+	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, CLIENT_FD, &why), 0);
+	/* TX (local), RX and the credit word in (remote write), the credit word out (local). */
+	assert_int_equal(c->t.fx->n_regs, regs + 4);
+	r = find_regs(c, RING);
+	for (size_t i = regs; i < regs + 4; i++)
+		assert_int_equal(c->t.fx->regs[i].conn_id, conn_id(c->l->conns[0]));
+	assert_int_equal(fake_post_count(c->t.fx, from, XPORT_OP_SEND, 0), 1);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
+	assert_non_null(m);
+	o = m->channel_open;
+	assert_true(o->slot < c->l->ch_cap);
+	ch = c->l->ch_slots[o->slot];
+	assert_non_null(ch);
+	assert_int_equal(o->slot, ch->slot);
+	assert_int_equal(o->dst_port, 80);
+	assert_int_equal(o->src_port, ch->local_port);
+	assert_true(o->src_port >= 49152);
+	assert_true(o->ring_size == RING);
+	assert_int_equal(o->qps, 3); /* 9 asked for, the link has 3 */
+	assert_int_equal(ch->qps, 3);
+	assert_true(o->rx_addr == (uintptr_t)r.rx->addr);
+	assert_int_equal(o->rx_rkey, r.rx->rkey);
+	assert_true(o->credit_addr == (uintptr_t)r.cin->addr);
+	assert_int_equal(o->credit_rkey, r.cin->rkey);
+	/* The rings registered are the ones in the memfd: TX then RX after the control page. */
+	assert_ptr_equal(r.tx->addr, ch->tx);
+	assert_ptr_equal(r.rx->addr, ch->rx);
+	assert_ptr_equal((uint8_t *)r.tx->addr, (uint8_t *)ch->map + MESH_RING_CTRL_SIZE);
+	assert_ptr_equal((uint8_t *)r.rx->addr, (uint8_t *)ch->map + MESH_RING_CTRL_SIZE + RING);
+	mesh_peer_msg_free(m);
+	/* The client hears once the peer answers. */
+	assert_int_equal(c->n_apps, 0);
+	assert_int_equal(c->t.m.n_channels, 1);
+	assert_string_equal(channel_state_name(ch), "OPENING");
+	assert_int_equal(c->watch_add[ch->id], 1);
+	mt_finish(&c->t);
+}
+
+static void channel_connect__qps_and_ring_unset__link_qps_and_default_ring(void **state)
+{
+	struct ct *c = *state;
+	const uint32_t ask[] = {0, 1, 2, 4};
+	const uint32_t want[] = {3, 1, 2, 3};
+	uint32_t slots[4], ports[4];
+	const char *why = NULL;
+
+	ct_init(c, 3);
+	for (int i = 0; i < 4; i++) {
+		size_t from = c->t.fx->n_posts;
+		PeerMsg *m;
+
+		assert_int_equal(channel_connect(&c->t.m, PEER, 80, i ? RING : 0, ask[i], CLIENT_FD, &why), 0);
+		m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
+		assert_non_null(m);
+		assert_int_equal(m->channel_open->qps, want[i]);
+		assert_true(m->channel_open->ring_size == (i ? RING : MESH_RING_DEFAULT));
+		slots[i] = m->channel_open->slot;
+		ports[i] = m->channel_open->src_port;
+		for (int j = 0; j < i; j++) {
+			assert_int_not_equal(slots[i], slots[j]);
+			assert_int_not_equal(ports[i], ports[j]);
+		}
+		mesh_peer_msg_free(m);
+	}
+	assert_int_equal(c->t.m.n_channels, 4);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__accept__open_and_delivered_with_four_fds(void **state)
+{
+	struct ct *c = *state;
+	struct channel *ch;
+	struct chan *h;
+	struct app *a;
+	int seals;
+
+	ct_init(c, 2);
+	h = connect_out(c, 80, RING, 2, PEER_SLOT);
+	peer_accept(c, h);
+	assert_int_equal(c->n_apps, 1);
+	a = &c->apps[0];
+	h->app = a;
+	assert_int_equal(a->client_fd, CLIENT_FD);
+	assert_int_equal(a->status, 0);
+	assert_true(a->setup);
+	assert_int_equal(a->channel_id, h->id);
+	assert_true(a->ring_size == RING);
+	assert_int_equal(a->qps, 2);
+	assert_int_equal(a->peer_port, 80);
+	assert_int_equal(a->local_port, h->local_port);
+	/* Four distinct descriptors: a sealed memfd, the lifeline socket, the kick and wake eventfds. */
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(a->fds[i], a->fds[j]);
+	seals = fcntl(a->fds[FD_MEMFD], F_GET_SEALS);
+	assert_true(seals >= 0);
+	seals &= F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	assert_int_equal(seals, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	assert_true(fd_is(a->fds[FD_MEMFD], "memfd:"));
+	assert_true(fd_is(a->fds[FD_LIFELINE], "socket:"));
+	assert_true(fd_is(a->fds[FD_KICK], "eventfd"));
+	assert_true(fd_is(a->fds[FD_WAKE], "eventfd"));
+	app_map(a);
+	assert_int_equal(a->ctrl->peer_node, PEER);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_int_equal(ring_error(h), 0);
+	assert_true(ring_tx_cons(h) == 0);
+	assert_true(ring_rx_prod(h) == 0);
+	ch = chn(c, h);
+	assert_string_equal(channel_state_name(ch), "OPEN");
+	assert_true(ch->opener);
+	assert_int_equal(ch->peer_slot, PEER_SLOT);
+	/* meshd keeps no copy of what only the application needs. */
+	assert_int_equal(ch->memfd, -1);
+	assert_int_equal(ch->app_life_fd, -1);
+	/* The RX ring we announced is the application's RX area: the peer's bytes show there. */
+	peer_data(c, h, 0, 0, 0, 100);
+	assert_true(ring_rx_prod(h) == 100);
+	app_read(h, 100);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__reject__reason_delivered_and_everything_freed(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h, *h2;
+	uint32_t id, slot;
+	size_t regs;
+
+	ct_init(c, 2);
+	regs = c->t.fx->n_regs;
+	h = connect_out(c, 80, RING, 2, PEER_SLOT);
+	id = h->id;
+	slot = h->slot;
+	assert_int_equal(c->t.fx->live_mrs, 2 + 4);
+	peer_reject(c, slot, -ECONNREFUSED);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
+	assert_int_equal(c->apps[0].status, -ECONNREFUSED);
+	assert_false(c->apps[0].setup);
+	if (!strstr(c->apps[0].why, "refused"))
+		fail_msg("reply text \"%s\" does not say the peer refused", c->apps[0].why);
+	/* Freed, and its registrations deregistered by the reap after the batch. */
+	assert_null(channel_find(&c->t.m, id));
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_null(c->l->ch_slots[slot]);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	assert_int_equal(c->t.fx->n_deregs, 4);
+	assert_int_equal(c->t.fx->n_regs, regs + 4);
+	assert_true(c->watch_del[id] >= 1);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	/* The slot serves the next channel. */
+	h2 = connect_out(c, 80, RING, 2, PEER_SLOT);
+	assert_int_equal(h2->slot, slot);
+	mt_finish(&c->t);
+}
+
+static void expect_connect_refused(struct ct *c, uint32_t node, int err)
+{
+	size_t regs = c->t.fx->n_regs, posts = c->t.fx->n_posts;
+	const char *why = NULL;
+	int ret = channel_connect(&c->t.m, node, 80, RING, 0, CLIENT_FD, &why);
+
+	if (ret != err)
+		fail_msg("channel_connect to node %u: %d (%s), expected %d (%s)", node, ret, mesh_strerror(ret), err,
+			 mesh_strerror(err));
+	assert_non_null(why);
+	assert_int_equal(c->t.fx->n_regs, regs);
+	assert_int_equal(c->t.fx->n_posts, posts);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->n_apps, 0);
+}
+
+static void channel_connect__unknown_node__eunknownnode(void **state)
+{
+	struct ct *c = *state;
+
+	ct_init(c, 2);
+	expect_connect_refused(c, UNKNOWN_NODE, -MESH_EUNKNOWNNODE);
+	mt_finish(&c->t);
+}
+
+static void channel_connect__link_down__enetunreach(void **state)
+{
+	struct ct *c = *state;
+
+	ct_init(c, 2);
+	assert_int_equal(link_state(lk(&c->t, DOWN_NODE)), LINK_STATE_DOWN_);
+	expect_connect_refused(c, DOWN_NODE, -ENETUNREACH);
+	mt_finish(&c->t);
+}
+
+static void channel_connect__self__einval(void **state)
+{
+	struct ct *c = *state;
+
+	ct_init(c, 2);
+	expect_connect_refused(c, SELF, -EINVAL);
+	mt_finish(&c->t);
+}
+
+static void channel_connect__registration_fails__refused_nothing_left(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	size_t posts;
+	int ret;
+
+	ct_init(c, 2);
+	posts = c->t.fx->n_posts;
+	/* TX and RX register, the credit word does not. */
+	c->t.fx->fail_mr_reg = (struct fake_fail){.err = -EFAULT, .skip = 2};
+	ret = channel_connect(&c->t.m, PEER, 80, RING, 2, CLIENT_FD, &why);
+	assert_true(ret < 0);
+	assert_non_null(why);
+	if (!strstr(why, "registration"))
+		fail_msg("why \"%s\" does not name the registration", why);
+	mesh_reap(&c->t.m);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	assert_int_equal(c->t.fx->n_posts, posts);
+	assert_int_equal(c->n_apps, 0);
+	/* The next connect works, in the same slot. */
+	connect_out(c, 80, RING, 2, PEER_SLOT);
+	assert_int_equal(c->chans[0].slot, 0);
+	mt_finish(&c->t);
+}
+
+static void channel_tick__no_answer__etimedout_then_closed_after_late_accept(void **state)
+{
+	struct ct *c = *state;
+	uint64_t t0;
+	size_t from;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = connect_out(c, 80, RING, 2, PEER_SLOT);
+	t0 = chn(c, h)->open_ms;
+	tick_at(&c->t, t0 + c->t.cfg.handshake_timeout_ms);
+	assert_int_equal(c->n_apps, 0);
+	tick_at(&c->t, t0 + c->t.cfg.handshake_timeout_ms + 1);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
+	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
+	/* The peer may still accept and then write into our ring: the channel and its memory stay. */
+	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 4);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPENING");
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	peer_accept(c, h);
+	assert_int_equal(c->n_apps, 1); /* nobody hears twice */
+	assert_int_equal(sent_close_reason(c, h, from), -ECONNRESET);
+	assert_int_equal(fake_post_count(c->t.fx, from, XPORT_OP_WRITE_IMM, 0), 0);
+	assert_int_equal(c->t.m.n_channels, 1);
+	complete_sends(c);
+	peer_close_ack(c, h);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+static void channel_tick__timeout_then_reject__freed_without_second_reply(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = connect_out(c, 80, RING, 2, PEER_SLOT);
+	tick_at(&c->t, chn(c, h)->open_ms + c->t.cfg.handshake_timeout_ms + 1);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
+	peer_reject(c, h->slot, -ECONNREFUSED);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	mt_finish(&c->t);
+}
+
+/* ---- incoming channels ------------------------------------------------------------------------ */
+
+static void channel_on_message__open_to_listener__delivered_and_accepted(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	struct ch_regs r;
+	struct channel *ch;
+	struct fake_post *p;
+	struct chan *h;
+	struct app *a;
+	size_t from;
+
+	ct_init(c, 3);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	h = open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
+	r = find_regs(c, RING);
+	/* The Accept named the ring and credit word the peer may write, with their keys. */
+	assert_ptr_equal(h->our_rx, r.rx->addr);
+	assert_int_equal(h->our_rx_rkey, r.rx->rkey);
+	assert_ptr_equal(h->our_credit, r.cin->addr);
+	assert_int_equal(h->our_credit_rkey, r.cin->rkey);
+	a = h->app;
+	assert_int_equal(a->client_fd, LISTEN_FD);
+	assert_int_equal(a->channel_id, h->id);
+	assert_true(a->ring_size == RING);
+	assert_int_equal(a->qps, 2);
+	assert_int_equal(a->local_port, 7000);
+	assert_int_equal(a->peer_port, 50000);
+	assert_int_equal(a->ctrl->peer_node, PEER);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	ch = chn(c, h);
+	assert_false(ch->opener);
+	assert_int_equal(ch->peer_slot, PEER_SLOT);
+	assert_string_equal(channel_state_name(ch), "OPEN");
+	/* It sends as the opener asked: over 2 QPs, into the opener's ring, naming the opener's slot. */
+	from = c->t.fx->n_posts;
+	app_write(h, 2 * CHUNK);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 2);
+	for (size_t i = 0; i < 2; i++) {
+		p = write_post(c, h, from, false, i);
+		assert_int_equal(p->conn_id, conn_id(c->l->conns[i]));
+		assert_true(p->raddr == (uintptr_t)h->peer_rx + i * CHUNK);
+		assert_int_equal(p->imm, MESH_IMM(0, PEER_SLOT, i));
+	}
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__open_without_listener__rejected_econnrefused(void **state)
+{
+	struct ct *c = *state;
+	size_t from, regs;
+	struct chan *h;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	h = chan_new(c, RING, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	regs = c->t.fx->n_regs;
+	peer_open(c, h, 50000, 7001, 2);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_reject->slot, PEER_SLOT);
+	assert_int_equal(m->channel_reject->reason, -ECONNREFUSED);
+	mesh_peer_msg_free(m);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
+	assert_int_equal(c->t.fx->n_regs, regs);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->n_apps, 0);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+static void channel_client_gone__listener__no_longer_accepts(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	size_t from;
+	struct chan *h;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, &why), -EADDRINUSE);
+	channel_client_gone(&c->t.m, LISTEN_FD);
+	h = chan_new(c, RING, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	peer_open(c, h, 50000, 7000, 2);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_reject->reason, -ECONNREFUSED);
+	mesh_peer_msg_free(m);
+	assert_int_equal(c->n_apps, 0);
+	assert_int_equal(c->t.m.n_channels, 0);
+	/* The port is free for another client. */
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, &why), 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__listener_cannot_take_it__rejected_and_freed(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	size_t from;
+	struct chan *h;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	h = chan_new(c, RING, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	c->deliver_err = -EPIPE;
+	peer_open(c, h, 50000, 7000, 2);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_reject->slot, PEER_SLOT);
+	assert_int_equal(m->channel_reject->reason, -ECONNREFUSED);
+	mesh_peer_msg_free(m);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__open_with_more_qps_than_link__rejected_einval(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	size_t from;
+	struct chan *h;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	h = chan_new(c, RING, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	peer_open(c, h, 50000, 7000, 3);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_reject->reason, -EINVAL);
+	mesh_peer_msg_free(m);
+	assert_int_equal(c->n_apps, 0);
+	assert_int_equal(c->t.m.n_channels, 0);
+	mt_finish(&c->t);
+}
+
+/* ---- the data path: sending -------------------------------------------------------------------- */
+
+/* The data writes posted since from: striped round-robin from QP q0, consecutive sequence numbers
+ * from seq0 and stream positions from pos0, each at most `chunk` bytes, never across the ring's
+ * end, each to the peer's ring at pos & (size - 1) with its key, sourced from our TX ring at the
+ * same offset. Returns the bytes they carry. */
+static uint64_t check_data_posts(struct ct *c, struct chan *h, size_t from, uint32_t q0, uint16_t seq0, uint64_t pos0,
+				 uint32_t chunk)
+{
+	struct channel *ch = chn(c, h);
+	struct ch_regs r = find_regs(c, h->size);
+	uint64_t pos = pos0;
+	struct fake_post *p;
+
+	for (size_t i = 0; (p = write_post(c, h, from, false, i)); i++) {
+		uint64_t off = pos & (h->size - 1);
+		uint32_t qp = (uint32_t)((q0 + i) % ch->qps);
+
+		if (p->conn_id != conn_id(c->l->conns[qp]))
+			fail_msg("chunk %zu went on conn %u, expected QP %u (conn %u)", i, p->conn_id, qp,
+				 conn_id(c->l->conns[qp]));
+		assert_true(p->len > 0);
+		assert_true(p->len <= chunk);
+		assert_true(p->len <= CH_CHUNK_MAX);
+		assert_true(p->len <= h->size / 4);
+		if (off + p->len > h->size)
+			fail_msg("chunk %zu at offset %llu + %u crosses the ring end", i, (unsigned long long)off,
+				 p->len);
+		assert_true(p->raddr == (uintptr_t)h->peer_rx + off);
+		assert_int_equal(p->rkey, PEER_RX_RKEY);
+		assert_int_equal(p->imm, MESH_IMM(0, h->peer_slot, (uint16_t)(seq0 + i)));
+		assert_ptr_equal(p->mr->addr, r.tx->addr);
+		assert_ptr_equal(p->buf, (uint8_t *)r.tx->addr + off);
+		for (size_t j = 0; j < i; j++)
+			assert_true(write_post(c, h, from, false, j)->wr_id != p->wr_id);
+		pos += p->len;
+	}
+	return pos - pos0;
+}
+
+/* The peer's ring holds our stream's bytes [lo, hi). */
+static void check_peer_ring(const struct chan *h, uint64_t lo, uint64_t hi)
+{
+	for (uint64_t p = lo; p < hi; p++)
+		if (h->peer_rx[p & (h->size - 1)] != pat(p, SALT_OUT))
+			fail_msg("the peer's ring has 0x%02x for stream byte %llu, we wrote 0x%02x",
+				 h->peer_rx[p & (h->size - 1)], (unsigned long long)p, pat(p, SALT_OUT));
+}
+
+static void channel_on_kick__app_wrote__chunks_striped_round_robin(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 3);
+	h = open_out(c, RING, 3, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 3000);
+	/* Published, not kicked: meshd does not look. */
+	assert_int_equal(write_count(c, h, from, false), 0);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 3); /* 1024 + 1024 + 952 over QPs 0, 1, 2 */
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 3000);
+	assert_int_equal(chn(c, h)->inflight, 3);
+	complete_data(c, h, from);
+	assert_true(ring_tx_cons(h) == 3000);
+	check_peer_ring(h, 0, 3000);
+	assert_true(chn(c, h)->tx_bytes == 3000);
+	assert_true(chn(c, h)->tx_chunks == 3);
+
+	/* Around the ring's end: 3000..4024, 4024..4096, then 4096.. at offset 0; QPs and seqs go on. */
+	peer_credit(c, h, 3000);
+	from = c->t.fx->n_posts;
+	app_write(h, 2000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 3);
+	assert_true(check_data_posts(c, h, from, 0, 3, 3000, CHUNK) == 2000);
+	assert_int_equal(write_post(c, h, from, false, 1)->len, RING - 4024);
+	complete_data(c, h, from);
+	assert_true(ring_tx_cons(h) == 5000);
+	check_peer_ring(h, 5000 - RING, 5000);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__large_ring__chunks_of_64k(void **state)
+{
+	struct ct *c = *state;
+	const uint64_t size = 512u << 10;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, size, 2, PEER_SLOT);
+	assert_int_equal(chn(c, h)->chunk, CH_CHUNK_MAX);
+	from = c->t.fx->n_posts;
+	app_write(h, 200000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 4);
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CH_CHUNK_MAX) == 200000);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(write_post(c, h, from, false, i)->len, CH_CHUNK_MAX);
+	complete_data(c, h, from);
+	check_peer_ring(h, 0, 200000);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, RING);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 4);
+	complete_data(c, h, from);
+	assert_true(ring_tx_cons(h) == RING);
+	assert_true(chn(c, h)->credit_stalls == 0);
+
+	/* The ring is free again, but the peer's reader has not consumed anything: nothing may go. */
+	from = c->t.fx->n_posts;
+	app_write(h, 1500);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_true(chn(c, h)->credit_stalls == 1);
+	app_kick(c, h);
+	tick(&c->t);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_true(chn(c, h)->credit_stalls == 1);
+
+	/* 1000 bytes of credit: exactly 1000 bytes go, then it stalls again. */
+	peer_credit(c, h, 1000);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	assert_true(check_data_posts(c, h, from, 0, 4, RING, CHUNK) == 1000);
+	assert_true(chn(c, h)->credit_stalls == 2);
+
+	/* Everything credited: the rest. */
+	peer_credit(c, h, RING);
+	assert_true(check_data_posts(c, h, from, 0, 4, RING, CHUNK) == 1500);
+	complete_data(c, h, from);
+	assert_true(ring_tx_cons(h) == RING + 1500);
+	check_peer_ring(h, 1500, RING + 1500);
+	mt_finish(&c->t);
+}
+
+static void channel_on_completion__out_of_order__tx_cons_over_completed_prefix(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 3);
+	h = open_out(c, RING, 3, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 3000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 3);
+	complete_write(c, h, write_post(c, h, from, false, 2));
+	assert_true(ring_tx_cons(h) == 0);
+	assert_int_equal(chn(c, h)->inflight, 2);
+	complete_write(c, h, write_post(c, h, from, false, 0));
+	assert_true(ring_tx_cons(h) == CHUNK);
+	complete_write(c, h, write_post(c, h, from, false, 1));
+	assert_true(ring_tx_cons(h) == 3000);
+	assert_int_equal(chn(c, h)->inflight, 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__credit_beyond_sent__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 1000);
+	app_kick(c, h);
+	complete_data(c, h, from);
+	from = c->t.fx->n_posts;
+	peer_credit(c, h, 1001);
+	assert_int_equal(sent_close_reason(c, h, from), -EPROTO);
+	app_write(h, 100);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__credit_going_back__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 2000);
+	app_kick(c, h);
+	complete_data(c, h, from);
+	peer_credit(c, h, 1500);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	peer_credit(c, h, 1499);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+/* ---- the data path: receiving ------------------------------------------------------------------ */
+
+static void channel_on_imm__chunks_out_of_order__rx_prod_when_contiguous(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 1, 2, 2 * CHUNK, 500);
+	assert_true(ring_rx_prod(h) == 0);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	assert_true(ring_rx_prod(h) == CHUNK);
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	assert_true(ring_rx_prod(h) == 2 * CHUNK + 500);
+	assert_true(chn(c, h)->rx_chunks == 3);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	app_read(h, 2 * CHUNK + 500);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__duplicate_pending_seq__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	expect_broken(c, h, -EPROTO);
+	assert_true(ring_rx_prod(h) == 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__duplicate_delivered_seq__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	expect_broken(c, h, -EPROTO);
+	assert_true(ring_rx_prod(h) == CHUNK);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__seq_outside_window__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 1, CH_WINDOW - 1, 0, 10); /* the last of the window: kept */
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	peer_imm(c, 1, MESH_IMM(0, h->slot, CH_WINDOW), 10);
+	expect_broken(c, h, -EPROTO);
+	assert_true(ring_rx_prod(h) == 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__zero_length__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_imm(c, 0, MESH_IMM(0, h->slot, 0), 0);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__longer_than_ring__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_imm(c, 1, MESH_IMM(0, h->slot, 0), RING + 1);
+	expect_broken(c, h, -EPROTO);
+	assert_true(ring_rx_prod(h) == 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__beyond_reader_credit__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	for (uint16_t s = 0; s < 4; s++)
+		peer_data(c, h, s % 2, s, s * CHUNK, CHUNK);
+	assert_true(ring_rx_prod(h) == RING);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	/* The reader consumed nothing: a fifth chunk overruns it. */
+	peer_imm(c, 0, MESH_IMM(0, h->slot, 4), CHUNK);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+/* ring.h: libmesh's window is rx_cons <= rx_prod <= rx_cons + ring_size; meshd must not publish the
+ * chunk that broke it. */
+static void channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	for (uint16_t s = 0; s < 4; s++)
+		peer_data(c, h, s % 2, s, s * CHUNK, CHUNK);
+	peer_imm(c, 0, MESH_IMM(0, h->slot, 4), CHUNK);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	if (ring_rx_prod(h) > h->app->rx_cons + RING)
+		fail_msg("meshd published rx_prod %llu with rx_cons %llu and a ring of %u",
+			 (unsigned long long)ring_rx_prod(h), (unsigned long long)h->app->rx_cons, RING);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__quarter_consumed__one_credit_then_next_after_completion(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct ch_regs r;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	r = find_regs(c, RING);
+	for (uint16_t s = 0; s < 3; s++)
+		peer_data(c, h, s % 2, s, s * CHUNK, CHUNK);
+	assert_true(ring_rx_prod(h) == 3 * CHUNK);
+	from = c->t.fx->n_posts;
+	/* Less than a quarter, and not everything: no credit yet. */
+	app_read(h, 1000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 0);
+	/* A quarter. */
+	app_read(h, CHUNK - 1000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 1);
+	p = write_post(c, h, from, true, 0);
+	assert_int_equal(p->conn_id, conn_id(c->l->conns[0]));
+	assert_int_equal(p->len, 8);
+	assert_true(p->raddr == (uintptr_t)h->peer_credit);
+	assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
+	assert_int_equal(p->imm, MESH_IMM(1, PEER_SLOT, 0));
+	assert_ptr_equal(p->mr->addr, r.cout->addr);
+	assert_true(*(const uint64_t *)p->buf == CHUNK);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	/* Everything read, but a credit is in flight: the next waits for its completion. */
+	app_read(h, 2 * CHUNK);
+	app_kick(c, h);
+	tick(&c->t);
+	assert_int_equal(write_count(c, h, from, true), 1);
+	complete_write(c, h, p);
+	assert_true(*h->peer_credit == CHUNK);
+	assert_int_equal(write_count(c, h, from, true), 2);
+	p = write_post(c, h, from, true, 1);
+	assert_true(*(const uint64_t *)p->buf == 3 * CHUNK);
+	complete_write(c, h, p);
+	assert_true(*h->peer_credit == 3 * CHUNK);
+	/* Nothing new consumed: nothing more. */
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 2);
+	assert_int_equal(chn(c, h)->inflight, 0);
+	mt_finish(&c->t);
+}
+
+/* ---- a hostile application ---------------------------------------------------------------------- */
+
+static void channel_on_kick__tx_prod_beyond_ring__error_others_unaffected(void **state)
+{
+	struct ct *c = *state;
+	struct chan *bad, *good;
+	struct fake_post *p;
+	size_t from;
+
+	ct_init(c, 2);
+	bad = open_out(c, RING, 2, PEER_SLOT);
+	good = open_out(c, RING, 2, PEER_SLOT + 1);
+	from = c->t.fx->n_posts;
+	atomic_store_explicit(&bad->app->ctrl->tx_prod, RING + 1, memory_order_release);
+	app_kick(c, bad);
+	assert_int_equal(fake_post_count(c->t.fx, from, XPORT_OP_WRITE_IMM, 0), 0);
+	assert_int_equal(sent_close_reason(c, bad, from), -EPROTO);
+	expect_broken(c, bad, -EPROTO);
+	/* The other channel on the same link goes on. */
+	from = c->t.fx->n_posts;
+	app_write(good, 100);
+	app_kick(c, good);
+	assert_int_equal(write_count(c, good, from, false), 1);
+	p = write_post(c, good, from, false, 0);
+	assert_int_equal(p->imm, MESH_IMM(0, PEER_SLOT + 1, 0));
+	complete_write(c, good, p);
+	assert_true(ring_tx_cons(good) == 100);
+	assert_int_equal(ring_state(good), MESH_STATE_OPEN);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__tx_prod_going_back__error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 100);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	from = c->t.fx->n_posts;
+	atomic_store_explicit(&h->app->ctrl->tx_prod, 50, memory_order_release);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__rx_cons_beyond_rx_prod__error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	from = c->t.fx->n_posts;
+	atomic_store_explicit(&h->app->ctrl->rx_cons, CHUNK + 1, memory_order_release);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 0);
+	expect_broken(c, h, -EPROTO);
+	assert_int_equal(sent_close_reason(c, h, from), -EPROTO);
+	mt_finish(&c->t);
+}
+
+/* ---- EOF and close ------------------------------------------------------------------------------ */
+
+static void channel_on_kick__shut_wr__eof_once_all_bytes_posted(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, RING);
+	app_kick(c, h);
+	complete_data(c, h, from);
+	/* 1000 more and the write side shut, but no credit for them yet: no EOF. */
+	from = c->t.fx->n_posts;
+	app_write(h, 1000);
+	app_shut_wr(h);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
+	assert_string_equal(channel_state_name(chn(c, h)), "HALF_CLOSED");
+	/* Bytes published after SHUT_WR are not part of the stream. */
+	atomic_store_explicit(&h->app->ctrl->tx_prod, RING + 1500, memory_order_release);
+	peer_credit(c, h, RING);
+	assert_true(check_data_posts(c, h, from, 0, 4, RING, CHUNK) == 1000);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_EOF, 0);
+	assert_int_equal(m->channel_eof->slot, PEER_SLOT);
+	assert_true(m->channel_eof->total == RING + 1000);
+	mesh_peer_msg_free(m);
+	complete_data(c, h, from);
+	complete_sends(c);
+	app_kick(c, h);
+	tick(&c->t);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	assert_int_equal(ring_state(h) & MESH_STATE_ERROR, 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__peer_eof__flag_once_all_bytes_arrived(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	/* The EOF overtook the second chunk (on another QP). */
+	peer_eof(c, h, 2 * CHUNK);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_string_equal(channel_state_name(chn(c, h)), "HALF_CLOSED");
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	assert_true(ring_rx_prod(h) == 2 * CHUNK);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN | MESH_STATE_PEER_EOF);
+	app_read(h, 2 * CHUNK);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__eof_below_received__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	peer_eof(c, h, CHUNK - 1);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_on_imm__data_after_eof__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	peer_eof(c, h, CHUNK);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN | MESH_STATE_PEER_EOF);
+	peer_data(c, h, 1, 1, CHUNK, 10);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack(void **state)
+{
+	struct ct *c = *state;
+	size_t from, regs;
+	uint32_t id;
+	struct chan *h;
+
+	ct_init(c, 2);
+	regs = c->t.fx->n_regs;
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	from = c->t.fx->n_posts;
+	app_write(h, 2 * CHUNK);
+	app_shut_wr(h);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 2);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	app_hangup(c, h);
+	/* Two writes in flight: no Close yet. */
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 0);
+	complete_write(c, h, write_post(c, h, from, false, 0));
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 0);
+	complete_write(c, h, write_post(c, h, from, false, 1));
+	assert_int_equal(sent_close_reason(c, h, from), 0);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 1);
+	check_peer_ring(h, 0, 2 * CHUNK);
+	/* The peer may still write until it acknowledges: everything stays registered. */
+	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 4);
+	complete_sends(c);
+	peer_close_ack(c, h);
+	assert_null(channel_find(&c->t.m, id));
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	assert_int_equal(c->t.fx->n_deregs, c->t.fx->n_regs - regs);
+	assert_int_equal(c->t.fx->live_conns, (int)c->t.cfg.qps_per_link);
+	assert_true(c->watch_del[id] >= 1);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+static void channel_on_lifeline__without_shut_wr__close_econnreset(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_hangup(c, h);
+	assert_int_equal(sent_close_reason(c, h, from), -ECONNRESET);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
+	assert_int_equal(c->t.m.n_channels, 1);
+	complete_sends(c);
+	peer_close_ack(c, h);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	mt_finish(&c->t);
+}
+
+static void channel_on_message__peer_close__ack_once_our_writes_completed(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 2 * CHUNK);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 2);
+	peer_eof(c, h, 0);
+	peer_close(c, h, 0);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK), 0);
+	complete_write(c, h, write_post(c, h, from, false, 1));
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK), 0);
+	complete_write(c, h, write_post(c, h, from, false, 0));
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK), 1);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK, 0);
+	assert_int_equal(m->channel_close_ack->slot, PEER_SLOT);
+	mesh_peer_msg_free(m);
+	/* Answered, not closed a second time by us; the application sees the end of the stream. */
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 0);
+	assert_true(ring_tx_cons(h) == 2 * CHUNK);
+	assert_true(ring_state(h) & MESH_STATE_PEER_EOF);
+	assert_int_equal(c->t.m.n_channels, 1);
+	app_hangup(c, h);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 0);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	mt_finish(&c->t);
+}
+
+static void channel_link_down__open_channel__econnreset_freed_when_app_closes(void **state)
+{
+	struct ct *c = *state;
+	struct xport_event ev;
+	struct chan *h;
+	uint32_t id;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	app_write(h, 1000);
+	app_kick(c, h);
+	ev = cm_event(XPORT_EV_DISCONNECTED, c->l->conns[1], NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(&c->t, &ev);
+	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -ECONNRESET);
+	assert_string_equal(channel_state_name(chn(c, h)), "ERROR");
+	/* The application still maps the ring: the channel waits for it, and its kicks move nothing. */
+	app_write(h, 100);
+	app_kick(c, h);
+	tick(&c->t);
+	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(ring_error(h), -ECONNRESET);
+	app_hangup(c, h);
+	assert_null(channel_find(&c->t.m, id));
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 0);
+	assert_int_equal(c->t.fx->live_conns, 0);
+	assert_true(c->watch_del[id] >= 1);
+	mt_finish(&c->t);
+}
+
+static void channel_link_down__opening_channel__client_told_econnreset(void **state)
+{
+	struct ct *c = *state;
+	struct xport_event ev;
+
+	ct_init(c, 2);
+	connect_out(c, 80, RING, 2, PEER_SLOT);
+	ev = cm_event(XPORT_EV_DISCONNECTED, c->l->conns[0], NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(&c->t, &ev);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
+	assert_int_equal(c->apps[0].status, -ECONNRESET);
+	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.fx->live_mrs, 0);
+	mt_finish(&c->t);
+}
+
+/* ---- ordering across QPs and full send queues ----------------------------------------------------- */
+
+/* The acceptor writes as soon as its application has the channel: its chunk 1 goes on QP 1 while
+ * its Accept and chunk 0 go on QP 0, and our completions of different QPs come from different CQs
+ * in any order. A chunk that overtakes the Accept must not be lost. */
+static void channel_on_imm__data_before_accept__kept_until_accept(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = connect_out(c, 80, RING, 2, PEER_SLOT);
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	accept_out(c, h);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	if (ring_rx_prod(h) != 2 * CHUNK)
+		fail_msg("rx_prod %llu after chunks 0 and 1 of %u bytes: the chunk that overtook the Accept was lost",
+			 (unsigned long long)ring_rx_prod(h), CHUNK);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	app_read(h, 2 * CHUNK);
+	mt_finish(&c->t);
+}
+
+/* Every send buffer of the link busy: the peer has not completed 16 KeepaliveAcks of ours. */
+static void fill_send_slots(struct ct *c)
+{
+	complete_sends(c);
+	for (uint64_t i = 0; i < 16; i++)
+		peer_keepalive(c, i + 1);
+	assert_int_equal(c->l->send_busy, 0xffffu);
+}
+
+static void channel_on_lifeline__send_buffers_busy__close_sent_once_one_frees(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	fill_send_slots(c);
+	from = c->t.fx->n_posts;
+	app_hangup(c, h);
+	complete_sends(c);
+	tick(&c->t);
+	if (!sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE))
+		fail_msg("no ChannelClose reached the peer: it will never acknowledge, the channel never goes");
+	assert_int_equal(sent_close_reason(c, h, from), -ECONNRESET);
+	complete_sends(c);
+	peer_close_ack(c, h);
+	assert_int_equal(c->t.m.n_channels, 0);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__send_buffers_busy__eof_sent_once_one_frees(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	fill_send_slots(c);
+	from = c->t.fx->n_posts;
+	app_write(h, 100);
+	app_shut_wr(h);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	complete_data(c, h, from);
+	complete_sends(c);
+	tick(&c->t);
+	if (!sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF))
+		fail_msg("no ChannelEof reached the peer: its reader never sees the end of the stream");
+	mt_finish(&c->t);
+}
+
+/* After the peer's Close (and our CloseAck) its ring is gone: bytes the application publishes now
+ * can never be delivered, and it must hear so rather than wait for tx_cons forever. */
+static void channel_on_kick__write_after_peer_close__application_told(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_eof(c, h, 0);
+	from = c->t.fx->n_posts;
+	peer_close(c, h, 0);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK), 1);
+	app_write(h, 100);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	if (!(ring_state(h) & MESH_STATE_ERROR) || ring_error(h) >= 0)
+		fail_msg("state 0x%x error %d after 100 bytes that can never be sent: the writer waits forever",
+			 ring_state(h), ring_error(h));
+	mt_finish(&c->t);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, ct_setup, ct_teardown)
+
+static const struct CMUnitTest tests[] = {
+	T(channel_connect__up_link__open_carries_slot_ports_ring_and_keys),
+	T(channel_connect__qps_and_ring_unset__link_qps_and_default_ring),
+	T(channel_on_message__accept__open_and_delivered_with_four_fds),
+	T(channel_on_message__reject__reason_delivered_and_everything_freed),
+	T(channel_connect__unknown_node__eunknownnode),
+	T(channel_connect__link_down__enetunreach),
+	T(channel_connect__self__einval),
+	T(channel_connect__registration_fails__refused_nothing_left),
+	T(channel_tick__no_answer__etimedout_then_closed_after_late_accept),
+	T(channel_tick__timeout_then_reject__freed_without_second_reply),
+	T(channel_on_message__open_to_listener__delivered_and_accepted),
+	T(channel_on_message__open_without_listener__rejected_econnrefused),
+	T(channel_client_gone__listener__no_longer_accepts),
+	T(channel_on_message__listener_cannot_take_it__rejected_and_freed),
+	T(channel_on_message__open_with_more_qps_than_link__rejected_einval),
+	T(channel_on_kick__app_wrote__chunks_striped_round_robin),
+	T(channel_on_kick__large_ring__chunks_of_64k),
+	T(channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit),
+	T(channel_on_completion__out_of_order__tx_cons_over_completed_prefix),
+	T(channel_on_imm__credit_beyond_sent__channel_error_eproto),
+	T(channel_on_imm__credit_going_back__channel_error_eproto),
+	T(channel_on_imm__chunks_out_of_order__rx_prod_when_contiguous),
+	T(channel_on_imm__duplicate_pending_seq__channel_error_eproto),
+	T(channel_on_imm__duplicate_delivered_seq__channel_error_eproto),
+	T(channel_on_imm__seq_outside_window__channel_error_eproto),
+	T(channel_on_imm__zero_length__channel_error_eproto),
+	T(channel_on_imm__longer_than_ring__channel_error_eproto),
+	T(channel_on_imm__beyond_reader_credit__channel_error_eproto),
+	T(channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window),
+	T(channel_on_kick__quarter_consumed__one_credit_then_next_after_completion),
+	T(channel_on_kick__tx_prod_beyond_ring__error_others_unaffected),
+	T(channel_on_kick__tx_prod_going_back__error_eproto),
+	T(channel_on_kick__rx_cons_beyond_rx_prod__error_eproto),
+	T(channel_on_kick__shut_wr__eof_once_all_bytes_posted),
+	T(channel_on_message__peer_eof__flag_once_all_bytes_arrived),
+	T(channel_on_message__eof_below_received__channel_error_eproto),
+	T(channel_on_imm__data_after_eof__channel_error_eproto),
+	T(channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack),
+	T(channel_on_lifeline__without_shut_wr__close_econnreset),
+	T(channel_on_message__peer_close__ack_once_our_writes_completed),
+	T(channel_link_down__open_channel__econnreset_freed_when_app_closes),
+	T(channel_link_down__opening_channel__client_told_econnreset),
+	T(channel_on_imm__data_before_accept__kept_until_accept),
+	T(channel_on_lifeline__send_buffers_busy__close_sent_once_one_frees),
+	T(channel_on_kick__send_buffers_busy__eof_sent_once_one_frees),
+	T(channel_on_kick__write_after_peer_close__application_told),
+};
+
+static int group_setup(void **state)
+{
+	(void)state;
+	/* Every message is formatted: a bad format argument shows under valgrind/ASan. */
+	log_set_level(getenv("MESH_TEST_QUIET") ? LOG_LVL_ERROR : LOG_LVL_DEBUG);
+	return 0;
+}
+
+UNIT_MAIN("channel", tests, group_setup, NULL)
