@@ -24,20 +24,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import meshring  # noqa: E402
-from mesh_test import Cluster, wait_until  # noqa: E402
+import mesh_test  # noqa: E402
+from mesh_test import Cluster, check, wait_until  # noqa: E402
 
-passed = failed = 0
-
-
-def check(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {what}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {what}{': ' + detail if detail else ''}", flush=True)
-    return ok
 
 
 def proc_stats(pid):
@@ -253,7 +242,7 @@ def main():
             if nd["proc"] and nd["proc"].poll() is None:
                 nd["proc"].kill()
                 nd["proc"].wait()
-        if failed:
+        if mesh_test.failed:
             c.dump_logs()
         errors = 0
         for nd in c.nodes.values():
@@ -262,8 +251,8 @@ def main():
                     errors += sum(1 for line in f if "AddressSanitizer" in line or "runtime error" in line
                                   or " error: " in line)
         check(errors == 0, "no errors or sanitizer reports in the meshd logs", f"{errors} lines")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
+    return 1 if mesh_test.failed else 0
 
 
 if __name__ == "__main__":

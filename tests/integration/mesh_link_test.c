@@ -26,6 +26,7 @@
 #include "util.h"
 
 #include "../unit/unit_main.h"
+#include "provider_env.h"
 
 #define NODES 3
 #define WAIT_MS 30000
@@ -240,27 +241,9 @@ static int mesh_link_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
-	const char *name = getenv("MESH_XPORT");
-	const char *port = getenv("MESH_XPORT_PORT");
-
-	ops = xport_ops_find(name && *name ? name : "tcp");
-	addr = getenv("MESH_XPORT_ADDR");
-	if (!addr || !*addr)
-		addr = "127.0.0.1";
-	if (!ops) {
-		fprintf(stderr, "mesh_link_test: unknown provider %s\n", name);
-		return 2;
-	}
-	if (!ops->probe(addr)) {
-		printf("skip: the %s provider cannot serve %s on this machine\n", ops->name, addr);
-		if (getenv("MESH_REQUIRE_RDMA") && !strcmp(getenv("MESH_REQUIRE_RDMA"), "1"))
-			return 1;
-		return 77;
-	}
+	ops = provider_from_env("mesh_link_test", &addr, &next_port, 30000);
 	if (!getenv("MESH_TEST_VERBOSE"))
 		log_set_level(LOG_LVL_ERROR);
-	next_port = port ? (uint16_t)atoi(port) : (uint16_t)(30000 + getpid() % 20000);
-	printf("# provider %s, address %s, ports from %u\n", ops->name, addr, next_port);
 	return mesh_link_main(argc, argv);
 }
 

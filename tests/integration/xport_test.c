@@ -26,6 +26,7 @@
 #include "util.h"
 
 #include "../unit/unit_main.h"
+#include "provider_env.h"
 
 #define WAIT_MS 20000 /* emulated RDMA is slow: generous, but every wait is bounded */
 #define REGION_LEN (1u << 20)
@@ -475,25 +476,7 @@ static int xport_test_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
-	const char *name = getenv("MESH_XPORT");
-	const char *port = getenv("MESH_XPORT_PORT");
-
-	ops = xport_ops_find(name && *name ? name : "tcp");
-	addr = getenv("MESH_XPORT_ADDR");
-	if (!addr || !*addr)
-		addr = "127.0.0.1";
-	if (!ops) {
-		fprintf(stderr, "xport_test: unknown provider %s\n", name);
-		return 2;
-	}
-	if (!ops->probe(addr)) {
-		printf("skip: the %s provider cannot serve %s on this machine\n", ops->name, addr);
-		if (getenv("MESH_REQUIRE_RDMA") && !strcmp(getenv("MESH_REQUIRE_RDMA"), "1"))
-			return 1;
-		return 77;
-	}
-	next_port = port ? (uint16_t)atoi(port) : (uint16_t)(20000 + getpid() % 20000);
-	printf("# provider %s, address %s, ports from %u\n", ops->name, addr, next_port);
+	ops = provider_from_env("xport_test", &addr, &next_port, 20000);
 	return xport_test_main(argc, argv);
 }
 
