@@ -25,6 +25,7 @@
 enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE };
 #define TAG(t) ((uint64_t)(t) << 32)
 #define EVENT_BATCH 64
+#define DRAIN_ROUNDS 16
 #define STOP_GRACE_MS 300
 
 static void usage(FILE *out)
@@ -55,6 +56,7 @@ struct daemon {
 	struct mesh_config cfg;
 	xport_t *xports[MESH_XPORTS_MAX];
 	size_t n_xports;
+	bool more[MESH_XPORTS_MAX]; /* the transport may hold events we have not taken yet */
 	struct mesh mesh;
 	struct admin admin;
 	int epfd, tfd, sfd;
@@ -67,25 +69,31 @@ static int add_fd(int epfd, int fd, uint64_t tag)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee) ? -errno : 0;
 }
 
-static void drain_xport(struct daemon *d, xport_t *x)
+/* Handles at most DRAIN_ROUNDS batches, so that a stream of completions never starves the timer
+ * (keepalives) or the control socket; returns true when events may be left (come back at once:
+ * completions already in a CQ raise no new readiness). */
+static bool drain_xport(struct daemon *d, xport_t *x)
 {
 	struct xport_event evs[EVENT_BATCH];
 	int n;
 
-	do {
+	for (int round = 0; round < DRAIN_ROUNDS; round++) {
 		n = xport_poll(x, evs, EVENT_BATCH);
 		for (int i = 0; i < n; i++)
 			mesh_handle_event(&d->mesh, &evs[i]);
 		mesh_reap(&d->mesh);
-	} while (n == EVENT_BATCH);
-	if (n < 0)
-		log_error("%s transport poll: %s", xport_name(x), mesh_strerror(n));
+		if (n < 0)
+			log_error("%s transport poll: %s", xport_name(x), mesh_strerror(n));
+		if (n < EVENT_BATCH)
+			return false;
+	}
+	return true;
 }
 
 static void drain_all(struct daemon *d)
 {
 	for (size_t i = 0; i < d->n_xports; i++)
-		drain_xport(d, d->xports[i]);
+		d->more[i] = drain_xport(d, d->xports[i]);
 }
 
 /* The providers of cluster.transport for this node's address, in order of preference. */
@@ -193,7 +201,12 @@ static int run(struct daemon *d)
 	bool running = true;
 
 	while (running) {
-		int n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), -1);
+		bool more = false, drained[MESH_XPORTS_MAX] = {false};
+		int n;
+
+		for (size_t i = 0; i < d->n_xports; i++)
+			more |= d->more[i];
+		n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), more ? 0 : -1);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -207,8 +220,10 @@ static int run(struct daemon *d)
 
 			switch (tag) {
 			case TAG_XPORT:
-				if ((size_t)fd < d->n_xports)
-					drain_xport(d, d->xports[fd]);
+				if ((size_t)fd < d->n_xports) {
+					d->more[fd] = drain_xport(d, d->xports[fd]);
+					drained[fd] = true;
+				}
 				break;
 			case TAG_TIMER: {
 				uint64_t exp;
@@ -242,6 +257,10 @@ static int run(struct daemon *d)
 				break;
 			}
 		}
+		/* A transport cut short by DRAIN_ROUNDS continues now, after the others had their turn. */
+		for (size_t i = 0; i < d->n_xports; i++)
+			if (d->more[i] && !drained[i])
+				d->more[i] = drain_xport(d, d->xports[i]);
 		/* What the handlers released goes after the batch (no event above may still name it). */
 		mesh_reap(&d->mesh);
 	}
