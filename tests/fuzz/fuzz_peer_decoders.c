@@ -19,6 +19,7 @@
  * the decoder's verdict is checked both ways: it must accept exactly the values in range.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include <mesh/mesh.h>
 
 #include "fuzz.h"
+#include "ring.h"
 #include "wire.h"
 
 enum { SEL_PEER_MSG, SEL_CM_PDATA, SEL_CTL_REQ, SEL_PEER_FIELDS, SEL_CTL_FIELDS, SEL_COUNT };
@@ -58,6 +60,36 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 		break;
 	case PEER_MSG__BODY_GOODBYE:
 		FUZZ_CHECK(m->goodbye != NULL);
+		break;
+	case PEER_MSG__BODY_CHANNEL_OPEN: {
+		const ChannelOpen *o = m->channel_open;
+
+		FUZZ_CHECK(o != NULL);
+		FUZZ_CHECK(o->slot < MESH_CHANNEL_SLOTS && o->src_port <= 65535 && o->dst_port <= 65535);
+		FUZZ_CHECK(mesh_ring_size_valid(o->ring_size));
+		FUZZ_CHECK(o->qps >= 1 && o->qps <= MESH_QPS_PER_LINK_MAX);
+		FUZZ_CHECK(o->rx_addr != 0 && o->rx_addr + o->ring_size >= o->rx_addr);
+		FUZZ_CHECK(o->credit_addr != 0 && o->credit_addr + 8 >= o->credit_addr);
+		break;
+	}
+	case PEER_MSG__BODY_CHANNEL_ACCEPT:
+		FUZZ_CHECK(m->channel_accept != NULL);
+		FUZZ_CHECK(m->channel_accept->slot < MESH_CHANNEL_SLOTS && m->channel_accept->peer_slot < MESH_CHANNEL_SLOTS);
+		FUZZ_CHECK(m->channel_accept->rx_addr != 0 && m->channel_accept->credit_addr != 0);
+		break;
+	case PEER_MSG__BODY_CHANNEL_REJECT:
+		FUZZ_CHECK(m->channel_reject != NULL);
+		FUZZ_CHECK(m->channel_reject->slot < MESH_CHANNEL_SLOTS && m->channel_reject->reason < 0);
+		break;
+	case PEER_MSG__BODY_CHANNEL_EOF:
+		FUZZ_CHECK(m->channel_eof != NULL && m->channel_eof->slot < MESH_CHANNEL_SLOTS);
+		break;
+	case PEER_MSG__BODY_CHANNEL_CLOSE:
+		FUZZ_CHECK(m->channel_close != NULL);
+		FUZZ_CHECK(m->channel_close->slot < MESH_CHANNEL_SLOTS && m->channel_close->reason <= 0);
+		break;
+	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
+		FUZZ_CHECK(m->channel_close_ack != NULL && m->channel_close_ack->slot < MESH_CHANNEL_SLOTS);
 		break;
 	default:
 		FUZZ_CHECK(!"decoded peer message has no known body");
@@ -93,6 +125,40 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 	case PEER_MSG__BODY_GOODBYE:
 		FUZZ_CHECK(a->goodbye->reason == b->goodbye->reason);
 		break;
+	case PEER_MSG__BODY_CHANNEL_OPEN:
+		FUZZ_CHECK(a->channel_open->slot == b->channel_open->slot);
+		FUZZ_CHECK(a->channel_open->src_port == b->channel_open->src_port);
+		FUZZ_CHECK(a->channel_open->dst_port == b->channel_open->dst_port);
+		FUZZ_CHECK(a->channel_open->ring_size == b->channel_open->ring_size);
+		FUZZ_CHECK(a->channel_open->qps == b->channel_open->qps);
+		FUZZ_CHECK(a->channel_open->rx_addr == b->channel_open->rx_addr);
+		FUZZ_CHECK(a->channel_open->rx_rkey == b->channel_open->rx_rkey);
+		FUZZ_CHECK(a->channel_open->credit_addr == b->channel_open->credit_addr);
+		FUZZ_CHECK(a->channel_open->credit_rkey == b->channel_open->credit_rkey);
+		break;
+	case PEER_MSG__BODY_CHANNEL_ACCEPT:
+		FUZZ_CHECK(a->channel_accept->slot == b->channel_accept->slot);
+		FUZZ_CHECK(a->channel_accept->peer_slot == b->channel_accept->peer_slot);
+		FUZZ_CHECK(a->channel_accept->rx_addr == b->channel_accept->rx_addr);
+		FUZZ_CHECK(a->channel_accept->rx_rkey == b->channel_accept->rx_rkey);
+		FUZZ_CHECK(a->channel_accept->credit_addr == b->channel_accept->credit_addr);
+		FUZZ_CHECK(a->channel_accept->credit_rkey == b->channel_accept->credit_rkey);
+		break;
+	case PEER_MSG__BODY_CHANNEL_REJECT:
+		FUZZ_CHECK(a->channel_reject->slot == b->channel_reject->slot);
+		FUZZ_CHECK(a->channel_reject->reason == b->channel_reject->reason);
+		break;
+	case PEER_MSG__BODY_CHANNEL_EOF:
+		FUZZ_CHECK(a->channel_eof->slot == b->channel_eof->slot);
+		FUZZ_CHECK(a->channel_eof->total == b->channel_eof->total);
+		break;
+	case PEER_MSG__BODY_CHANNEL_CLOSE:
+		FUZZ_CHECK(a->channel_close->slot == b->channel_close->slot);
+		FUZZ_CHECK(a->channel_close->reason == b->channel_close->reason);
+		break;
+	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
+		FUZZ_CHECK(a->channel_close_ack->slot == b->channel_close_ack->slot);
+		break;
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
 	}
@@ -109,6 +175,12 @@ struct peer_msg_copy {
 	Keepalive keepalive;
 	KeepaliveAck keepalive_ack;
 	Goodbye goodbye;
+	ChannelOpen channel_open;
+	ChannelAccept channel_accept;
+	ChannelReject channel_reject;
+	ChannelEof channel_eof;
+	ChannelClose channel_close;
+	ChannelCloseAck channel_close_ack;
 };
 
 static void peer_msg_copy_init(struct peer_msg_copy *c)
@@ -120,6 +192,12 @@ static void peer_msg_copy_init(struct peer_msg_copy *c)
 		.keepalive = KEEPALIVE__INIT,
 		.keepalive_ack = KEEPALIVE_ACK__INIT,
 		.goodbye = GOODBYE__INIT,
+		.channel_open = CHANNEL_OPEN__INIT,
+		.channel_accept = CHANNEL_ACCEPT__INIT,
+		.channel_reject = CHANNEL_REJECT__INIT,
+		.channel_eof = CHANNEL_EOF__INIT,
+		.channel_close = CHANNEL_CLOSE__INIT,
+		.channel_close_ack = CHANNEL_CLOSE_ACK__INIT,
 	};
 }
 
@@ -157,6 +235,46 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 	case PEER_MSG__BODY_GOODBYE:
 		c->goodbye.reason = m->goodbye->reason;
 		c->msg.goodbye = &c->goodbye;
+		break;
+	case PEER_MSG__BODY_CHANNEL_OPEN:
+		c->channel_open.slot = m->channel_open->slot;
+		c->channel_open.src_port = m->channel_open->src_port;
+		c->channel_open.dst_port = m->channel_open->dst_port;
+		c->channel_open.ring_size = m->channel_open->ring_size;
+		c->channel_open.qps = m->channel_open->qps;
+		c->channel_open.rx_addr = m->channel_open->rx_addr;
+		c->channel_open.rx_rkey = m->channel_open->rx_rkey;
+		c->channel_open.credit_addr = m->channel_open->credit_addr;
+		c->channel_open.credit_rkey = m->channel_open->credit_rkey;
+		c->msg.channel_open = &c->channel_open;
+		break;
+	case PEER_MSG__BODY_CHANNEL_ACCEPT:
+		c->channel_accept.slot = m->channel_accept->slot;
+		c->channel_accept.peer_slot = m->channel_accept->peer_slot;
+		c->channel_accept.rx_addr = m->channel_accept->rx_addr;
+		c->channel_accept.rx_rkey = m->channel_accept->rx_rkey;
+		c->channel_accept.credit_addr = m->channel_accept->credit_addr;
+		c->channel_accept.credit_rkey = m->channel_accept->credit_rkey;
+		c->msg.channel_accept = &c->channel_accept;
+		break;
+	case PEER_MSG__BODY_CHANNEL_REJECT:
+		c->channel_reject.slot = m->channel_reject->slot;
+		c->channel_reject.reason = m->channel_reject->reason;
+		c->msg.channel_reject = &c->channel_reject;
+		break;
+	case PEER_MSG__BODY_CHANNEL_EOF:
+		c->channel_eof.slot = m->channel_eof->slot;
+		c->channel_eof.total = m->channel_eof->total;
+		c->msg.channel_eof = &c->channel_eof;
+		break;
+	case PEER_MSG__BODY_CHANNEL_CLOSE:
+		c->channel_close.slot = m->channel_close->slot;
+		c->channel_close.reason = m->channel_close->reason;
+		c->msg.channel_close = &c->channel_close;
+		break;
+	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
+		c->channel_close_ack.slot = m->channel_close_ack->slot;
+		c->msg.channel_close_ack = &c->channel_close_ack;
 		break;
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
@@ -279,6 +397,23 @@ static void fuzz_cm_pdata(const uint8_t *buf, size_t len)
 
 /* ---- control requests ---------------------------------------------------------------------- */
 
+/* The fuzz target's own reading of ctl.proto's rules for a request meshd accepts. */
+static bool ctl_req_in_range(const CtlRequest *r)
+{
+	switch (r->op) {
+	case CTL_OP__CTL_OP_SHOW:
+		return r->object == CTL_OBJECT__CTL_OBJECT_LINKS || r->object == CTL_OBJECT__CTL_OBJECT_NODE ||
+		       r->object == CTL_OBJECT__CTL_OBJECT_CHANNELS;
+	case CTL_OP__CTL_OP_LISTEN:
+		return r->port <= 65535;
+	case CTL_OP__CTL_OP_CONNECT:
+		return r->node <= MESH_NODE_ID_MAX && r->port <= 65535 && r->qps <= MESH_QPS_PER_LINK_MAX &&
+		       (r->ring_size == 0 || mesh_ring_size_valid(r->ring_size));
+	default:
+		return false;
+	}
+}
+
 static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 {
 	CtlRequest sentinel, *r = &sentinel, *r2 = &sentinel;
@@ -300,12 +435,19 @@ static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 	FUZZ_CHECK(why == NULL);
 	FUZZ_CHECK(r != NULL && r != &sentinel);
 	FUZZ_CHECK(r->version == MESH_CTL_VERSION);
-	FUZZ_CHECK(r->object == CTL_OBJECT__CTL_OBJECT_LINKS || r->object == CTL_OBJECT__CTL_OBJECT_NODE);
+	FUZZ_CHECK(ctl_req_in_range(r));
 
 	/* The values, without unknown fields (see peer_msg_copy_values), encode and decode to the
 	 * same request, and encode again to the same bytes. */
 	fresh.version = r->version;
 	fresh.object = r->object;
+	fresh.op = r->op;
+	fresh.port = r->port;
+	fresh.node = r->node;
+	fresh.ring_size = r->ring_size;
+	fresh.qps = r->qps;
+	fresh.has_numa = r->has_numa;
+	fresh.numa_node = r->numa_node;
 	n1 = ctl_request__get_packed_size(&fresh);
 	FUZZ_CHECK(n1 <= MESH_CTL_REQ_MAX);
 	out1 = calloc(n1, 1);
@@ -314,7 +456,8 @@ static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 	ret = mesh_ctl_req_decode(out1, n1, &r2, &why);
 	FUZZ_CHECK(ret == 0);
 	FUZZ_CHECK(r2->version == r->version);
-	FUZZ_CHECK(r2->object == r->object);
+	FUZZ_CHECK(r2->object == r->object && r2->op == r->op && r2->port == r->port && r2->node == r->node &&
+		   r2->ring_size == r->ring_size && r2->qps == r->qps);
 	n2 = ctl_request__get_packed_size(r2);
 	FUZZ_CHECK(n2 == n1);
 	out2 = calloc(n2, 1);
@@ -441,8 +584,7 @@ static void fuzz_ctl_fields(const uint8_t *p, size_t len)
 	FUZZ_CHECK(out != NULL || n == 0);
 	FUZZ_CHECK(ctl_request__pack(&req, out) == n);
 	ret = mesh_ctl_req_decode(out, n, &r, &why);
-	if (req.version == MESH_CTL_VERSION &&
-	    (req.object == CTL_OBJECT__CTL_OBJECT_LINKS || req.object == CTL_OBJECT__CTL_OBJECT_NODE)) {
+	if (req.version == MESH_CTL_VERSION && ctl_req_in_range(&req)) {
 		FUZZ_CHECK(ret == 0);
 		FUZZ_CHECK(r->version == req.version && r->object == req.object);
 		mesh_ctl_req_free(r);
