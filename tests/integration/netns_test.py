@@ -38,28 +38,11 @@ import sys
 import tempfile
 import time
 
-passed = failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mesh_test  # noqa: E402
+from mesh_test import check, wait_until  # noqa: E402
+
 IP_TIMEOUT = 20  # seconds for any one `ip` command
-
-
-def check(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {what}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {what}{': ' + detail if detail else ''}", flush=True)
-    return ok
-
-
-def wait_until(pred, timeout, step=0.1):
-    end = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() > end:
-            return v
-        time.sleep(step)
 
 
 def ip(*args, check_rc=True):
@@ -447,7 +430,7 @@ def main():
                             p.wait(timeout=10)
                         except subprocess.TimeoutExpired:
                             pass
-                if failed:
+                if mesh_test.failed:
                     c.dump_logs()
                 bad = [line for i in c.nodes for line in c.log(i).splitlines()
                        if "ERROR" in line or "AddressSanitizer" in line or "runtime error" in line
@@ -461,8 +444,8 @@ def main():
                 print(f"# kept {workdir}")
             elif workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
+    return 1 if mesh_test.failed else 0
 
 
 if __name__ == "__main__":
