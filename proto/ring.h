@@ -31,7 +31,18 @@
  * eventfd if that flag is set, for index and for state changes. The application writes the kick
  * eventfd after publishing tx_prod, after consuming a quarter of the ring or catching up with
  * rx_prod, before it sleeps if it consumed anything not yet kicked, and after setting
- * MESH_APP_SHUT_WR.
+ * MESH_APP_SHUT_WR, unless meshd polls the ring: the mirror image of MESH_APP_WAITING.
+ *
+ * Kick suppression (Dekker): while meshd's data-path thread polls it sets MESH_DAEMON_POLLING in
+ * daemon_flags; before it sleeps it clears the flag, issues a seq_cst fence and reads every ring's
+ * indices once more. The application publishes, issues a seq_cst fence and kicks only if the flag
+ * is clear. One of the two always sees the other's store, so no publication is left unseen while
+ * meshd sleeps, and a polling meshd costs the application no system call.
+ *
+ * spin_us (line 0, set by meshd from the configuration): how long a blocking libmesh call polls
+ * the ring before it sleeps on the wake eventfd (0: sleep at once). MESH_SPIN_US in the
+ * application's environment overrides it. Both are hints; a zero page from an older meshd means
+ * "no spinning, always kick", which is the version-1 behaviour.
  */
 #ifndef MESH_PROTO_RING_H
 #define MESH_PROTO_RING_H
@@ -57,6 +68,10 @@
 #define MESH_STATE_PEER_EOF (1u << 1) /* the peer shut its write side; rx_prod is final */
 #define MESH_STATE_ERROR (1u << 2)    /* the channel is broken: see error; no more data moves */
 
+/* daemon_flags (written by meshd) */
+#define MESH_DAEMON_POLLING (1u << 0) /* meshd polls tx_prod/rx_cons now: no kick needed */
+#define MESH_SPIN_MAX_US 1000000u     /* libmesh caps the spin hint (a hostile page cannot make it spin forever) */
+
 struct mesh_ring_ctrl {
 	/* line 0: set by meshd before the memfd is handed over, then read-only */
 	alignas(MESH_CACHELINE) uint32_t magic;
@@ -68,7 +83,7 @@ struct mesh_ring_ctrl {
 	uint32_t peer_node;
 	uint16_t local_port;
 	uint16_t peer_port;
-	uint32_t reserved0;
+	uint32_t spin_us; /* hint: poll this long before sleeping (was reserved, zero) */
 	/* the application's lines */
 	alignas(MESH_CACHELINE) _Atomic uint64_t tx_prod;
 	alignas(MESH_CACHELINE) _Atomic uint64_t rx_cons;
@@ -78,6 +93,7 @@ struct mesh_ring_ctrl {
 	alignas(MESH_CACHELINE) _Atomic uint64_t rx_prod;
 	alignas(MESH_CACHELINE) _Atomic uint32_t state;
 	_Atomic int32_t error; /* negative errno when MESH_STATE_ERROR */
+	_Atomic uint32_t daemon_flags; /* MESH_DAEMON_*; zero from a meshd that never polls */
 };
 _Static_assert(sizeof(struct mesh_ring_ctrl) <= MESH_RING_CTRL_SIZE, "ring control page overflows");
 _Static_assert(sizeof(_Atomic uint64_t) == 8, "64-bit atomics required");

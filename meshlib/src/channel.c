@@ -11,6 +11,11 @@
  * hang-up there means meshd is gone: -ECONNRESET instead of a hang), clear the eventfd, clear the
  * flag, re-check. Once mesh_channel_fd was called the flag stays set, so meshd wakes the fd it
  * returned on every change.
+ *
+ * Spinning: before it sleeps, a blocking call polls the ring for spin_us (meshd's hint in the control
+ * page, or MESH_SPIN_US), yielding the CPU between looks so that a spinner never starves meshd or the
+ * peer application on a busy machine. Kicks are skipped while meshd says it polls the ring
+ * (MESH_DAEMON_POLLING, see proto/ring.h for why no publication can be missed).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +26,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -114,6 +121,25 @@ static int ctrl_check(mesh_channel_t *c, uint32_t id)
 	return 0;
 }
 
+/* MESH_SPIN_US (a number of microseconds) wins over meshd's hint; both are capped. */
+static uint32_t spin_budget(uint32_t hint)
+{
+	const char *env = getenv("MESH_SPIN_US");
+	unsigned long v = hint;
+
+	if (env && *env) {
+		char *end;
+
+		errno = 0;
+		v = strtoul(env, &end, 10);
+		if (errno || *end) {
+			lib_debug("MESH_SPIN_US=%s is not a number of microseconds; using meshd's %u", env, hint);
+			v = hint;
+		}
+	}
+	return (uint32_t)(v > MESH_SPIN_MAX_US ? MESH_SPIN_MAX_US : v);
+}
+
 int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_t **out)
 {
 	mesh_channel_t *c;
@@ -153,6 +179,7 @@ int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_
 	c->wake = fds[CTL_FD_WAKE];
 	c->epfd = -1;
 	atomic_store_explicit(&c->ctrl->app_flags, 0, memory_order_release);
+	c->spin_us = spin_budget(c->ctrl->spin_us);
 	c->info.channel_id = setup->channel_id;
 	c->info.peer_node = setup->peer_node;
 	c->info.local_port = (uint16_t)setup->local_port;
@@ -224,6 +251,11 @@ static void chan_kick(mesh_channel_t *c)
 {
 	uint64_t one = 1;
 
+	/* Our index stores happened before; the fence orders them before the flag's load, and meshd
+	 * fences between clearing the flag and its last look (proto/ring.h). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&c->ctrl->daemon_flags, memory_order_relaxed) & MESH_DAEMON_POLLING)
+		return;
 	/* EAGAIN: the counter is saturated, meshd has a kick pending anyway. */
 	if (write(c->kick, &one, sizeof(one)) < 0)
 		return;
@@ -233,7 +265,8 @@ static void rx_publish(mesh_channel_t *c, uint64_t len)
 {
 	c->rx_cons += len;
 	atomic_store_explicit(&c->ctrl->rx_cons, c->rx_cons, memory_order_release);
-	if (c->rx_cons - c->rx_kicked >= c->size / 4 || c->rx_cons == c->rx_prod) {
+	/* meshd credits the sender per quarter of the ring (less never unblocks anyone). */
+	if (c->rx_cons - c->rx_kicked >= c->size / 4) {
 		c->rx_kicked = c->rx_cons;
 		chan_kick(c);
 	}
@@ -285,6 +318,30 @@ static int chan_sleep(mesh_channel_t *c)
 	return 0;
 }
 
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Polls step for up to spin_us; -EAGAIN when the budget ran out. */
+static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg)
+{
+	uint64_t until = mono_us() + c->spin_us;
+	ssize_t r;
+
+	do {
+		/* Yield: the one we wait for (meshd, the peer) may need this very CPU. */
+		sched_yield();
+		r = step(c, arg);
+		if (r != -EAGAIN || c->meshd_gone)
+			return r;
+	} while (mono_us() < until);
+	return -EAGAIN;
+}
+
 /* Runs step until it stops asking to wait. A blocking call sleeps between attempts; a
  * non-blocking one returns -EAGAIN. Once meshd is gone, a step that would wait gets -ECONNRESET
  * (after whatever the ring still held). */
@@ -314,11 +371,12 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 			}
 			return -EAGAIN;
 		}
-		/* Before sleeping, report consumption meshd was not told about yet: the side we wait
-		 * for may be waiting for exactly that room. */
-		if (c->rx_kicked != c->rx_cons) {
-			c->rx_kicked = c->rx_cons;
-			chan_kick(c);
+		if (c->spin_us) {
+			r = chan_spin(c, step, arg);
+			if (r != -EAGAIN)
+				return r;
+			if (c->meshd_gone)
+				return -ECONNRESET;
 		}
 		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
 		atomic_thread_fence(memory_order_seq_cst);

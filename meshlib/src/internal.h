@@ -66,6 +66,7 @@ struct mesh_channel {
 	int err;          /* sticky: -EPROTO once meshd broke the ring contract */
 	bool meshd_gone;  /* the lifeline hung up */
 	bool shut_wr;     /* mesh_shutdown was called */
+	uint32_t spin_us; /* a blocking call polls this long before it sleeps (ring.h spin_us) */
 
 	struct mesh_channel_info info;
 };

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -258,10 +259,18 @@ static size_t pat_check(const uint8_t *b, uint64_t pos, size_t n)
 
 static bool g_poll;
 
-/* Retry a call interrupted by a signal unless we are asked to stop; with -p, spin on -EAGAIN. */
+/* Retry a call interrupted by a signal unless we are asked to stop; with -p, spin on -EAGAIN,
+ * yielding the CPU between tries (meshd and the peer may need it: perftest has two processes to
+ * schedule, a channel four). */
 static bool retry(ssize_t r)
 {
-	return !g_stop && (r == -EINTR || (r == -EAGAIN && g_poll));
+	if (g_stop)
+		return false;
+	if (r == -EAGAIN && g_poll) {
+		sched_yield();
+		return true;
+	}
+	return r == -EINTR;
 }
 
 static int wflags(void)

@@ -177,6 +177,8 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->ctrl->rx_off = MESH_RING_CTRL_SIZE + size;
 	ch->ctrl->channel_id = ch->id;
 	ch->ctrl->peer_node = l->peer->id;
+	ch->ctrl->spin_us = m->cfg->app_spin_us;
+	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 	/* On the link's device; QP 0 stands for all of them (one device per link). */
 	if ((*errp = xport_mr_reg(l->conns[0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
 	    (*errp = xport_mr_reg(l->conns[0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
@@ -376,8 +378,10 @@ static void channel_post_credit(struct channel *ch)
 
 	if (!channel_may_post(ch) || ch->credit_busy || cons == ch->credit_sent)
 		return;
-	/* A quarter of the ring, or everything: fewer writes, and a stalled sender always hears. */
-	if (cons - ch->credit_sent < ch->size / 4 && cons != ch->rx_bytes)
+	/* Only per quarter of the ring: a sender is stalled only with a whole ring uncredited, so once
+	 * its reader has made room for a quarter it hears; small exchanges (ping-pong, requests) cost
+	 * no credit write each. */
+	if (cons - ch->credit_sent < ch->size / 4)
 		return;
 	if (!mesh_link_sq_room(l, 0))
 		return;
@@ -948,6 +952,39 @@ void channel_tick(struct mesh *m, uint64_t t)
 		}
 		channel_pump(ch);
 	}
+}
+
+/* Has the application published anything since the last pump? Three loads, no system call. */
+static bool channel_app_moved(const struct channel *ch)
+{
+	const struct mesh_ring_ctrl *k = ch->ctrl;
+
+	return atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->app_tx_prod ||
+	       atomic_load_explicit(&k->rx_cons, memory_order_relaxed) != ch->app_rx_cons ||
+	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut);
+}
+
+int channel_poll(struct mesh *m)
+{
+	int n = 0;
+
+	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+		next = ch->next; /* the pump may free ch */
+		if (ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
+			continue;
+		channel_pump(ch);
+		n++;
+	}
+	return n;
+}
+
+void channel_set_polling(struct mesh *m, bool on)
+{
+	m->polling = on;
+	for (struct channel *ch = m->channels; ch; ch = ch->next)
+		atomic_store_explicit(&ch->ctrl->daemon_flags, on ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
+	/* Orders the clearing before the caller's last look at the rings (proto/ring.h, Dekker). */
+	atomic_thread_fence(memory_order_seq_cst);
 }
 
 void channel_cleanup(struct mesh *m)

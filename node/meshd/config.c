@@ -28,6 +28,7 @@ struct config_key {
 
 static const char *const transport_choices[] = {"rdma", "tcp", "auto", NULL};
 static const char *const log_choices[] = {"error", "warn", "info", "debug", NULL};
+static const char *const polling_choices[] = {"adaptive", "busy", "event", NULL};
 
 #define KEY_UINT(n, def, lo, hi, help) \
 	{#n, CFG_UINT, offsetof(struct mesh_config, n), 0, def, lo, hi, NULL, help}
@@ -57,6 +58,15 @@ static const struct config_key config_keys[] = {
 		 "link handshakes in flight at once (dialled + accepted), so a large cluster does not storm itself"),
 	KEY_UINT(mailbox_size, "4096", MESH_MAILBOX_MIN, 1u << 20,
 		 "bytes of the registered per-link mailbox the peer may write and read"),
+	KEY_STR(polling, polling, "adaptive", polling_choices,
+		"how meshd's data-path thread waits: event (sleeps in epoll, a wake-up per event, no CPU when "
+		"idle), busy (polls completion queues and rings without end: lowest latency, one CPU always "
+		"busy), adaptive (polls for poll_budget_us after the last work, then sleeps)"),
+	KEY_UINT(poll_budget_us, "200", 0, 1000000,
+		 "adaptive polling: microseconds meshd keeps polling after the last work before it sleeps"),
+	KEY_UINT(app_spin_us, "50", 0, 1000000,
+		 "hint to libmesh: microseconds a blocking channel call polls its ring before it sleeps "
+		 "(MESH_SPIN_US in the application's environment overrides it)"),
 	KEY_STR(log_level, log_level, "info", log_choices, "error | warn | info | debug"),
 };
 

@@ -35,6 +35,9 @@ struct mesh_config {
 	uint32_t backoff_max_ms;
 	uint32_t max_handshakes;
 	uint32_t mailbox_size;
+	char polling[16];        /* busy | adaptive | event: how the data-path thread waits */
+	uint32_t poll_budget_us; /* adaptive: keep polling this long after the last work */
+	uint32_t app_spin_us;    /* hint to libmesh: poll a ring this long before sleeping */
 	int nodes_line;
 	size_t n_nodes;
 	struct config_node *nodes; /* sorted by id */

@@ -1,9 +1,12 @@
 /*
  * meshd: keeps this node's part of the full RC mesh and serves local clients.
- * One thread, one epoll: the transport's fd, a periodic timer, signals and the control socket.
+ * One thread, one epoll: the transport's fd, a periodic timer, signals and the control socket;
+ * with cluster.polling busy or adaptive the same loop also polls every completion queue and every
+ * channel ring without waiting (see run()).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,8 +55,13 @@ static void usage(FILE *out)
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
 }
 
+enum poll_mode { POLL_EVENT, POLL_ADAPTIVE, POLL_BUSY };
+
 struct daemon {
 	struct mesh_config cfg;
+	enum poll_mode poll_mode;
+	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
+	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
 	xport_t *xports[MESH_XPORTS_MAX];
 	size_t n_xports;
 	bool more[MESH_XPORTS_MAX]; /* the transport may hold events we have not taken yet */
@@ -71,23 +79,33 @@ static int add_fd(int epfd, int fd, uint64_t tag)
 
 /* Handles at most DRAIN_ROUNDS batches, so that a stream of completions never starves the timer
  * (keepalives) or the control socket; returns true when events may be left (come back at once:
- * completions already in a CQ raise no new readiness). */
-static bool drain_xport(struct daemon *d, xport_t *x)
+ * completions already in a CQ raise no new readiness). all: look into every completion queue
+ * (busy polling), not only the notified ones. *got counts the events handled. */
+static bool drain_xport_n(struct daemon *d, xport_t *x, bool all, int *got)
 {
 	struct xport_event evs[EVENT_BATCH];
 	int n;
 
 	for (int round = 0; round < DRAIN_ROUNDS; round++) {
-		n = xport_poll(x, evs, EVENT_BATCH);
+		n = all && round == 0 ? xport_poll_all(x, evs, EVENT_BATCH) : xport_poll(x, evs, EVENT_BATCH);
 		for (int i = 0; i < n; i++)
 			mesh_handle_event(&d->mesh, &evs[i]);
 		mesh_reap(&d->mesh);
 		if (n < 0)
 			log_error("%s transport poll: %s", xport_name(x), mesh_strerror(n));
+		else
+			*got += n;
 		if (n < EVENT_BATCH)
 			return false;
 	}
 	return true;
+}
+
+static bool drain_xport(struct daemon *d, xport_t *x)
+{
+	int got = 0;
+
+	return drain_xport_n(d, x, false, &got);
 }
 
 static void drain_all(struct daemon *d)
@@ -195,18 +213,67 @@ static void stop_gracefully(struct daemon *d)
 	}
 }
 
+/* One look at everything without waiting (the polling part of the loop): every completion queue
+ * and every ring. Returns true when anything moved. */
+static bool poll_once(struct daemon *d)
+{
+	int got = 0;
+
+	for (size_t i = 0; i < d->n_xports; i++)
+		d->more[i] = drain_xport_n(d, d->xports[i], true, &got);
+	got += channel_poll(&d->mesh);
+	mesh_reap(&d->mesh);
+	d->polled = true;
+	return got > 0;
+}
+
+/* Polling modes (cluster.polling): event sleeps in epoll_wait whenever nothing is pending; busy
+ * never sleeps; adaptive polls for poll_budget_us after the last work, then sleeps. While polling,
+ * the rings carry MESH_DAEMON_POLLING so applications do not kick; before sleeping the flag is
+ * cleared and everything looked at once more (proto/ring.h). */
+static bool stay_hot(struct daemon *d, bool worked)
+{
+	uint64_t now;
+
+	if (d->poll_mode == POLL_EVENT)
+		return false;
+	if (d->poll_mode == POLL_BUSY)
+		return true;
+	now = util_now_us();
+	if (worked)
+		d->hot_until_us = now + d->cfg.poll_budget_us;
+	return now < d->hot_until_us;
+}
+
 static int run(struct daemon *d)
 {
 	struct epoll_event evs[32];
-	bool running = true;
+	bool running = true, hot = d->poll_mode == POLL_BUSY;
 
+	if (hot)
+		channel_set_polling(&d->mesh, true);
 	while (running) {
 		bool more = false, drained[MESH_XPORTS_MAX] = {false};
 		int n;
 
 		for (size_t i = 0; i < d->n_xports; i++)
 			more |= d->more[i];
-		n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), more ? 0 : -1);
+		if (!hot && !more && d->polled) {
+			d->polled = false;
+			/* About to sleep: applications kick again from now on; what they published before
+			 * they could see the cleared flag is found by this last look. */
+			channel_set_polling(&d->mesh, false);
+			for (size_t i = 0; i < d->n_xports; i++)
+				xport_arm(d->xports[i]);
+			if (poll_once(d)) {
+				hot = stay_hot(d, true);
+				if (hot)
+					channel_set_polling(&d->mesh, true);
+				continue;
+			}
+			d->polled = false; /* that look found nothing: now sleep */
+		}
+		n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), more || hot ? 0 : -1);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -263,6 +330,17 @@ static int run(struct daemon *d)
 				d->more[i] = drain_xport(d, d->xports[i]);
 		/* What the handlers released goes after the batch (no event above may still name it). */
 		mesh_reap(&d->mesh);
+		if (d->poll_mode != POLL_EVENT) {
+			bool worked = poll_once(d) || n > 0;
+
+			hot = stay_hot(d, worked);
+			if (hot && !d->mesh.polling)
+				channel_set_polling(&d->mesh, true);
+			/* Nothing to do this round: let whoever we wait for (an application, rxe's
+			 * softirq, the peer meshd on the same machine) have the CPU. */
+			if (hot && !worked)
+				sched_yield();
+		}
 	}
 	stop_gracefully(d);
 	return 0;
@@ -359,6 +437,9 @@ int main(int argc, char **argv)
 	log_set_prefix(prefix);
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
 
+	d.poll_mode = !strcmp(d.cfg.polling, "busy")	    ? POLL_BUSY
+		      : !strcmp(d.cfg.polling, "event") ? POLL_EVENT
+							: POLL_ADAPTIVE;
 	ret = xports_open(&d, self);
 	if (ret)
 		goto out_xport;

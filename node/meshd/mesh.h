@@ -132,6 +132,7 @@ struct mesh {
 	struct listener *listeners;
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;
+	bool polling; /* the data-path loop polls the rings now (MESH_DAEMON_POLLING set on each) */
 };
 
 /* Sets up links for every peer of cfg (self = our node) over the given providers (already

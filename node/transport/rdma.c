@@ -47,6 +47,7 @@ struct rdma_xport {
 	struct rdma_dev *devs;
 	struct rdma_conn *conns;   /* all live connections */
 	struct rdma_conn *dirty;   /* connections whose CQ may hold completions */
+	bool polling;              /* busy polling (poll_all): notifications are not re-armed */
 };
 
 struct rdma_conn {
@@ -58,6 +59,7 @@ struct rdma_conn {
 	struct rdma_conn *prev, *next;
 	struct rdma_conn *dirty_next;
 	bool is_dirty;
+	bool armed; /* a completion will raise a notification */
 	bool passive;
 	uint16_t port;
 	uint8_t req_initiator_depth;    /* from the connect request (passive side) */
@@ -250,6 +252,7 @@ static int rdma_conn_setup_qp(struct rdma_conn *c)
 		log_error("ibv_req_notify_cq to %s: %s", c->base.peer_addr, strerror(ret));
 		return -ret;
 	}
+	c->armed = true;
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_type = IBV_QPT_RC;
 	qa.send_cq = c->cq;
@@ -740,7 +743,9 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 			struct rdma_conn *c = cq_ctx;
 
 			ibv_ack_cq_events(cq, 1);
-			ibv_req_notify_cq(cq, 0);
+			/* A polling owner looks into every CQ anyway: re-arming (a system call on
+			 * some providers) waits until it goes to sleep (rdma_arm). */
+			c->armed = rx->polling ? false : !ibv_req_notify_cq(cq, 0);
 			if (!c->is_dirty) {
 				c->is_dirty = true;
 				c->dirty_next = rx->dirty;
@@ -786,6 +791,41 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 	return n;
 }
 
+/* Busy polling: every live connection's CQ is looked into, notified or not; a notification that
+ * fires meanwhile is not re-armed until rdma_arm, before the owner sleeps. */
+static int rdma_poll_all(xport_t *x, struct xport_event *evs, int max)
+{
+	struct rdma_xport *rx = to_rx(x);
+
+	rx->polling = true;
+	for (struct rdma_conn *c = rx->conns; c; c = c->next) {
+		if (c->cq && !c->is_dirty) {
+			c->is_dirty = true;
+			c->dirty_next = rx->dirty;
+			rx->dirty = c;
+		}
+	}
+	return rdma_poll(x, evs, max);
+}
+
+/* The owner stops polling: every CQ notifies again. It polls once more after this (poll_all), so a
+ * completion that came before the arm is not left unseen. */
+static void rdma_arm(xport_t *x)
+{
+	struct rdma_xport *rx = to_rx(x);
+
+	rx->polling = false;
+	for (struct rdma_conn *c = rx->conns; c; c = c->next) {
+		if (c->cq && !c->armed) {
+			int ret = ibv_req_notify_cq(c->cq, 0);
+
+			if (ret)
+				log_error("ibv_req_notify_cq to %s: %s", c->base.peer_addr, strerror(ret));
+			c->armed = !ret;
+		}
+	}
+}
+
 /* An RDMA device serves addr if rdma_cm can bind a cm id to it and finds a device there. */
 static int rdma_probe(const char *addr)
 {
@@ -827,4 +867,6 @@ const struct xport_ops xport_rdma_ops = {
 	.post_write_imm = rdma_post_write_imm,
 	.post_read = rdma_post_read,
 	.poll = rdma_poll,
+	.poll_all = rdma_poll_all,
+	.arm = rdma_arm,
 };

@@ -129,6 +129,12 @@ struct xport_ops {
 			 uint64_t wr_id);
 	/* Fills up to max events; returns the count (0: nothing pending) or a negative errno. */
 	int (*poll)(xport_t *x, struct xport_event *evs, int max);
+	/* Optional, for busy polling: like poll, but looks into every connection's completion queue
+	 * instead of waiting for a notification to say which ones have something. NULL: poll. */
+	int (*poll_all)(xport_t *x, struct xport_event *evs, int max);
+	/* Optional: the owner stops busy polling and will sleep on event_fd; notifications poll_all
+	 * left unarmed are armed again. The owner calls poll_all once more afterwards. */
+	void (*arm)(xport_t *x);
 };
 
 /* Providers. */
@@ -216,6 +222,15 @@ static inline int xport_post_read(xport_conn_t *c, xport_mr_t *mr, void *buf, ui
 static inline int xport_poll(xport_t *x, struct xport_event *evs, int max)
 {
 	return x->ops->poll(x, evs, max);
+}
+static inline void xport_arm(xport_t *x)
+{
+	if (x->ops->arm)
+		x->ops->arm(x);
+}
+static inline int xport_poll_all(xport_t *x, struct xport_event *evs, int max)
+{
+	return x->ops->poll_all ? x->ops->poll_all(x, evs, max) : x->ops->poll(x, evs, max);
 }
 
 #endif

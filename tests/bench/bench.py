@@ -211,7 +211,10 @@ class Bench:
                     f"  transport = \"{a.mode}\";\n  qps_per_link = {a.qps};\n"
                     "  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n"
                     "  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n"
-                    "  log_level = \"info\";\n};\n"
+                    f"  polling = \"{a.polling}\";\n"
+                    + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
+                    + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
+                    + "  log_level = \"info\";\n};\n"
                     "nodes = (\n"
                     f"  {{ id = 1; addr = \"{a.addr}\"; port = {a.mesh_port}; }},\n"
                     f"  {{ id = 2; addr = \"{a.addr}\"; port = {a.mesh_port + 1}; }}\n);\n")
@@ -597,7 +600,10 @@ class Bench:
         w = lines.append
         where = ("Soft-RoCE rxe0 in the TCG VM (2 vCPUs)" if a.mode == "rdma"
                  else "tcp provider on 127.0.0.1 (this machine)")
-        w(f"== rdmamesh channel benchmark: {where}; 2 meshd, {a.qps} QPs per link, ring 1 MiB (meshd default),")
+        pol = a.polling + "".join(f", {k} {v} us" for k, v in (("budget", a.poll_budget_us), ("app spin", a.app_spin_us))
+                                  if v is not None)
+        w(f"== rdmamesh channel benchmark: {where}; 2 meshd ({pol} polling), {a.qps} QPs per link, "
+          "ring 1 MiB (meshd default),")
         w(f"   zero-copy unless said; MB = 10^6 bytes; latency = half round trip in us; medians of {a.rounds} "
           "interleaved rounds where runs > 1")
         w("")
@@ -722,6 +728,10 @@ def main():
     ap.add_argument("--qps", type=int, default=4)
     ap.add_argument("--mesh-port", type=int, default=7471)
     ap.add_argument("--duration", type=float, default=4, help="seconds per bw/rate run (meshbench, ib_write_bw)")
+    ap.add_argument("--polling", choices=["adaptive", "busy", "event"], default="adaptive",
+                    help="meshd's cluster.polling (default adaptive, meshd's default)")
+    ap.add_argument("--poll-budget-us", type=int, default=None, help="cluster.poll_budget_us (default: meshd's)")
+    ap.add_argument("--app-spin-us", type=int, default=None, help="cluster.app_spin_us (default: meshd's)")
     ap.add_argument("--lat-iters", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=None,
                     help="interleaved rounds of the figures ratios use (default 5 in the VM, 3 on the host)")

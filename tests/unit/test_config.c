@@ -221,6 +221,9 @@ static void config_load__minimal_file__all_defaults(void **state)
 	assert_int_equal(c->backoff_max_ms, 5000);
 	assert_int_equal(c->max_handshakes, 8);
 	assert_int_equal(c->mailbox_size, 4096);
+	assert_string_equal(c->polling, "adaptive");
+	assert_int_equal(c->poll_budget_us, 200);
+	assert_int_equal(c->app_spin_us, 50);
 	assert_int_equal(c->n_nodes, 1);
 	assert_int_equal(c->nodes[0].id, 1);
 }
@@ -373,6 +376,39 @@ static void config_load__log_level_loud__rejected_with_choices(void **state)
 			  "  log_level = \"loud\";\n"
 			  "};\n" NODES1,
 			  3, "cluster.log_level \"loud\"", "error | warn | info | debug");
+}
+
+static void config_load__polling_spin__rejected_with_choices(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  polling = \"spin\";\n"
+			  "};\n" NODES1,
+			  3, "cluster.polling \"spin\"", "adaptive | busy | event");
+}
+
+static void config_load__poll_budget_too_large__rejected_with_range(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  poll_budget_us = 2000000;\n"
+			  "};\n" NODES1,
+			  3, "cluster.poll_budget_us 2000000 out of range", "0..1000000");
+}
+
+static void config_load__busy_polling__loaded(void **state)
+{
+	struct cfg_test *t = *state;
+	int ret = load_text(t, "cluster = {\n  name = \"lab\";\n  polling = \"busy\";\n  poll_budget_us = 0;\n"
+			       "  app_spin_us = 1000;\n};\n" NODES1);
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_string_equal(t->cfg.polling, "busy");
+	assert_int_equal(t->cfg.poll_budget_us, 0);
+	assert_int_equal(t->cfg.app_spin_us, 1000);
 }
 
 static void config_load__string_for_integer__rejected_with_line(void **state)
@@ -610,7 +646,7 @@ static char *dump_to_string(const struct mesh_config *cfg)
 static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
-	"log_level",
+	"polling", "poll_budget_us", "app_spin_us", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)
@@ -712,6 +748,9 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__qps_per_link_16__accepted),
 	T(config_load__transport_foo__rejected_with_line),
 	T(config_load__log_level_loud__rejected_with_choices),
+	T(config_load__polling_spin__rejected_with_choices),
+	T(config_load__poll_budget_too_large__rejected_with_range),
+	T(config_load__busy_polling__loaded),
 	T(config_load__string_for_integer__rejected_with_line),
 	T(config_load__float_for_integer__rejected_with_line),
 	T(config_load__string_for_node_port__rejected_with_line),

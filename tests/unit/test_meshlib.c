@@ -1191,7 +1191,7 @@ static void meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end(void *
 	assert_int_equal(mesh_close(c), 0);
 }
 
-static void meshlib_recv__quarter_consumed_or_caught_up__kicks(void **state)
+static void meshlib_recv__quarter_consumed__kicks_catching_up_below_a_quarter_does_not(void **state)
 {
 	struct fake *f = *state;
 	mesh_channel_t *c = open_small(f);
@@ -1208,9 +1208,14 @@ static void meshlib_recv__quarter_consumed_or_caught_up__kicks(void **state)
 	assert_int_equal(efd_take(ch->kick), 1);
 	assert_int_equal(mesh_recv(c, out, 100, 0), 100);
 	assert_int_equal(efd_take(ch->kick), 0);
-	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 2876); /* caught up */
+	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 2876); /* caught up, 2976 since the kick */
 	assert_int_equal(efd_take(ch->kick), 1);
 	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 4000);
+	/* A small message read to the end: meshd would not credit less than a quarter, so no kick. */
+	ring_rx_put(ch, in, 64);
+	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 64);
+	assert_int_equal(efd_take(ch->kick), 0);
+	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 4064);
 	assert_int_equal(mesh_close(c), 0);
 }
 
@@ -2023,7 +2028,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_recv__empty_ring_nonblock__eagain),
 	T(meshlib_recv__partial__returns_what_is_there),
 	T(meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end),
-	T(meshlib_recv__quarter_consumed_or_caught_up__kicks),
+	T(meshlib_recv__quarter_consumed__kicks_catching_up_below_a_quarter_does_not),
 	T(meshlib_recv__peer_eof__bytes_then_zero),
 	T(meshlib_recv__error_state__bytes_first_then_error),
 	T(meshlib_recv__error_value_not_negative_errno__eproto),
