@@ -320,10 +320,11 @@ class Bench:
         self.finish(srv, f"{tool} server")
         return out
 
-    def perftest_row(self, tool, size, extra, ncols):
+    def perftest_row(self, tool, size, extra, ncols, ok=lambda v: True):
         """The result row of a perftest run, as floats. Under emulation perftest's cycle calibration
-        sometimes fails and every figure comes out inf/nan: such a run is repeated (at most twice,
-        counted in the result); a run that fails or prints no row is a failure at once."""
+        sometimes fails and every figure comes out inf/nan (or a bandwidth of 0 after a run that moved
+        data): such a run is repeated (at most twice, counted in the result); a run that fails or
+        prints no row is a failure at once."""
         for attempt in range(3):
             out = self.perftest(tool, size, extra)
             m = re.search(r"^[ \t]*%d[ \t]+(\d+)((?:[ \t]+\S+){%d})" % (size, ncols), out, re.M)
@@ -333,14 +334,15 @@ class Bench:
                 vals = [float(x) for x in m.group(2).split()]
             except ValueError:
                 raise Failure(f"{tool}: unreadable result row for {size} bytes: {m.group(0).strip()}")
-            if all(math.isfinite(v) for v in vals):
+            if all(math.isfinite(v) for v in vals) and ok(vals):
                 return int(m.group(1)), vals, attempt
-            self.say(f"{tool} -s {size} printed non-finite figures ({m.group(0).strip()}); running it again")
-        raise Failure(f"{tool} -s {size}: non-finite figures three times")
+            self.say(f"{tool} -s {size} printed non-finite or zero figures ({m.group(0).strip()}); running it again")
+        raise Failure(f"{tool} -s {size}: non-finite or zero figures three times")
 
     def ib_write_bw(self, size):
         # In duration mode perftest counts the iterations of the middle of the run only.
-        iters, v, retries = self.perftest_row("ib_write_bw", size, ["-D", str(max(1, round(self.a.duration)))], 3)
+        iters, v, retries = self.perftest_row("ib_write_bw", size, ["-D", str(max(1, round(self.a.duration)))], 3,
+                                              ok=lambda v: v[1] > 0)
         # perftest's MB is 2^20 bytes; its peak is 0 in duration mode.
         self.record("ib_write_bw", "bw", size, mb_s=v[1] * MIB / 1e6, iters=iters, retries=retries)
 
