@@ -30,9 +30,10 @@ static void usage(FILE *out)
 		"\n"
 		"Objects:\n"
 		"  links   (default) one row per configured peer: state, QPs, epoch, RTT, mailbox key\n"
-		"  node    this node: id, cluster, address, transport, uptime, counters\n"
+		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
+		"          its devices and their nodes, the data-path thread and its CPUs\n"
 		"  channels  one row per open channel: ports, QPs, ring, bytes and chunks each way,\n"
-		"            writes in flight, credit stalls\n"
+		"            writes in flight, credit stalls, NUMA node of the ring pages\n"
 		"\n"
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
@@ -109,7 +110,17 @@ static void json_close(struct out *o, char brace)
 	o->first = false;
 }
 
-enum field_kind { F_U32, F_U64, F_STR, F_BOOL, F_STATE, F_MAILBOX, F_ROLE, F_OPENER };
+enum field_kind {
+	F_U32,
+	F_U64,
+	F_STR,
+	F_BOOL,
+	F_STATE,
+	F_MAILBOX,
+	F_ROLE,
+	F_OPENER,
+	F_NODE, /* a NUMA node: JSON the number; table "-" for -1 (none/unknown), "spread" for -2 */
+};
 
 struct field {
 	const char *key;   /* JSON member */
@@ -158,6 +169,8 @@ static const struct field channel_fields[] = {
 	CF("rx_chunks", "RX_CHUNKS", 9, F_U64, rx_chunks),
 	CF("in_flight", "INFL", 4, F_U32, in_flight),
 	CF("credit_stalls", "STALLS", 6, F_U64, credit_stalls),
+	CF("numa_node", "NUMA", 6, F_NODE, numa_node),
+	CF("numa_want", NULL, 0, F_NODE, numa_want),
 	CF("tx_pending", NULL, 0, F_U64, tx_pending),
 	CF("rx_unread", NULL, 0, F_U64, rx_unread),
 	CF("error", "ERROR", -1, F_STR, error),
@@ -180,6 +193,31 @@ static const struct field node_fields[] = {
 	NF("version", F_STR, version),
 	NF("ctl_errors", F_U64, ctl_errors),
 	NF("peer_rejects", F_U64, peer_rejects),
+	NF("numa", F_STR, numa),
+	NF("numa_usable", F_BOOL, numa_usable),
+	NF("numa_nodes", F_U32, numa_nodes),
+	NF("numa_home", F_NODE, numa_home),
+	NF("numa_why", F_STR, numa_why),
+};
+
+#define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member)}
+static const struct field device_fields[] = {
+	DF("name", "DEVICE", -10, F_STR, name),
+	DF("provider", "XPORT", -5, F_STR, provider),
+	DF("numa_node", "NUMA", 4, F_NODE, numa_node),
+	DF("cpus", "CPUS", -12, F_STR, cpus),
+	DF("netdev", "NETDEV", -1, F_STR, netdev),
+};
+
+#define TF(key, head, width, kind, member) {key, head, width, kind, offsetof(DataPathThread, member)}
+static const struct field thread_fields[] = {
+	TF("name", "THREAD", -15, F_STR, name),
+	TF("tid", "TID", 7, F_U32, tid),
+	TF("devices", "DEVICES", -10, F_STR, devices),
+	TF("numa_node", "NUMA", 4, F_NODE, numa_node),
+	TF("cpus", "CPUS", -12, F_STR, cpus),
+	TF("polling", "POLLING", -8, F_STR, polling),
+	TF("poll_budget_us", "BUDGET_US", -1, F_U32, poll_budget_us),
 };
 
 static const char *state_name(int s)
@@ -212,6 +250,15 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 	case F_BOOL:
 		snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
 		break;
+	case F_NODE: {
+		int32_t v = *(const int32_t *)p;
+
+		if (table && v < 0)
+			s = v == -2 ? "spread" : "-";
+		else
+			snprintf(buf, sizeof(buf), "%" PRId32, v);
+		break;
+	}
 	case F_OPENER:
 		if (!table) {
 			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
@@ -341,18 +388,30 @@ static void print_node(struct out *o, const CtlReply *r)
 {
 	if (!r->node)
 		return;
+	const NodeInfo *n = r->node;
+
 	if (o->json) {
 		json_open(o, NULL, '{');
 		for (size_t f = 0; f < ARRAY_SIZE(node_fields); f++)
-			field_print(o, &node_fields[f], r->node, false);
+			field_print(o, &node_fields[f], n, false);
+		print_rows(o, "devices", device_fields, ARRAY_SIZE(device_fields), (void *const *)n->devices, n->n_devices);
+		print_rows(o, "threads", thread_fields, ARRAY_SIZE(thread_fields), (void *const *)n->threads, n->n_threads);
 		json_close(o, '}');
 		putchar('\n');
 		return;
 	}
 	for (size_t f = 0; f < ARRAY_SIZE(node_fields); f++) {
 		printf("%-14s ", node_fields[f].key);
-		field_print(o, &node_fields[f], r->node, true);
+		field_print(o, &node_fields[f], n, true);
 		putchar('\n');
+	}
+	if (n->n_devices) {
+		putchar('\n');
+		print_rows(o, NULL, device_fields, ARRAY_SIZE(device_fields), (void *const *)n->devices, n->n_devices);
+	}
+	if (n->n_threads) {
+		putchar('\n');
+		print_rows(o, NULL, thread_fields, ARRAY_SIZE(thread_fields), (void *const *)n->threads, n->n_threads);
 	}
 }
 

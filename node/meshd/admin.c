@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <libgen.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -154,6 +155,61 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->peer_rejects = m->peer_rejects;
 }
 
+/* Storage for the NUMA part of NodeInfo, on the caller's stack. */
+struct numa_show {
+	NumaDevice devs[MESH_XPORTS_MAX], *dptrs[MESH_XPORTS_MAX];
+	char dcpus[MESH_XPORTS_MAX][512];
+	DataPathThread th, *tptr;
+	char tcpus[512], tdevs[2 * NUMA_NAME_MAX + 2];
+};
+
+static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
+{
+	const struct mesh_numa *nu = &m->numa;
+	cpu_set_t set;
+
+	n->numa = (char *)m->cfg->numa;
+	n->numa_usable = nu->usable;
+	n->numa_nodes = (uint32_t)nu->topo.n_online;
+	n->numa_home = nu->home;
+	n->numa_why = (char *)(nu->why ? nu->why : "");
+	b->tdevs[0] = 0;
+	for (size_t i = 0; i < nu->n_devs; i++) {
+		NumaDevice *d = &b->devs[i];
+		int node = nu->devs[i].node;
+
+		numa_device__init(d);
+		d->name = (char *)nu->devs[i].name;
+		d->provider = (char *)nu->devs[i].provider;
+		d->netdev = (char *)nu->devs[i].netdev;
+		d->numa_node = node;
+		d->cpus = node >= 0 ? numa_cpulist_format(&nu->topo.cpus[node], b->dcpus[i], sizeof(b->dcpus[i])) : "";
+		b->dptrs[i] = d;
+		if (i)
+			strncat(b->tdevs, ",", sizeof(b->tdevs) - strlen(b->tdevs) - 1);
+		strncat(b->tdevs, nu->devs[i].name, sizeof(b->tdevs) - strlen(b->tdevs) - 1);
+	}
+	n->n_devices = nu->n_devs;
+	n->devices = b->dptrs;
+	if (!nu->tid)
+		return; /* no data-path thread (unit tests drive the loop themselves) */
+	data_path_thread__init(&b->th);
+	b->th.name = (char *)nu->thread;
+	b->th.tid = nu->tid;
+	b->th.devices = b->tdevs;
+	b->th.numa_node = nu->home;
+	b->th.polling = (char *)m->cfg->polling;
+	b->th.poll_budget_us = m->cfg->poll_budget_us;
+	/* Asked of the kernel, not remembered: what the thread really may run on. */
+	if (!sched_getaffinity((pid_t)nu->tid, sizeof(set), &set))
+		b->th.cpus = numa_cpulist_format(&set, b->tcpus, sizeof(b->tcpus));
+	else
+		b->th.cpus = "";
+	b->tptr = &b->th;
+	n->n_threads = 1;
+	n->threads = &b->tptr;
+}
+
 static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo *mb)
 {
 	enum link_state s = link_state(l);
@@ -249,6 +305,14 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->tx_pending = ch->app_tx_prod - ch->tx_sent;
 	ci->rx_unread = ch->rx_bytes - ch->app_rx_cons;
 	ci->error = (char *)ch->why;
+	ci->numa_want = ch->numa_want;
+	if (ch->ctrl) {
+		const void *pages[3] = {ch->ctrl, ch->tx, ch->rx};
+
+		ci->numa_node = numa_pages_node(pages, 3);
+	} else {
+		ci->numa_node = -1;
+	}
 }
 
 static int admin_slot_of(const struct admin *a, int fd)
@@ -368,7 +432,13 @@ static void admin_channel_request(struct admin *a, int slot, const CtlRequest *r
 		admin_deliver(a, fd, ret, why, NULL, NULL);
 		return;
 	}
-	ret = channel_connect(a->mesh, req->node, (uint16_t)req->port, req->ring_size, req->qps, fd, &why);
+	if (req->has_numa && req->numa_node < 0) {
+		ret = -EINVAL;
+		why = "the NUMA hint is negative";
+	} else {
+		ret = channel_connect(a->mesh, req->node, (uint16_t)req->port, req->ring_size, req->qps,
+				      req->has_numa ? req->numa_node : -1, fd, &why);
+	}
 	if (ret) {
 		log_info("local client fd %d: connect to node %u port %u: %s (%s)", fd, req->node, req->port,
 			 why ? why : "", mesh_strerror(ret));
@@ -385,6 +455,7 @@ void admin_on_client(struct admin *a, int fd)
 	LinkInfo *lis = NULL, **lptrs = NULL;
 	MailboxInfo *mbs = NULL;
 	ChannelInfo *cis = NULL, **cptrs = NULL;
+	struct numa_show numa;
 	const char *why;
 	char version[16];
 	ssize_t n;
@@ -418,6 +489,7 @@ void admin_on_client(struct admin *a, int fd)
 	}
 	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
 	fill_node(a->mesh, &node, version);
+	fill_numa(a->mesh, &node, &numa);
 	node.ctl_errors = a->errors;
 	r.node = &node;
 	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->mesh->n_links) {

@@ -104,7 +104,7 @@ static void channel_free(struct channel *ch)
 				  ch->why[0] ? ch->why : "channel closed before it opened", NULL, NULL);
 	/* The rings may still be a DMA target until the QPs in the graveyard are gone. */
 	mesh_bury_map(m, ch->map, ch->map_len);
-	mesh_bury_map(m, ch->credit, 0);
+	mesh_bury_map(m, ch->credit, CH_CREDIT_PAGE);
 	for (int *fd = &ch->memfd; fd <= &ch->app_life_fd; fd++)
 		if (*fd >= 0)
 			close(*fd);
@@ -112,7 +112,8 @@ static void channel_free(struct channel *ch)
 	free(ch);
 }
 
-static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, const char **why, int *errp)
+static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, int node, const char **why,
+				   int *errp)
 {
 	struct mesh *m = l->mesh;
 	struct channel *ch = calloc(1, sizeof(*ch));
@@ -159,7 +160,23 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->ctrl = ch->map;
 	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
 	ch->rx = ch->tx + size;
-	ch->credit = aligned_alloc(64, 64);
+	/* Its own page: the credit words are registered (a peer writes one) and placed like the rings. */
+	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ch->credit == MAP_FAILED)
+		ch->credit = NULL;
+	/* Before the first touch: the policy decides where the pages are allocated. */
+	ch->numa_want = node;
+	if (node >= 0 && ch->credit) {
+		int ret = numa_place(ch->map, len, node);
+
+		if (!ret)
+			ret = numa_place(ch->credit, CH_CREDIT_PAGE, node);
+		if (ret) {
+			log_warn("channel %u: cannot place the rings on NUMA node %d: %s; unplaced", ch->id, node,
+				 mesh_strerror(ret));
+			ch->numa_want = -1;
+		}
+	}
 	ch->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ch->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (!ch->credit || ch->kick_fd < 0 || ch->wake_fd < 0 ||
@@ -521,14 +538,14 @@ static uint16_t channel_ephemeral_port(struct mesh *m)
 	return p;
 }
 
-int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int client_fd,
-		    const char **why)
+int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
+		    int client_fd, const char **why)
 {
 	struct link *l;
 	struct channel *ch;
 	PeerMsg msg = PEER_MSG__INIT;
 	ChannelOpen o = CHANNEL_OPEN__INIT;
-	int ret;
+	int ret, numa_node;
 
 	if (node == m->self->id) {
 		*why = "channels to the local node are not supported; connect to a peer";
@@ -551,7 +568,12 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		ring_size = MESH_RING_DEFAULT;
 	if (!qps || qps > m->cfg->qps_per_link)
 		qps = m->cfg->qps_per_link;
-	ch = channel_new(l, ring_size, qps, why, &ret);
+	numa_node = numa_channel_node(&m->numa.topo, m->numa.usable, m->numa.home, numa_hint);
+	if (numa_node == -EINVAL) {
+		*why = "the NUMA hint names no online node of this machine (meshctl node lists them)";
+		return -EINVAL;
+	}
+	ch = channel_new(l, ring_size, qps, numa_node, why, &ret);
 	if (!ch)
 		return ret;
 	ch->opener = true;
@@ -678,7 +700,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_reject(l, o->slot, -EINVAL);
 		return;
 	}
-	ch = channel_new(l, o->ring_size, o->qps, &why, &ret);
+	ch = channel_new(l, o->ring_size, o->qps, m->numa.home, &why, &ret);
 	if (!ch) {
 		channel_reject(l, o->slot, ret);
 		return;

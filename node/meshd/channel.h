@@ -22,6 +22,7 @@
 
 #define CH_WINDOW 256u          /* chunks in flight per direction; < 2^16 for the sequence numbers */
 #define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
+#define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping */
 
 struct mesh;
 struct link;
@@ -44,6 +45,7 @@ struct channel {
 	uint64_t size;
 	uint32_t qps, next_qp, chunk;
 	uint64_t open_ms;
+	int numa_want; /* node the rings and credit page were placed on, -1 unplaced */
 
 	/* shared memory and descriptors (meshd's ends) */
 	void *map;
@@ -105,8 +107,8 @@ struct channel_ops {
 /* Requests from local clients. Return 0 when answered later (connect) or done, else a negative errno
  * to answer now; *why names the problem. */
 int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **why);
-int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int client_fd,
-		    const char **why);
+int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
+		    int client_fd, const char **why);
 /* A client connection went away: its listeners go, its pending connect is abandoned. */
 void channel_client_gone(struct mesh *m, int client_fd);
 

@@ -1,4 +1,5 @@
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
 #include <stdarg.h>
@@ -13,7 +14,11 @@
 #include "util.h"
 #include "wire.h"
 
-enum config_type { CFG_UINT, CFG_STRING };
+enum config_type {
+	CFG_UINT,
+	CFG_STRING,
+	CFG_NUMA, /* "auto", "off" or a node number (an integer, or a string of digits) */
+};
 
 struct config_key {
 	const char *name; /* member of the cluster group */
@@ -67,6 +72,11 @@ static const struct config_key config_keys[] = {
 	KEY_UINT(app_spin_us, "50", 0, 1000000,
 		 "hint to libmesh: microseconds a blocking channel call polls its ring before it sleeps "
 		 "(MESH_SPIN_US in the application's environment overrides it)"),
+	{"numa", CFG_NUMA, offsetof(struct mesh_config, numa), sizeof(((struct mesh_config *)0)->numa), "auto", 0,
+	 CONFIG_NUMA_NODE_MAX, NULL,
+	 "where the data-path thread runs and channel rings and registered memory live: auto (the RDMA "
+	 "device's NUMA node, or the netdev's for tcp; unplaced when it has none), off (never placed), or a "
+	 "node number (a node this machine lacks leaves meshd unplaced, with a warning)"},
 	KEY_STR(log_level, log_level, "info", log_choices, "error | warn | info | debug"),
 };
 
@@ -142,6 +152,28 @@ static int config_set_str(struct mesh_config *cfg, const struct config_key *k, c
 	return 0;
 }
 
+/* "auto", "off" or a node number 0..CONFIG_NUMA_NODE_MAX into cfg->numa and cfg->numa_mode. */
+static int config_set_numa(struct mesh_config *cfg, const char *v, const char *path, int line, char *err,
+			   size_t errlen)
+{
+	char *end;
+	long n;
+
+	if (!strcmp(v, "auto") || !strcmp(v, "off")) {
+		cfg->numa_mode = v[0] == 'a' ? CONFIG_NUMA_AUTO : CONFIG_NUMA_OFF;
+		util_strlcpy(cfg->numa, v, sizeof(cfg->numa));
+		return 0;
+	}
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (!*v || *end || errno || n < 0 || n > CONFIG_NUMA_NODE_MAX || !isdigit((unsigned char)v[0]))
+		return config_fail(err, errlen, path, line, "cluster.numa \"%s\" is not auto, off or a node number 0..%d", v,
+				   CONFIG_NUMA_NODE_MAX);
+	cfg->numa_mode = (int)n;
+	snprintf(cfg->numa, sizeof(cfg->numa), "%ld", n);
+	return 0;
+}
+
 static int config_defaults(struct mesh_config *cfg)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
@@ -151,6 +183,8 @@ static int config_defaults(struct mesh_config *cfg)
 			continue;
 		if (k->type == CFG_UINT)
 			*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)strtoul(k->def, NULL, 10);
+		else if (k->type == CFG_NUMA)
+			config_set_numa(cfg, k->def, "", 0, NULL, 0);
 		else
 			util_strlcpy((char *)cfg + k->offset, k->def, k->size);
 	}
@@ -182,6 +216,19 @@ static int config_read_cluster(struct mesh_config *cfg, config_setting_t *grp, c
 			if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
 				return config_fail(err, errlen, path, line, "cluster.%s must be an integer", name);
 			ret = config_set_uint(cfg, k, config_setting_get_int64(s), path, line, err, errlen);
+		} else if (k->type == CFG_NUMA) {
+			int t = config_setting_type(s);
+			char num[24];
+
+			if (t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64) {
+				snprintf(num, sizeof(num), "%lld", config_setting_get_int64(s));
+				ret = config_set_numa(cfg, num, path, line, err, errlen);
+			} else if (t == CONFIG_TYPE_STRING) {
+				ret = config_set_numa(cfg, config_setting_get_string(s), path, line, err, errlen);
+			} else {
+				ret = config_fail(err, errlen, path, line,
+						  "cluster.numa must be \"auto\", \"off\" or a node number");
+			}
 		} else {
 			if (config_setting_type(s) != CONFIG_TYPE_STRING)
 				return config_fail(err, errlen, path, line, "cluster.%s must be a string", name);
@@ -393,7 +440,10 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 			if (cfg)
 				snprintf(cur, sizeof(cur), "%u", *(const uint32_t *)((const char *)cfg + k->offset));
 		} else {
-			snprintf(range, sizeof(range), "string");
+			if (k->type == CFG_NUMA)
+				snprintf(range, sizeof(range), "auto|off|0..%u", k->max);
+			else
+				snprintf(range, sizeof(range), "string");
 			if (cfg)
 				snprintf(cur, sizeof(cur), "\"%s\"", (const char *)cfg + k->offset);
 		}

@@ -12,6 +12,9 @@
 #include <stdio.h>
 
 #define CONFIG_NAME_MAX 64
+#define CONFIG_NUMA_AUTO (-1)
+#define CONFIG_NUMA_OFF (-2)
+#define CONFIG_NUMA_NODE_MAX 63
 #define CONFIG_ADDR_MAX 64
 
 struct config_node {
@@ -38,6 +41,8 @@ struct mesh_config {
 	char polling[16];        /* busy | adaptive | event: how the data-path thread waits */
 	uint32_t poll_budget_us; /* adaptive: keep polling this long after the last work */
 	uint32_t app_spin_us;    /* hint to libmesh: poll a ring this long before sleeping */
+	char numa[16];           /* "auto", "off" or a node number, as written */
+	int numa_mode;           /* the same: CONFIG_NUMA_AUTO, CONFIG_NUMA_OFF or the node */
 	int nodes_line;
 	size_t n_nodes;
 	struct config_node *nodes; /* sorted by id */

@@ -2,10 +2,12 @@
  * meshd: keeps this node's part of the full RC mesh and serves local clients.
  * One thread, one epoll: the transport's fd, a periodic timer, signals and the control socket;
  * with cluster.polling busy or adaptive the same loop also polls every completion queue and every
- * channel ring without waiting (see run()).
+ * channel ring without waiting (see run()). The loop runs in the data-path thread, pinned to the
+ * NUMA node of the device (numa_topo.h); the main thread sets up, waits for it and cleans up.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +64,7 @@ struct daemon {
 	enum poll_mode poll_mode;
 	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
 	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
+	int run_status;        /* run()'s result, from the data-path thread */
 	xport_t *xports[MESH_XPORTS_MAX];
 	size_t n_xports;
 	bool more[MESH_XPORTS_MAX]; /* the transport may hold events we have not taken yet */
@@ -156,6 +159,57 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 		}
 	}
 	return 0;
+}
+
+/* Learns the topology, the node of each provider's device and the home node (numa_topo.h). Never
+ * fatal: whatever cannot be learnt leaves meshd unplaced, and meshctl node says why. */
+static void numa_setup(struct daemon *d)
+{
+	struct mesh_numa *nu = &d->mesh.numa;
+	char why[256];
+	int ret, dev_node = -1;
+
+	ret = numa_topo_load(&nu->topo, "/", why, sizeof(why));
+	if (ret) {
+		log_warn("NUMA topology unreadable (%s): running unplaced", why);
+		memset(&nu->topo, 0, sizeof(nu->topo));
+	}
+	nu->usable = !ret && numa_usable(&nu->topo, numa_lib_ok(), &nu->why);
+	if (ret)
+		nu->why = "the NUMA topology in sysfs is unreadable";
+	for (size_t i = 0; i < d->n_xports && nu->n_devs < ARRAY_SIZE(nu->devs); i++) {
+		struct mesh_numa_dev *dv = &nu->devs[nu->n_devs];
+
+		if (xport_device(d->xports[i], dv->name, sizeof(dv->name)))
+			continue;
+		dv->provider = xport_name(d->xports[i]);
+		dv->node = -1;
+		if (!strcmp(dv->provider, "rdma")) {
+			for (size_t j = 0; j < nu->topo.n_devs; j++) {
+				if (!strcmp(nu->topo.devs[j].name, dv->name)) {
+					dv->node = nu->topo.devs[j].node;
+					util_strlcpy(dv->netdev, nu->topo.devs[j].netdev, sizeof(dv->netdev));
+				}
+			}
+		} else {
+			dv->node = numa_netdev_node("/", dv->name);
+		}
+		/* The preferred provider's device decides: it carries the data of every peer that has it. */
+		if (!nu->n_devs)
+			dev_node = dv->node;
+		nu->n_devs++;
+	}
+	if (nu->usable || d->cfg.numa_mode == CONFIG_NUMA_OFF)
+		nu->home = numa_home(&nu->topo, nu->usable, d->cfg.numa_mode, dev_node, &nu->why);
+	if (d->cfg.numa_mode >= 0 && nu->home != d->cfg.numa_mode && nu->usable)
+		log_warn("cluster.numa = %d: this machine has no such node (nodes 0..%d): running unplaced",
+			 d->cfg.numa_mode, nu->topo.n_nodes - 1);
+	if (nu->home >= 0)
+		snprintf(why, sizeof(why), "data path and rings on node %d (%s)", nu->home, nu->why);
+	else
+		snprintf(why, sizeof(why), "unplaced: %s", nu->why);
+	log_info("NUMA: %d node(s), device %s on node %d; %s", nu->topo.n_online, nu->n_devs ? nu->devs[0].name : "?",
+		 dev_node, why);
 }
 
 static int timer_start(uint32_t period_ms)
@@ -346,6 +400,43 @@ static int run(struct daemon *d)
 	return 0;
 }
 
+/* The data-path thread: the loop above, pinned to the home node's CPUs. One device serves this
+ * node's address (rdma_cm binds it), so one thread serves it; the main thread only waits. */
+static void *data_path_main(void *arg)
+{
+	struct daemon *d = arg;
+	struct mesh_numa *nu = &d->mesh.numa;
+
+	nu->tid = (uint32_t)gettid();
+	if (nu->home >= 0 && CPU_COUNT(&nu->topo.cpus[nu->home])) {
+		int ret = pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &nu->topo.cpus[nu->home]);
+
+		if (ret)
+			log_warn("cannot pin the data-path thread to node %d: %s", nu->home, strerror(ret));
+	}
+	d->run_status = run(d);
+	return NULL;
+}
+
+static int run_data_path(struct daemon *d)
+{
+	struct mesh_numa *nu = &d->mesh.numa;
+	pthread_t t;
+	int ret;
+
+	/* The kernel keeps 15 characters of a thread's name. */
+	memcpy(nu->thread, "dp-", 3);
+	util_strlcpy(nu->thread + 3, nu->n_devs ? nu->devs[0].name : "meshd", sizeof(nu->thread) - 3);
+	ret = pthread_create(&t, NULL, data_path_main, d);
+	if (ret) {
+		log_error("cannot start the data-path thread: %s", strerror(ret));
+		return -ret;
+	}
+	pthread_setname_np(t, nu->thread);
+	pthread_join(t, NULL);
+	return d->run_status;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -488,7 +579,8 @@ int main(int argc, char **argv)
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
-	if (!run(&d))
+	numa_setup(&d);
+	if (!run_data_path(&d))
 		status = 0;
 	admin_close(&d.admin);
 out_timer:

@@ -951,6 +951,8 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 	size_t n = 0;
 
 	memset(m, 0, sizeof(*m));
+	m->numa.home = -1; /* unplaced until main.c learns the topology */
+	m->numa.why = "not set up";
 	if (!n_xports || n_xports > MESH_XPORTS_MAX)
 		return -EINVAL;
 	m->cfg = cfg;

@@ -14,6 +14,7 @@
 
 #include "channel.h"
 #include "config.h"
+#include "numa_topo.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -110,6 +111,24 @@ struct mesh_graveyard {
 	size_t n_maps, cap_maps;
 };
 
+/* NUMA placement of this node (numa_topo.h): set up by main.c before the data-path thread starts. */
+struct mesh_numa {
+	struct numa_topo topo;
+	bool usable;      /* libnuma works and there are several nodes */
+	int home;         /* node of the data-path thread and default of the rings, -1 unplaced */
+	const char *why;  /* how home was chosen, or why nothing is placed */
+	size_t n_devs;    /* the devices the providers use */
+	struct mesh_numa_dev {
+		char name[NUMA_NAME_MAX];
+		char netdev[NUMA_NAME_MAX];
+		const char *provider;
+		int node;
+	} devs[MESH_XPORTS_MAX];
+	/* the data-path thread */
+	char thread[16];
+	uint32_t tid;
+};
+
 struct mesh {
 	const struct mesh_config *cfg;
 	const struct config_node *self;
@@ -133,6 +152,7 @@ struct mesh {
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;
 	bool polling; /* the data-path loop polls the rings now (MESH_DAEMON_POLLING set on each) */
+	struct mesh_numa numa;
 };
 
 /* Sets up links for every peer of cfg (self = our node) over the given providers (already

@@ -808,6 +808,16 @@ static int rdma_poll_all(xport_t *x, struct xport_event *evs, int max)
 	return rdma_poll(x, evs, max);
 }
 
+static int rdma_device(xport_t *x, char *name, size_t len)
+{
+	struct rdma_xport *rx = to_rx(x);
+
+	if (!rx->listen_id || !rx->listen_id->verbs)
+		return -ENODEV;
+	util_strlcpy(name, ibv_get_device_name(rx->listen_id->verbs->device), len);
+	return 0;
+}
+
 /* The owner stops polling: every CQ notifies again. It polls once more after this (poll_all), so a
  * completion that came before the arm is not left unseen. */
 static void rdma_arm(xport_t *x)
@@ -869,4 +879,5 @@ const struct xport_ops xport_rdma_ops = {
 	.poll = rdma_poll,
 	.poll_all = rdma_poll_all,
 	.arm = rdma_arm,
+	.device = rdma_device,
 };

@@ -124,6 +124,7 @@ struct tcp_xport {
 	struct xport base;
 	struct xport_attr attr;
 	int epfd, lfd, evfd, tfd;
+	char listen_addr[XPORT_ADDR_MAX];
 	bool timer_on;
 	struct tcp_conn *conns;
 	struct tcp_mr *mrs;
@@ -921,6 +922,7 @@ static int tcp_listen_on(xport_t *x, const char *addr, uint16_t port)
 		return ret;
 	}
 	tx->lfd = fd;
+	util_strlcpy(tx->listen_addr, addr, sizeof(tx->listen_addr));
 	return 0;
 }
 
@@ -1239,6 +1241,15 @@ static void tcp_check_deadlines(struct tcp_xport *tx)
 	tcp_timer_update(tx);
 }
 
+static int tcp_device(xport_t *x, char *name, size_t len)
+{
+	struct tcp_xport *tx = to_tx(x);
+
+	if (tx->lfd < 0)
+		return -ENODEV;
+	return util_addr_ifname(tx->listen_addr, name, len);
+}
+
 static int tcp_poll(xport_t *x, struct xport_event *evs, int max)
 {
 	struct tcp_xport *tx = to_tx(x);
@@ -1323,4 +1334,5 @@ const struct xport_ops xport_tcp_ops = {
 	.post_write_imm = tcp_post_write_imm,
 	.post_read = tcp_post_read,
 	.poll = tcp_poll,
+	.device = tcp_device,
 };

@@ -19,6 +19,7 @@
 #ifndef MESH_TRANSPORT_H
 #define MESH_TRANSPORT_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -132,6 +133,9 @@ struct xport_ops {
 	/* Optional, for busy polling: like poll, but looks into every connection's completion queue
 	 * instead of waiting for a notification to say which ones have something. NULL: poll. */
 	int (*poll_all)(xport_t *x, struct xport_event *evs, int max);
+	/* The device serving the listening address: the RDMA device (rxe0, mlx5_0) or the network
+	 * interface (tcp). 0, or -ENODEV before listen or when none is known. */
+	int (*device)(xport_t *x, char *name, size_t len);
 	/* Optional: the owner stops busy polling and will sleep on event_fd; notifications poll_all
 	 * left unarmed are armed again. The owner calls poll_all once more afterwards. */
 	void (*arm)(xport_t *x);
@@ -222,6 +226,10 @@ static inline int xport_post_read(xport_conn_t *c, xport_mr_t *mr, void *buf, ui
 static inline int xport_poll(xport_t *x, struct xport_event *evs, int max)
 {
 	return x->ops->poll(x, evs, max);
+}
+static inline int xport_device(xport_t *x, char *name, size_t len)
+{
+	return x->ops->device ? x->ops->device(x, name, len) : -ENODEV;
 }
 static inline void xport_arm(xport_t *x)
 {

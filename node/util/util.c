@@ -1,3 +1,8 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -59,4 +64,43 @@ size_t util_strlcpy(char *dst, const char *src, size_t size)
 		dst[c] = '\0';
 	}
 	return n;
+}
+
+int util_addr_ifname(const char *addr, char *name, size_t len)
+{
+	unsigned char want[16];
+	struct ifaddrs *ifs, *i;
+	int family, ret = -ENODEV;
+	size_t alen;
+
+	if (inet_pton(AF_INET, addr, want) == 1) {
+		family = AF_INET;
+		alen = 4;
+	} else if (inet_pton(AF_INET6, addr, want) == 1) {
+		family = AF_INET6;
+		alen = 16;
+	} else {
+		return -EINVAL;
+	}
+	if (getifaddrs(&ifs))
+		return -errno;
+	for (i = ifs; i; i = i->ifa_next) {
+		const void *have;
+
+		if (!i->ifa_addr || i->ifa_addr->sa_family != family)
+			continue;
+		have = family == AF_INET ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+					 : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+		if (!memcmp(have, want, alen)) {
+			util_strlcpy(name, i->ifa_name, len);
+			ret = 0;
+			break;
+		}
+	}
+	freeifaddrs(ifs);
+	if (ret && family == AF_INET && want[0] == 127) {
+		util_strlcpy(name, "lo", len); /* all of 127/8 is the loopback's */
+		ret = 0;
+	}
+	return ret;
 }

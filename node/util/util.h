@@ -19,6 +19,10 @@ uint64_t util_wall_us(void);
 uint64_t util_rand_below(uint64_t bound);
 uint64_t util_rand64(void);
 
+/* The network interface that holds numeric address addr ("lo" for a loopback address, the first
+ * interface for a wildcard), into name. 0, or -ENODEV when no interface has it. */
+int util_addr_ifname(const char *addr, char *name, size_t len);
+
 /* Copies at most size-1 bytes and always terminates; returns strlen(src). */
 size_t util_strlcpy(char *dst, const char *src, size_t size);
 

@@ -224,6 +224,8 @@ static void config_load__minimal_file__all_defaults(void **state)
 	assert_string_equal(c->polling, "adaptive");
 	assert_int_equal(c->poll_budget_us, 200);
 	assert_int_equal(c->app_spin_us, 50);
+	assert_string_equal(c->numa, "auto");
+	assert_int_equal(c->numa_mode, CONFIG_NUMA_AUTO);
 	assert_int_equal(c->n_nodes, 1);
 	assert_int_equal(c->nodes[0].id, 1);
 }
@@ -409,6 +411,70 @@ static void config_load__busy_polling__loaded(void **state)
 	assert_string_equal(t->cfg.polling, "busy");
 	assert_int_equal(t->cfg.poll_budget_us, 0);
 	assert_int_equal(t->cfg.app_spin_us, 1000);
+}
+
+static void config_load__numa_each_form__mode_parsed(void **state)
+{
+	static const struct {
+		const char *text, *shown;
+		int mode;
+	} cases[] = {
+		{"numa = 1;", "1", 1}, {"numa = \"off\";", "off", CONFIG_NUMA_OFF},
+		{"numa = \"auto\";", "auto", CONFIG_NUMA_AUTO}, {"numa = \"0\";", "0", 0}, {"numa = 63;", "63", 63},
+	};
+	struct cfg_test *t = *state;
+	char text[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(text, sizeof(text), "cluster = {\n  name = \"lab\";\n  %s\n};\n" NODES1, cases[i].text);
+		if (t->path[0])
+			unlink(t->path);
+		config_free(&t->cfg);
+		if (load_text(t, text))
+			fail_msg("%s: %s", cases[i].text, t->err);
+		assert_string_equal(t->cfg.numa, cases[i].shown);
+		assert_int_equal(t->cfg.numa_mode, cases[i].mode);
+	}
+}
+
+static void config_load__numa_near__rejected_with_choices(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  numa = \"near\";\n"
+			  "};\n" NODES1,
+			  3, "cluster.numa \"near\"", "auto, off or a node number 0..63");
+}
+
+static void config_load__numa_64__rejected_with_range(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  numa = 64;\n"
+			  "};\n" NODES1,
+			  3, "cluster.numa \"64\"", "0..63");
+}
+
+static void config_load__numa_negative__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  numa = -1;\n"
+			  "};\n" NODES1,
+			  3, "cluster.numa \"-1\"", "0..63");
+}
+
+static void config_load__numa_float__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  numa = 1.5;\n"
+			  "};\n" NODES1,
+			  3, "cluster.numa must be", "node number");
 }
 
 static void config_load__string_for_integer__rejected_with_line(void **state)
@@ -646,7 +712,7 @@ static char *dump_to_string(const struct mesh_config *cfg)
 static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
-	"polling", "poll_budget_us", "app_spin_us", "log_level",
+	"polling", "poll_budget_us", "app_spin_us", "numa", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)
@@ -751,6 +817,11 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__polling_spin__rejected_with_choices),
 	T(config_load__poll_budget_too_large__rejected_with_range),
 	T(config_load__busy_polling__loaded),
+	T(config_load__numa_each_form__mode_parsed),
+	T(config_load__numa_near__rejected_with_choices),
+	T(config_load__numa_64__rejected_with_range),
+	T(config_load__numa_negative__rejected_with_line),
+	T(config_load__numa_float__rejected_with_line),
 	T(config_load__string_for_integer__rejected_with_line),
 	T(config_load__float_for_integer__rejected_with_line),
 	T(config_load__string_for_node_port__rejected_with_line),
