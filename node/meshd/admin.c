@@ -168,7 +168,7 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 	const struct mesh_numa *nu = &m->numa;
 	cpu_set_t set;
 
-	n->numa = (char *)m->cfg->numa;
+	n->numa = (char *)(m->self->numa[0] ? m->self->numa : m->cfg->numa);
 	n->numa_usable = nu->usable;
 	n->numa_nodes = (uint32_t)nu->topo.n_online;
 	n->numa_home = nu->home;

@@ -90,6 +90,7 @@ static const struct node_key node_keys[] = {
 	{"id", 0, MESH_NODE_ID_MAX, "node id, unique in the cluster (required)"},
 	{"addr", 0, 0, "numeric IPv4/IPv6 address the node listens on (required)"},
 	{"port", 1, 65535, "rdma_cm port the node listens on (required)"},
+	{"numa", 0, 0, "optional: this node's own cluster.numa (machines differ), auto | off | a node number"},
 };
 
 static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
@@ -152,26 +153,47 @@ static int config_set_str(struct mesh_config *cfg, const struct config_key *k, c
 	return 0;
 }
 
-/* "auto", "off" or a node number 0..CONFIG_NUMA_NODE_MAX into cfg->numa and cfg->numa_mode. */
-static int config_set_numa(struct mesh_config *cfg, const char *v, const char *path, int line, char *err,
-			   size_t errlen)
+/* "auto", "off" or a node number 0..CONFIG_NUMA_NODE_MAX into text (normalized) and *mode. */
+static int numa_parse(const char *v, char *text, size_t len, int *mode, const char *key, const char *path, int line,
+		      char *err, size_t errlen)
 {
 	char *end;
 	long n;
 
 	if (!strcmp(v, "auto") || !strcmp(v, "off")) {
-		cfg->numa_mode = v[0] == 'a' ? CONFIG_NUMA_AUTO : CONFIG_NUMA_OFF;
-		util_strlcpy(cfg->numa, v, sizeof(cfg->numa));
+		*mode = v[0] == 'a' ? CONFIG_NUMA_AUTO : CONFIG_NUMA_OFF;
+		util_strlcpy(text, v, len);
 		return 0;
 	}
 	errno = 0;
 	n = strtol(v, &end, 10);
 	if (!*v || *end || errno || n < 0 || n > CONFIG_NUMA_NODE_MAX || !isdigit((unsigned char)v[0]))
-		return config_fail(err, errlen, path, line, "cluster.numa \"%s\" is not auto, off or a node number 0..%d", v,
+		return config_fail(err, errlen, path, line, "%s \"%s\" is not auto, off or a node number 0..%d", key, v,
 				   CONFIG_NUMA_NODE_MAX);
-	cfg->numa_mode = (int)n;
-	snprintf(cfg->numa, sizeof(cfg->numa), "%ld", n);
+	*mode = (int)n;
+	snprintf(text, len, "%ld", n);
 	return 0;
+}
+
+/* A numa setting: a string, or an integer (numa = 1;). */
+static int numa_setting(const config_setting_t *s, char *text, size_t len, int *mode, const char *key, const char *path,
+			char *err, size_t errlen)
+{
+	int t = config_setting_type(s), line = s ? (int)config_setting_source_line(s) : 0;
+	char num[24];
+
+	if (t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64) {
+		snprintf(num, sizeof(num), "%lld", config_setting_get_int64(s));
+		return numa_parse(num, text, len, mode, key, path, line, err, errlen);
+	}
+	if (t == CONFIG_TYPE_STRING)
+		return numa_parse(config_setting_get_string(s), text, len, mode, key, path, line, err, errlen);
+	return config_fail(err, errlen, path, line, "%s must be \"auto\", \"off\" or a node number", key);
+}
+
+int config_node_numa(const struct mesh_config *cfg, const struct config_node *node)
+{
+	return node && node->numa[0] ? node->numa_mode : cfg->numa_mode;
 }
 
 static int config_defaults(struct mesh_config *cfg)
@@ -184,7 +206,7 @@ static int config_defaults(struct mesh_config *cfg)
 		if (k->type == CFG_UINT)
 			*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)strtoul(k->def, NULL, 10);
 		else if (k->type == CFG_NUMA)
-			config_set_numa(cfg, k->def, "", 0, NULL, 0);
+			numa_parse(k->def, cfg->numa, sizeof(cfg->numa), &cfg->numa_mode, k->name, "", 0, NULL, 0);
 		else
 			util_strlcpy((char *)cfg + k->offset, k->def, k->size);
 	}
@@ -217,18 +239,8 @@ static int config_read_cluster(struct mesh_config *cfg, config_setting_t *grp, c
 				return config_fail(err, errlen, path, line, "cluster.%s must be an integer", name);
 			ret = config_set_uint(cfg, k, config_setting_get_int64(s), path, line, err, errlen);
 		} else if (k->type == CFG_NUMA) {
-			int t = config_setting_type(s);
-			char num[24];
-
-			if (t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64) {
-				snprintf(num, sizeof(num), "%lld", config_setting_get_int64(s));
-				ret = config_set_numa(cfg, num, path, line, err, errlen);
-			} else if (t == CONFIG_TYPE_STRING) {
-				ret = config_set_numa(cfg, config_setting_get_string(s), path, line, err, errlen);
-			} else {
-				ret = config_fail(err, errlen, path, line,
-						  "cluster.numa must be \"auto\", \"off\" or a node number");
-			}
+			ret = numa_setting(s, cfg->numa, sizeof(cfg->numa), &cfg->numa_mode, "cluster.numa", path, err,
+					   errlen);
 		} else {
 			if (config_setting_type(s) != CONFIG_TYPE_STRING)
 				return config_fail(err, errlen, path, line, "cluster.%s must be a string", name);
@@ -275,9 +287,16 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 		for (j = 0; j < ARRAY_SIZE(node_keys) && strcmp(node_keys[j].name, name); j++)
 			;
 		if (j == ARRAY_SIZE(node_keys))
-			return config_fail(err, errlen, path, sl, "unknown key nodes.%s (expected id, addr, port)", name);
+			return config_fail(err, errlen, path, sl, "unknown key nodes.%s (expected id, addr, port, numa)",
+					   name);
 		have |= 1 << j;
-		if (!strcmp(name, "addr")) {
+		if (!strcmp(name, "numa")) {
+			int ret = numa_setting(s, node->numa, sizeof(node->numa), &node->numa_mode, "nodes.numa", path, err,
+					       errlen);
+
+			if (ret)
+				return ret;
+		} else if (!strcmp(name, "addr")) {
 			const char *a;
 			unsigned char tmp[16];
 
@@ -305,7 +324,7 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 		}
 	}
 	for (size_t j = 0; j < ARRAY_SIZE(node_keys); j++)
-		if (!(have & (1 << j)))
+		if (!(have & (1 << j)) && strcmp(node_keys[j].name, "numa"))
 			return config_fail(err, errlen, path, line, "node is missing %s", node_keys[j].name);
 	return 0;
 }
@@ -455,11 +474,15 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 	for (size_t i = 0; i < ARRAY_SIZE(node_keys); i++) {
 		char range[32];
 
+		bool numa = !strcmp(node_keys[i].name, "numa");
+
 		if (node_keys[i].max)
 			snprintf(range, sizeof(range), "%u..%u", node_keys[i].min, node_keys[i].max);
+		else if (numa)
+			snprintf(range, sizeof(range), "auto|off|0..%d", CONFIG_NUMA_NODE_MAX);
 		else
 			snprintf(range, sizeof(range), "address");
 		fprintf(out, "nodes.%-24s %-8s default %-8s range %-14s %s\n", node_keys[i].name,
-			node_keys[i].max ? "integer" : "string", "(none)", range, node_keys[i].help);
+			node_keys[i].max ? "integer" : "string", numa ? "cluster" : "(none)", range, node_keys[i].help);
 	}
 }

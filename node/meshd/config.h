@@ -21,6 +21,8 @@ struct config_node {
 	uint16_t id;
 	uint16_t port;
 	char addr[CONFIG_ADDR_MAX];
+	char numa[16];  /* this node's own cluster.numa, "" when it has none */
+	int numa_mode;  /* the same, parsed (when numa[0]) */
 	int line; /* where the node was defined, for messages */
 };
 
@@ -52,6 +54,9 @@ struct mesh_config {
  * writes "path:line: what is wrong" into err. */
 int config_load(const char *path, struct mesh_config *cfg, char *err, size_t errlen);
 void config_free(struct mesh_config *cfg);
+
+/* The NUMA policy of a node: its own numa key, else cluster.numa (CONFIG_NUMA_* or a node). */
+int config_node_numa(const struct mesh_config *cfg, const struct config_node *node);
 
 /* The node with this id, or NULL. */
 const struct config_node *config_node_find(const struct mesh_config *cfg, uint32_t id);

@@ -166,6 +166,7 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 static void numa_setup(struct daemon *d)
 {
 	struct mesh_numa *nu = &d->mesh.numa;
+	int mode = config_node_numa(&d->cfg, d->mesh.self);
 	char why[256];
 	int ret, dev_node = -1;
 
@@ -199,11 +200,11 @@ static void numa_setup(struct daemon *d)
 			dev_node = dv->node;
 		nu->n_devs++;
 	}
-	if (nu->usable || d->cfg.numa_mode == CONFIG_NUMA_OFF)
-		nu->home = numa_home(&nu->topo, nu->usable, d->cfg.numa_mode, dev_node, &nu->why);
-	if (d->cfg.numa_mode >= 0 && nu->home != d->cfg.numa_mode && nu->usable)
-		log_warn("cluster.numa = %d: this machine has no such node (nodes 0..%d): running unplaced",
-			 d->cfg.numa_mode, nu->topo.n_nodes - 1);
+	if (nu->usable || mode == CONFIG_NUMA_OFF)
+		nu->home = numa_home(&nu->topo, nu->usable, mode, dev_node, &nu->why);
+	if (mode >= 0 && nu->home != mode && nu->usable)
+		log_warn("numa = %d: this machine has no such node (nodes 0..%d): running unplaced", mode,
+			 nu->topo.n_nodes - 1);
 	if (nu->home >= 0)
 		snprintf(why, sizeof(why), "data path and rings on node %d (%s)", nu->home, nu->why);
 	else

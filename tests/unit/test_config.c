@@ -437,6 +437,33 @@ static void config_load__numa_each_form__mode_parsed(void **state)
 	}
 }
 
+static void config_load__node_numa__overrides_cluster_for_that_node_only(void **state)
+{
+	struct cfg_test *t = *state;
+	int ret = load_text(t, "cluster = {\n  name = \"lab\";\n  numa = \"off\";\n};\n"
+			       "nodes = (\n  { id = 1; addr = \"10.0.0.1\"; port = 7471; numa = 1; },\n"
+			       "  { id = 2; addr = \"10.0.0.2\"; port = 7471; }\n);\n");
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_int_equal(config_node_numa(&t->cfg, config_node_find(&t->cfg, 1)), 1);
+	assert_string_equal(config_node_find(&t->cfg, 1)->numa, "1");
+	assert_int_equal(config_node_numa(&t->cfg, config_node_find(&t->cfg, 2)), CONFIG_NUMA_OFF);
+}
+
+static void config_load__node_numa_garbage__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "};\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471;\n"
+			  "    numa = \"socket0\"; }\n"
+			  ");\n",
+			  6, "nodes.numa \"socket0\"", "auto, off or a node number");
+}
+
 static void config_load__numa_near__rejected_with_choices(void **state)
 {
 	expect_refused_at(*state,
@@ -819,6 +846,8 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__busy_polling__loaded),
 	T(config_load__numa_each_form__mode_parsed),
 	T(config_load__numa_near__rejected_with_choices),
+	T(config_load__node_numa__overrides_cluster_for_that_node_only),
+	T(config_load__node_numa_garbage__rejected_with_line),
 	T(config_load__numa_64__rejected_with_range),
 	T(config_load__numa_negative__rejected_with_line),
 	T(config_load__numa_float__rejected_with_line),

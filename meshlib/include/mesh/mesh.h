@@ -79,7 +79,9 @@ struct mesh_channel_opts {
 	uint32_t mask;
 	uint32_t qps;        /* QPs of the link to stripe over, 1..16; default all of the link's */
 	uint64_t ring_size;  /* bytes per direction, power of two, 4 KiB..256 MiB; default 1 MiB */
-	int32_t numa_node;   /* where the rings should live; default: near the caller */
+	int32_t numa_node;   /* NUMA node of this side's rings and registered memory; default: meshd's
+			      * home node (the device's, cluster.numa). A node this machine lacks:
+			      * -EINVAL; where meshd cannot place (one node, no libnuma): ignored */
 	uint32_t timeout_ms; /* how long mesh_connect waits for the peer; default 30000 */
 	uint64_t reserved[6];
 };
