@@ -34,6 +34,7 @@ enum {
 
 struct mesh_session {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char error[160]; /* meshd's text for the last failed connect/listen, "" when none */
 };
 
 struct mesh_listener {

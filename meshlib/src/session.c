@@ -43,9 +43,23 @@ MESH_EXPORT void mesh_session_close(mesh_session_t *s)
 	free(s);
 }
 
-/* A reply's status as a return value: 0 or negative. A positive status is not in the contract. */
-static int reply_status(const CtlReply *r)
+MESH_EXPORT const char *mesh_session_error(const mesh_session_t *s)
 {
+	return s ? s->error : "";
+}
+
+/* A reply's status as a return value: 0 or negative. A positive status is not in the contract.
+ * meshd's explanation of a failure is kept for mesh_session_error (s may be NULL). */
+static int reply_status(mesh_session_t *s, const CtlReply *r)
+{
+	if (s && r->status < 0) {
+		/* Shown to people: printable characters only, whatever meshd sent. */
+		size_t i = 0;
+
+		for (const char *p = r->error ? r->error : ""; *p && i + 1 < sizeof(s->error); p++)
+			s->error[i++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+		s->error[i] = 0;
+	}
 	if (r->status <= 0)
 		return r->status;
 	lib_debug("control reply with positive status %d", r->status);
@@ -54,9 +68,9 @@ static int reply_status(const CtlReply *r)
 
 /* The reply that carries a channel: status 0, a setup and exactly four descriptors. Consumes the
  * reply's descriptors whatever happens. */
-static int reply_channel(const CtlReply *r, int *fds, int nfds, mesh_channel_t **out)
+static int reply_channel(mesh_session_t *s, const CtlReply *r, int *fds, int nfds, mesh_channel_t **out)
 {
-	int ret = reply_status(r);
+	int ret = reply_status(s, r);
 
 	if (!ret && (!r->setup || nfds != CTL_FDS_SETUP)) {
 		lib_debug("channel reply with %s and %d descriptors (expected a setup and %d)",
@@ -100,6 +114,7 @@ MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, co
 
 	if (!s || !out || node > MESH_NODE_ID_MAX)
 		return -EINVAL;
+	s->error[0] = 0;
 	ret = opts_check(opts);
 	if (ret)
 		return ret;
@@ -135,7 +150,7 @@ MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, co
 	} while (ret == -EAGAIN);
 	if (ret)
 		goto out_close;
-	ret = reply_channel(r, fds, nfds, out);
+	ret = reply_channel(s, r, fds, nfds, out);
 	ctl_reply__free_unpacked(r, NULL);
 out_close:
 	/* Done with the control connection either way; on a timeout meshd sees it close. */
@@ -153,6 +168,7 @@ MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **
 
 	if (!s || !out)
 		return -EINVAL;
+	s->error[0] = 0;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
@@ -176,7 +192,7 @@ MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **
 	} while (ret == -EAGAIN);
 	if (ret)
 		goto err_close;
-	ret = reply_status(r);
+	ret = reply_status(s, r);
 	if (!ret && (r->setup || nfds)) {
 		lib_debug("LISTEN answer carries %s and %d descriptors", r->setup ? "a setup" : "no setup", nfds);
 		ret = -EPROTO; /* LISTEN's answer carries no channel */
@@ -216,7 +232,7 @@ MESH_EXPORT int mesh_accept(mesh_listener_t *l, int flags, mesh_channel_t **out)
 	}
 	if (ret)
 		return ret;
-	ret = reply_channel(r, fds, nfds, out);
+	ret = reply_channel(NULL, r, fds, nfds, out);
 	ctl_reply__free_unpacked(r, NULL);
 	return ret;
 }

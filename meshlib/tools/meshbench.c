@@ -856,7 +856,8 @@ static int client_run(mesh_session_t *s, const struct client_cfg *k, uint64_t si
 	}
 	ret = mesh_connect(s, k->node, k->port, &k->opts, &c);
 	if (ret) {
-		fprintf(stderr, "meshbench: connect to node %u port %u: %s\n", k->node, k->port, mesh_strerror(ret));
+		fprintf(stderr, "meshbench: connect to node %u port %u: %s%s%s%s\n", k->node, k->port, mesh_strerror(ret),
+			*mesh_session_error(s) ? " (meshd: " : "", mesh_session_error(s), *mesh_session_error(s) ? ")" : "");
 		free(buf);
 		return ret;
 	}

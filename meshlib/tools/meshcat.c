@@ -214,7 +214,8 @@ static int run_connect(mesh_session_t *s, uint32_t node, uint16_t port, const st
 
 	ret = mesh_connect(s, node, port, opts, &c);
 	if (ret) {
-		fprintf(stderr, "meshcat: connect to node %u port %u: %s\n", node, port, mesh_strerror(ret));
+		fprintf(stderr, "meshcat: connect to node %u port %u: %s%s%s%s\n", node, port, mesh_strerror(ret),
+			*mesh_session_error(s) ? " (meshd: " : "", mesh_session_error(s), *mesh_session_error(s) ? ")" : "");
 		return ret;
 	}
 	ret = tx_from_stdin(c, &peer_eof);

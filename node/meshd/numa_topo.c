@@ -270,17 +270,17 @@ bool numa_usable(const struct numa_topo *t, bool libnuma_ok, const char **why)
 int numa_home(const struct numa_topo *t, bool usable, int mode, int dev_node, const char **why)
 {
 	if (mode == NUMA_OFF) {
-		*why = "cluster.numa is off";
+		*why = "numa is off (configuration)";
 		return -1;
 	}
 	if (!usable)
 		return -1; /* *why from numa_usable */
 	if (mode >= 0) {
 		if (mode < t->n_nodes && t->online[mode]) {
-			*why = "cluster.numa names this node";
+			*why = "the configuration names this node";
 			return mode;
 		}
-		*why = "cluster.numa names a node this machine does not have: unplaced";
+		*why = "the configuration names a node this machine does not have: unplaced";
 		return -1;
 	}
 	if (dev_node >= 0 && dev_node < t->n_nodes && t->online[dev_node]) {

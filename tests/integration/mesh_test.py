@@ -67,10 +67,13 @@ class Cluster:
                     f'  transport = "{args.transport}";\n  qps_per_link = {args.qps};\n'
                     f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
                     '  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 20000;\n'
-                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 2000;\n  log_level = "info";\n};\n')
+                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 2000;\n  log_level = "info";\n'
+                    + getattr(args, "cluster_extra", "") + '};\n')
+            # node_extra: {node id: 'key = value; ...'} for tests that configure nodes apart
+            extra = getattr(args, "node_extra", {})
             f.write("nodes = (\n" + ",\n".join(
-                f'  {{ id = {i}; addr = "{v["addr"]}"; port = {v["port"]}; }}' for i, v in self.nodes.items())
-                + "\n);\n")
+                f'  {{ id = {i}; addr = "{v["addr"]}"; port = {v["port"]}; {extra.get(i, "")}}}'
+                for i, v in self.nodes.items()) + "\n);\n")
 
     def bin(self, name):
         return os.path.join(self.a.build, "node", name)

@@ -39,7 +39,7 @@ def _varint(v):
 
 def encode_request(**fields):
     """CtlRequest from keyword fields (field numbers of ctl.proto)."""
-    numbers = dict(version=1, object=2, op=3, port=4, node=5, ring_size=6, qps=7)
+    numbers = dict(version=1, object=2, op=3, port=4, node=5, ring_size=6, qps=7, has_numa=8, numa_node=9)
     out = b""
     for name, value in fields.items():
         out += _varint(numbers[name] << 3) + _varint(value)
@@ -161,6 +161,27 @@ class Channel:
         self.do_kick()
         return out
 
+    def page_nodes(self, offsets):
+        """The NUMA node of the pages at these offsets of our mapping, asked of the kernel
+        (move_pages); a negative errno for a page that is not there."""
+        import ctypes
+        page = mmap.PAGESIZE
+        for off in offsets:
+            self.map[off - off % page]  # present in our page tables, or the kernel reports -ENOENT
+        anchor = ctypes.c_char.from_buffer(self.map)
+        try:
+            base = ctypes.addressof(anchor)
+            n = len(offsets)
+            pages = (ctypes.c_void_p * n)(*[base + off - off % page for off in offsets])
+            status = (ctypes.c_int * n)()
+            numa = ctypes.CDLL("libnuma.so.1", use_errno=True)
+            # move_pages(pid 0 = us, count, pages, nodes NULL = only ask, status, flags 0)
+            if numa.move_pages(0, ctypes.c_ulong(n), pages, None, status, 0) != 0:
+                raise OSError(ctypes.get_errno(), "move_pages")
+            return list(status)
+        finally:
+            del anchor
+
     def state(self):
         return self.u32(OFF_STATE), struct.unpack_from("<i", self.map, OFF_ERROR)[0]
 
@@ -175,11 +196,12 @@ class Channel:
             os.close(fd)
 
 
-def connect(path, node, port, ring_size=0, qps=0, timeout=30):
+def connect(path, node, port, ring_size=0, qps=0, timeout=30, numa=None):
     s = _open(path)
+    hint = {} if numa is None else dict(has_numa=1, numa_node=numa)
     try:
         s.send(encode_request(version=CTL_VERSION, op=OP_CONNECT, node=node, port=port, ring_size=ring_size,
-                              qps=qps))
+                              qps=qps, **hint))
         return Channel(_recv_reply(s, timeout))
     finally:
         s.close()

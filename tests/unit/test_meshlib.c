@@ -864,6 +864,34 @@ static void meshlib_connect__status_econnrefused__returned_no_fd_leaked(void **s
 	connect_fails(*state, FLAW_NONE, -ENETUNREACH, -ENETUNREACH);
 }
 
+static void meshlib_session_error__failed_connect__meshd_text_printable_and_cleared(void **state)
+{
+	struct fake *f = *state;
+	char hostile[400];
+
+	assert_string_equal(mesh_session_error(f->s), "");
+	assert_string_equal(mesh_session_error(NULL), "");
+	f->error_text = "the NUMA hint names no online node of this machine";
+	connect_fails(f, FLAW_NONE, -EINVAL, -EINVAL);
+	assert_string_equal(mesh_session_error(f->s), "the NUMA hint names no online node of this machine");
+	/* Control characters (a terminal escape) are not passed on; a long text is cut, terminated. */
+	memset(hostile, 'x', sizeof(hostile) - 1);
+	hostile[sizeof(hostile) - 1] = 0;
+	hostile[0] = '\033';
+	hostile[1] = '\n';
+	f->error_text = hostile;
+	connect_fails(f, FLAW_NONE, -EINVAL, -EINVAL);
+	assert_int_equal(mesh_session_error(f->s)[0], '?');
+	assert_int_equal(mesh_session_error(f->s)[1], '?');
+	assert_true(strlen(mesh_session_error(f->s)) < sizeof(hostile) - 1);
+	for (const char *p = mesh_session_error(f->s); *p; p++)
+		assert_true(*p >= 0x20 && *p < 0x7f);
+	f->error_text = NULL;
+	/* The next call starts clean. */
+	connect_fails(f, FLAW_NONE, -ECONNREFUSED, -ECONNREFUSED);
+	assert_string_equal(mesh_session_error(f->s), "");
+}
+
 static void meshlib_connect__status_with_fds_or_positive__fds_closed(void **state)
 {
 	connect_fails(*state, FLAW_FDS_WITH_STATUS, -ECONNREFUSED, -ECONNREFUSED);
@@ -2008,6 +2036,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_connect__options__request_fields_and_info_from_setup),
 	T(meshlib_connect__no_options__defaults_left_to_meshd),
 	T(meshlib_connect__status_econnrefused__returned_no_fd_leaked),
+	T(meshlib_session_error__failed_connect__meshd_text_printable_and_cleared),
 	T(meshlib_connect__status_with_fds_or_positive__fds_closed),
 	T(meshlib_connect__memfd_size_wrong__eproto_no_fd_leaked),
 	T(meshlib_connect__bad_magic__eproto_no_fd_leaked),

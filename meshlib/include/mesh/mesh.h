@@ -100,6 +100,10 @@ struct mesh_channel_info {
  * does not connect yet; every listen/connect opens its own connection. */
 MESH_EXPORT int mesh_open(const char *socket_path, mesh_session_t **out);
 MESH_EXPORT void mesh_session_close(mesh_session_t *s);
+/* meshd's own words on why the last mesh_connect or mesh_listen of this session failed ("the NUMA
+ * hint names no online node of this machine"), or "" when it gave none. Valid until the next call on
+ * the session; a session used by several threads at once has one such text for all of them. */
+MESH_EXPORT const char *mesh_session_error(const mesh_session_t *s);
 
 /* Accepts channels to `port` of this node until mesh_listener_close. -EADDRINUSE if taken. */
 MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **out);
