@@ -214,6 +214,7 @@ class Bench:
                     f"  polling = \"{a.polling}\";\n"
                     + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
                     + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
+                    + ("  numa = 0;\n" if a.numa_compare else "")
                     + "  log_level = \"info\";\n};\n"
                     "nodes = (\n"
                     f"  {{ id = 1; addr = \"{a.addr}\"; port = {a.mesh_port}; }},\n"
@@ -535,6 +536,20 @@ class Bench:
         self.say("link UP")
         self.server_proc, port = self.meshbench_server()
         d = ["-D", str(a.duration)]
+        if a.numa_compare:
+            # Both meshd have numa = 0: data-path threads and the server's rings on node 0. The client
+            # asks for its rings on node 0 (right: with the thread that drives the device) or 1 (wrong).
+            for r in range(a.rounds):
+                self.round = r
+                self.attempt("meshbench bw right node", self.meshbench, "meshbench-numa-right", port, "bw", [65536],
+                             "-N", "0", *d)
+                self.attempt("meshbench bw wrong node", self.meshbench, "meshbench-numa-wrong", port, "bw", [65536],
+                             "-N", "1", *d)
+                self.say(f"round {r + 1} of {a.rounds} done")
+            self.round = None
+            self.server_proc.terminate()
+            self.finish(self.server_proc, "meshbench server", 30)
+            return
         rdma = a.mode == "rdma"
         tcp_bw, tcp_lat = ((lambda: self.rstream(True, "bw", 65536)), (lambda: self.rstream(True, "lat", 64))) \
             if shutil.which("rstream") and not a.python_tcp else \
@@ -577,7 +592,9 @@ class Bench:
     NAMES = {"meshbench": "channel (meshbench)", "meshbench-check": "channel (meshbench -c, every byte checked)",
              "meshbench-poll": "channel (meshbench -p, apps busy-poll)", "ib_write_bw": "ib_write_bw -R (perftest)",
              "ib_write_lat": "ib_write_lat -R (perftest)", "rstream": "rstream -T b (rsocket)",
-             "tcp": "TCP over loopback (rstream -T s -T b)"}
+             "tcp": "TCP over loopback (rstream -T s -T b)",
+             "meshbench-numa-right": "channel, client rings on node 0 (meshd's)",
+             "meshbench-numa-wrong": "channel, client rings on node 1 (wrong)"}
     KEYS = {"bw": "mb_s", "rate": "msg_s", "lat": "typ_us"}
 
     def figures(self):
@@ -657,6 +674,11 @@ class Bench:
             w(f"{label:<60} {med:>8.3f}   " + ", ".join(f"{n / d:.3f} ({n:.1f}/{d:.1f})" for n, d in pairs))
 
         mb, ml = ("meshbench", "bw", 65536), ("meshbench", "lat", 64)
+        if a.numa_compare:
+            ratio("channel bw @64 KiB, rings on meshd's node / on the other node",
+                  ("meshbench-numa-right", "bw", 65536), ("meshbench-numa-wrong", "bw", 65536), "mb_s", "mb_s")
+            w("(emulated NUMA has no real distance: this ratio is reported, not a target)")
+            return "\n".join(lines)
         if a.mode == "rdma":
             ratio("channel bw @64 KiB / ib_write_bw @64 KiB", mb, ("ib_write_bw", "bw", 65536), "mb_s", "mb_s")
             ratio("channel bw @64 KiB / rstream bw @64 KiB", mb, ("rstream", "bw", 65536), "mb_s", "mb_s")
@@ -734,6 +756,8 @@ def main():
                     help="meshd's cluster.polling (default adaptive, meshd's default)")
     ap.add_argument("--poll-budget-us", type=int, default=None, help="cluster.poll_budget_us (default: meshd's)")
     ap.add_argument("--app-spin-us", type=int, default=None, help="cluster.app_spin_us (default: meshd's)")
+    ap.add_argument("--numa-compare", action="store_true",
+                    help="only: bw 64 KiB with the client's rings on meshd's node vs the other node (needs 2 nodes)")
     ap.add_argument("--lat-iters", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=None,
                     help="interleaved rounds of the figures ratios use (default 5 in the VM, 3 on the host)")

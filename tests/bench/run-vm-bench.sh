@@ -6,6 +6,8 @@
 # (tests/bench/bench.py does the work).
 #
 #   tests/bench/run-vm-bench.sh [-b BUILD_DIR] [-o OUT_DIR] [-- BENCH_ARGS...]
+#   tests/bench/run-vm-bench.sh --numa [...]         a VM with two NUMA nodes: channel bandwidth with
+#                                                    the rings on meshd's node vs the other node
 #   tests/bench/run-vm-bench.sh --host-tcp [...]     the same on this machine over the tcp provider
 #                                                    (tests/bench/run-host-bench.sh, --perf there)
 #
@@ -23,12 +25,14 @@ fi
 build=$root/build
 out=
 extra=()
+vmnuma=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-b) build=$2; shift 2 ;;
 	-o) out=$2; shift 2 ;;
+	--numa) vmnuma=(-n 2); extra+=(--numa-compare); shift ;;
 	--) shift; extra+=("$@"); break ;;
-	-h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run-vm-bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -53,7 +57,7 @@ echo "# host load average before the VM: $(cut -d' ' -f1-3 /proc/loadavg) ($(npr
 start=$(date +%s.%N)
 set +e
 # One VM, generous time: everything runs under TCG (about 100x slower than a real machine).
-"$root/tests/rdma/rxe-vm" -t 1800 -a "10.77.0.1/24" -w "$out" -- \
+"$root/tests/rdma/rxe-vm" -t 1800 -a "10.77.0.1/24" "${vmnuma[@]}" -w "$out" -- \
 	python3 "$here/bench.py" --mode rdma --build "$build" --out "$out" "${extra[@]}"
 rc=$?
 set -e
