@@ -619,6 +619,8 @@ class Bench:
         w = lines.append
         where = ("Soft-RoCE rxe0 in the TCG VM (2 vCPUs)" if a.mode == "rdma"
                  else "tcp provider on 127.0.0.1 (this machine)")
+        if a.numa_compare:
+            where += ", 2 NUMA nodes of 1 vCPU each, numa = 0 on both meshd"
         pol = a.polling + "".join(f", {k} {v} us" for k, v in (("budget", a.poll_budget_us), ("app spin", a.app_spin_us))
                                   if v is not None)
         w(f"== rdmamesh channel benchmark: {where}; 2 meshd ({pol} polling), {a.qps} QPs per link, "
