@@ -360,6 +360,56 @@ static void xport_write_imm__burst__in_order(void **state)
 	}
 }
 
+/* Busy polling (meshd's adaptive/busy modes): poll_all finds completions without waiting for a
+ * notification; before sleeping the owner arms and looks once more, and then the next completion
+ * must make the event fd readable, or a sleeping meshd would never hear of it. */
+static void xport_poll_all__busy_then_arm__completions_found_and_next_one_notifies(void **state)
+{
+	struct pair *p = *state;
+	struct xport_event evs[32], *ev;
+	uint64_t raddr, end;
+	bool readable = false;
+	int n, found = 0;
+
+	pair_connect(p, true);
+	raddr = (uintptr_t)p->region + GUARD_LEN;
+	fill(p->cbuf, 4096, 9);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(
+			xport_post_write_imm(p->cc, p->cmr, p->cbuf, 4096, raddr, p->smr_remote->rkey, 0x100 + i, 20 + i), 0);
+	end = util_now_ms() + WAIT_MS;
+	while (found < 3 && util_now_ms() < end) {
+		pump_side(&p->cli);
+		n = xport_poll_all(p->srv.x, evs, 32);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++) {
+			if (evs[i].type != XPORT_EV_COMPLETION || evs[i].op != XPORT_OP_RECV_IMM)
+				continue;
+			assert_int_equal(evs[i].status, 0);
+			assert_int_equal(evs[i].imm, 0x100u + (uint32_t)found);
+			found++;
+		}
+		if (found < 3)
+			usleep(1000);
+	}
+	assert_int_equal(found, 3);
+	/* Going to sleep: arm, one more look (nothing), sleep; the next completion wakes the fd. */
+	xport_arm(p->srv.x);
+	assert_int_equal(xport_poll_all(p->srv.x, evs, 32), 0);
+	assert_int_equal(xport_post_write_imm(p->cc, p->cmr, p->cbuf, 4096, raddr, p->smr_remote->rkey, 0x200, 30), 0);
+	end = util_now_ms() + WAIT_MS;
+	while (!readable && util_now_ms() < end) {
+		struct pollfd pf = {.fd = xport_event_fd(p->srv.x), .events = POLLIN};
+
+		pump_side(&p->cli);
+		readable = poll(&pf, 1, 50) > 0;
+	}
+	assert_true(readable);
+	ev = wait_ev(p, &p->srv, XPORT_EV_COMPLETION, XPORT_OP_RECV_IMM);
+	assert_int_equal(ev->imm, 0x200);
+	assert_memory_equal(p->region + GUARD_LEN, p->cbuf, 4096);
+}
+
 static void xport_read__in_bounds__returns_region_bytes(void **state)
 {
 	struct pair *p = *state;
@@ -458,6 +508,8 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test_setup_teardown(xport_write__in_bounds__lands_at_offset, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write_imm__posted_recv__imm_length_and_data, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write_imm__burst__in_order, pair_setup, pair_teardown),
+	cmocka_unit_test_setup_teardown(xport_poll_all__busy_then_arm__completions_found_and_next_one_notifies,
+					pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_read__in_bounds__returns_region_bytes, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write__unknown_rkey__fails_nothing_written, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write__past_region_end__fails_nothing_written, pair_setup,

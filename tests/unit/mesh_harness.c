@@ -76,6 +76,10 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 	c->backoff_max_ms = 4000;
 	c->max_handshakes = 8;
 	c->mailbox_size = 4096;
+	snprintf(c->polling, sizeof(c->polling), "event");
+	c->app_spin_us = 77; /* an odd value a test can recognise in the ring */
+	snprintf(c->numa, sizeof(c->numa), "auto");
+	c->numa_mode = CONFIG_NUMA_AUTO;
 	for (size_t i = 0; i < n; i++) {
 		t->nodes[i].id = ids[i];
 		t->nodes[i].port = 7471;

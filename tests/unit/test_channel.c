@@ -1612,6 +1612,56 @@ static void channel_on_kick__caught_up_below_a_quarter__no_credit(void **state)
 	mt_finish(&c->t);
 }
 
+/* ---- polling (main.c's hot loop) ------------------------------------------------------------------ */
+
+static void channel_poll__published_without_kick__posted_and_counted(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	/* Nothing moved: nothing to do, and no pump. */
+	assert_int_equal(channel_poll(&c->t.m), 0);
+	/* A polling meshd finds what the application published without a kick. */
+	app_write(h, 100);
+	assert_int_equal(channel_poll(&c->t.m), 1);
+	mesh_reap(&c->t.m);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	assert_int_equal(write_post(c, h, from, false, 0)->len, 100);
+	/* Seen once: the next look finds nothing new. */
+	assert_int_equal(channel_poll(&c->t.m), 0);
+	/* A shutdown is a publication too. */
+	atomic_fetch_or(&h->app->ctrl->app_flags, MESH_APP_SHUT_WR);
+	assert_int_equal(channel_poll(&c->t.m), 1);
+	assert_true(chn(c, h)->app_shut);
+	mt_finish(&c->t);
+}
+
+static void channel_set_polling__on_and_off__every_ring_flag_and_new_channels(void **state)
+{
+	struct ct *c = *state;
+	struct chan *a, *b;
+
+	ct_init(c, 2);
+	a = open_out(c, RING, 2, PEER_SLOT);
+	assert_int_equal(atomic_load(&a->app->ctrl->daemon_flags), 0);
+	channel_set_polling(&c->t.m, true);
+	assert_true(c->t.m.polling);
+	assert_int_equal(atomic_load(&a->app->ctrl->daemon_flags), MESH_DAEMON_POLLING);
+	/* A channel born while meshd polls says so from the start. */
+	b = open_out(c, RING, 2, PEER_SLOT + 1);
+	assert_int_equal(atomic_load(&b->app->ctrl->daemon_flags), MESH_DAEMON_POLLING);
+	channel_set_polling(&c->t.m, false);
+	assert_int_equal(atomic_load(&a->app->ctrl->daemon_flags), 0);
+	assert_int_equal(atomic_load(&b->app->ctrl->daemon_flags), 0);
+	/* The spin hint comes from the configuration. */
+	assert_int_equal(a->app->ctrl->spin_us, 77);
+	mt_finish(&c->t);
+}
+
 /* ---- a hostile application ---------------------------------------------------------------------- */
 
 static void channel_on_kick__tx_prod_beyond_ring__error_others_unaffected(void **state)
@@ -2051,6 +2101,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window),
 	T(channel_on_kick__quarter_consumed__one_credit_then_next_after_completion),
 	T(channel_on_kick__caught_up_below_a_quarter__no_credit),
+	T(channel_poll__published_without_kick__posted_and_counted),
+	T(channel_set_polling__on_and_off__every_ring_flag_and_new_channels),
 	T(channel_on_kick__tx_prod_beyond_ring__error_others_unaffected),
 	T(channel_on_kick__tx_prod_going_back__error_eproto),
 	T(channel_on_kick__rx_cons_beyond_rx_prod__error_eproto),

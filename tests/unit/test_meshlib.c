@@ -1170,6 +1170,30 @@ static void meshlib_send__each_publish__kicks_meshd(void **state)
 	assert_int_equal(mesh_close(c), 0);
 }
 
+static void meshlib_send__meshd_polling__no_kick_until_it_stops(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	static uint8_t in[2000], out[2000];
+
+	/* meshd says it polls the ring: publishing costs no system call. */
+	atomic_store(&ch->ctrl->daemon_flags, MESH_DAEMON_POLLING);
+	assert_int_equal(mesh_send(c, "abc", 3, 0), 3);
+	assert_int_equal(atomic_load(&ch->ctrl->tx_prod), 3);
+	assert_int_equal(efd_take(ch->kick), 0);
+	fill_random(in, sizeof(in));
+	ring_rx_put(ch, in, sizeof(in));
+	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), (ssize_t)sizeof(in)); /* > a quarter */
+	assert_int_equal(efd_take(ch->kick), 0);
+	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), sizeof(in));
+	/* meshd goes to sleep: the next publication kicks again. */
+	atomic_store(&ch->ctrl->daemon_flags, 0);
+	assert_int_equal(mesh_send(c, "d", 1, 0), 1);
+	assert_int_equal(efd_take(ch->kick), 1);
+	assert_int_equal(mesh_close(c), 0);
+}
+
 static void meshlib_recv__empty_ring_nonblock__eagain(void **state)
 {
 	struct fake *f = *state;
@@ -2054,6 +2078,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__ring_wraps__bytes_in_order_in_two_pieces),
 	T(meshlib_send__full_ring__partial_count_then_eagain),
 	T(meshlib_send__each_publish__kicks_meshd),
+	T(meshlib_send__meshd_polling__no_kick_until_it_stops),
 	T(meshlib_recv__empty_ring_nonblock__eagain),
 	T(meshlib_recv__partial__returns_what_is_there),
 	T(meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end),
