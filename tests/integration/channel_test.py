@@ -52,8 +52,13 @@ def main():
     ap.add_argument("--ka-timeout", type=int, default=15000)
     ap.add_argument("--up-timeout", type=float, default=90)
     ap.add_argument("--tcp-only-addrs", default="")
+    ap.add_argument("--polling", choices=["adaptive", "busy", "event"], default=None,
+                    help="cluster.polling of every meshd (default: meshd's own, adaptive)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
+    if args.polling:
+        args.cluster_extra = f'  polling = "{args.polling}";\n'
+        print(f"# meshd polling: {args.polling}")
     chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
     rings = [int(r) for r in args.rings.split(",")]
     workdir = tempfile.mkdtemp(prefix="mesh-chtest-")
