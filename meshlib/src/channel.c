@@ -61,6 +61,7 @@ static bool fd_is_eventfd(int fd)
 static int setup_check(const ChannelSetup *s, const int *fds)
 {
 	struct stat st;
+	int seals;
 
 	if (!mesh_ring_size_valid(s->ring_size) || s->memfd_size != MESH_RING_CTRL_SIZE + 2 * s->ring_size) {
 		lib_debug("channel %u: setup ring_size %" PRIu64 " memfd_size %" PRIu64 ": not a valid ring and layout",
@@ -75,6 +76,14 @@ static int setup_check(const ChannelSetup *s, const int *fds)
 	if (fstat(fds[CTL_FD_MEMFD], &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != s->memfd_size) {
 		lib_debug("channel %u: memfd is not a file of memfd_size %" PRIu64 " bytes", s->channel_id,
 			  s->memfd_size);
+		return -EPROTO;
+	}
+	/* Sealed at its size, as meshd does: else whoever holds the memfd could shrink it under our
+	 * mapping and turn the next access into SIGBUS. */
+	seals = fcntl(fds[CTL_FD_MEMFD], F_GET_SEALS);
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		lib_debug("channel %u: memfd is not sealed against shrinking and growing (seals %d)", s->channel_id,
+			  seals);
 		return -EPROTO;
 	}
 	if (fstat(fds[CTL_FD_LIFELINE], &st) || !S_ISSOCK(st.st_mode)) {

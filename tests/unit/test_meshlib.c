@@ -65,6 +65,7 @@ enum fake_flaw {
 	FLAW_BAD_INDICES,    /* tx_cons ahead of tx_prod from the start */
 	FLAW_KICK_PIPE,      /* the kick "eventfd" is a pipe */
 	FLAW_LIFELINE_FILE,  /* the lifeline is not a socket */
+	FLAW_UNSEALED,       /* the memfd can still shrink under the application's mapping */
 	FLAW_THREE_FDS,
 	FLAW_TWENTY_FDS, /* more than a reply's control buffer holds: MSG_CTRUNC */
 	FLAW_NO_SETUP,   /* status 0 and four fds, but no setup */
@@ -325,8 +326,10 @@ static int fake_chan_make(struct fake *f, uint64_t size, int fds[4])
 		memfd_size += 4096;
 	if (f->flaw == FLAW_MEMFD_SHORT)
 		memfd_size -= 4096;
-	memfd = memfd_create("fake-ring", MFD_CLOEXEC);
+	memfd = memfd_create("fake-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (memfd < 0 || ftruncate(memfd, (off_t)memfd_size))
+		return -1;
+	if (f->flaw != FLAW_UNSEALED && fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
 		return -1;
 	ch->map_len = memfd_size;
 	ch->map = mmap(NULL, ch->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
@@ -925,6 +928,7 @@ static void meshlib_connect__wrong_descriptors__eproto_no_fd_leaked(void **state
 	connect_fails(*state, FLAW_NO_SETUP, 0, -EPROTO);
 	connect_fails(*state, FLAW_KICK_PIPE, 0, -EPROTO);
 	connect_fails(*state, FLAW_LIFELINE_FILE, 0, -EPROTO);
+	connect_fails(*state, FLAW_UNSEALED, 0, -EPROTO);
 }
 
 static void meshlib_connect__garbage_reply__ebadmsg_no_fd_leaked(void **state)
