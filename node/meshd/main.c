@@ -111,12 +111,6 @@ static bool drain_xport(struct daemon *d, xport_t *x)
 	return drain_xport_n(d, x, false, &got);
 }
 
-static void drain_all(struct daemon *d)
-{
-	for (size_t i = 0; i < d->n_xports; i++)
-		d->more[i] = drain_xport(d, d->xports[i]);
-}
-
 /* The providers of cluster.transport for this node's address, in order of preference. */
 static int xports_open(struct daemon *d, const struct config_node *self)
 {
@@ -254,17 +248,23 @@ static void stop_gracefully(struct daemon *d)
 	uint64_t until = util_now_ms() + STOP_GRACE_MS;
 	struct epoll_event ev;
 
+	/* From here the loop sleeps on the transports: their notifications must be armed again, and
+	 * every CQ looked into (a completion from before the arm raises none). */
+	for (size_t i = 0; i < d->n_xports; i++)
+		xport_arm(d->xports[i]);
 	mesh_stop(&d->mesh);
 	while (util_now_ms() < until) {
 		bool busy = false;
+		int got = 0;
 
+		for (size_t i = 0; i < d->n_xports; i++)
+			drain_xport_n(d, d->xports[i], true, &got);
 		for (size_t i = 0; i < d->mesh.n_links; i++)
 			busy |= d->mesh.links[i].send_busy != 0;
 		if (!busy)
 			break;
 		/* Any fd may wake us; only the transport matters now. */
 		epoll_wait(d->epfd, &ev, 1, 20);
-		drain_all(d);
 	}
 }
 
