@@ -4,7 +4,9 @@
 #   1. an AddressSanitizer + UBSan build (build-asan/): every ctest test, the rdma VM tests included;
 #   2. valgrind over the unit tests of the release build;
 #   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
-#   4. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
+#   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
+#      and ratios printed, never asserted; it fails only when meshbench or meshd fails);
+#   5. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
 # Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
 # MESH_REQUIRE_RDMA=1 (set when CI=true), where that fails the run.
 set -euo pipefail
@@ -44,6 +46,20 @@ done
 # both builds); a crash fails the run and names its reproducer.
 step "fuzzing, 60 s per target"
 MESH_JOBS=$jobs bash tests/fuzz/run.sh 60
+
+# The channel benchmark on real verbs beside perftest, rsocket and TCP (tests/bench): figures and
+# ratios are printed for the record, never asserted; it fails only when meshbench or meshd fails.
+step "benchmark, Soft-RoCE VM (3 rounds)"
+bench_rc=0
+tests/bench/run-vm-bench.sh -b build -- --rounds 3 --duration 3 --profile-secs 0 --reference-failures-ok ||
+	bench_rc=$?
+if [ "$bench_rc" = 77 ]; then
+	echo "benchmark skipped: the VM cannot run here"
+	[ "${MESH_REQUIRE_RDMA:-0}" = 1 ] && { echo "MESH_REQUIRE_RDMA=1: failing instead of skipping"; exit 1; }
+elif [ "$bench_rc" != 0 ]; then
+	echo "benchmark FAILED (exit $bench_rc)"
+	exit 1
+fi
 
 step "ctest, release build"
 cd "$root"

@@ -51,6 +51,7 @@ class Bench:
         self.meshd_procs = {}
         self.results = []
         self.failures = []
+        self.ref_failures = []
         self.profiles = []
         self.logf = open(os.path.join(self.out, "bench.log"), "w")
         self.port = 7600
@@ -139,6 +140,8 @@ class Bench:
             fn(*args)
         except Failure as e:
             self.failures.append(str(e))
+            if not what.startswith(("meshbench", "profile")):
+                self.ref_failures.append(str(e))  # a reference tool: perftest, rstream, TCP
             self.say(f"FAILED: {e}")
         finally:
             self.reap()
@@ -758,6 +761,9 @@ def main():
                     help="meshd's cluster.polling (default adaptive, meshd's default)")
     ap.add_argument("--poll-budget-us", type=int, default=None, help="cluster.poll_budget_us (default: meshd's)")
     ap.add_argument("--app-spin-us", type=int, default=None, help="cluster.app_spin_us (default: meshd's)")
+    ap.add_argument("--reference-failures-ok", action="store_true",
+                    help="exit 0 when only reference tools (perftest, rstream, TCP) failed (CI: emulated perftest "
+                         "sometimes prints no usable figure; meshbench or meshd failing still fails)")
     ap.add_argument("--numa-compare", action="store_true",
                     help="only: bw 64 KiB with the client's rings on meshd's node vs the other node (needs 2 nodes)")
     ap.add_argument("--lat-iters", type=int, default=1000)
@@ -797,6 +803,10 @@ def main():
             print("  " + f.replace("\n", "\n    "), file=sys.stderr)
         for i in b.meshd_procs:
             print(f"--- meshd {i} log (tail)\n{b.meshd_log_tail(i)}", file=sys.stderr)
+        if a.reference_failures_ok and len(b.failures) == len(b.ref_failures):
+            print("only reference tools failed (--reference-failures-ok): their ratios are missing, "
+                  "the channel's own figures are complete", file=sys.stderr)
+            return 0
         return 1
     return 0
 
