@@ -1,6 +1,6 @@
 /*
  * meshd: keeps this node's part of the full RC mesh and serves local clients.
- * One thread, one epoll: the transport's fd, a periodic timer, signals and the control socket;
+ * One loop, one epoll: the transport's fd, a periodic timer, signals and the control socket;
  * with cluster.polling busy or adaptive the same loop also polls every completion queue and every
  * channel ring without waiting (see run()). The loop runs in the data-path thread, pinned to the
  * NUMA node of the device (numa_topo.h); the main thread sets up, waits for it and cleans up.
@@ -180,11 +180,11 @@ static void numa_setup(struct daemon *d)
 		dv->provider = xport_name(d->xports[i]);
 		dv->node = -1;
 		if (!strcmp(dv->provider, "rdma")) {
-			for (size_t j = 0; j < nu->topo.n_devs; j++) {
-				if (!strcmp(nu->topo.devs[j].name, dv->name)) {
-					dv->node = nu->topo.devs[j].node;
-					util_strlcpy(dv->netdev, nu->topo.devs[j].netdev, sizeof(dv->netdev));
-				}
+			const struct numa_dev *td = numa_topo_dev(&nu->topo, dv->name);
+
+			if (td) {
+				dv->node = td->node;
+				util_strlcpy(dv->netdev, td->netdev, sizeof(dv->netdev));
 			}
 		} else {
 			dv->node = numa_netdev_node("/", dv->name);
@@ -314,7 +314,6 @@ static int run(struct daemon *d)
 		for (size_t i = 0; i < d->n_xports; i++)
 			more |= d->more[i];
 		if (!hot && !more && d->polled) {
-			d->polled = false;
 			/* About to sleep: applications kick again from now on; what they published before
 			 * they could see the cleared flag is found by this last look. */
 			channel_set_polling(&d->mesh, false);

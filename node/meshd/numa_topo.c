@@ -243,12 +243,12 @@ int numa_topo_load(struct numa_topo *t, const char *root, char *why, size_t whyl
 	return ret;
 }
 
-int numa_topo_dev_node(const struct numa_topo *t, const char *name)
+const struct numa_dev *numa_topo_dev(const struct numa_topo *t, const char *name)
 {
 	for (size_t i = 0; i < t->n_devs; i++)
 		if (!strcmp(t->devs[i].name, name))
-			return t->devs[i].node;
-	return -1;
+			return &t->devs[i];
+	return NULL;
 }
 
 /* ---- policy ---- */

@@ -52,8 +52,8 @@ char *numa_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
  * every online CPU; a device without a node: -1); unreadable or malformed ones are, with *why set
  * to the file. 0 or a negative errno. */
 int numa_topo_load(struct numa_topo *t, const char *root, char *why, size_t whylen);
-/* The node of RDMA device name (-1 when unknown or none). */
-int numa_topo_dev_node(const struct numa_topo *t, const char *name);
+/* RDMA device name of the topology, or NULL when sysfs does not list it. */
+const struct numa_dev *numa_topo_dev(const struct numa_topo *t, const char *name);
 /* The node of netdev ifname under root (-1 when none): for the tcp provider. */
 int numa_netdev_node(const char *root, const char *ifname);
 

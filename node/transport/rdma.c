@@ -192,6 +192,16 @@ static struct rdma_conn *rdma_conn_new(struct rdma_xport *rx, struct rdma_cm_id 
 	return c;
 }
 
+/* Marks the connection's CQ for draining by the next poll (once). */
+static void rdma_conn_dirty(struct rdma_conn *c)
+{
+	if (c->is_dirty)
+		return;
+	c->is_dirty = true;
+	c->dirty_next = c->rx->dirty;
+	c->rx->dirty = c;
+}
+
 static void rdma_conn_undirty(struct rdma_conn *c)
 {
 	struct rdma_conn **pp;
@@ -752,11 +762,7 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 			/* A polling owner looks into every CQ anyway: re-arming (a system call on
 			 * some providers) waits until it goes to sleep (rdma_arm). */
 			c->armed = rx->polling ? false : !ibv_req_notify_cq(cq, 0);
-			if (!c->is_dirty) {
-				c->is_dirty = true;
-				c->dirty_next = rx->dirty;
-				rx->dirty = c;
-			}
+			rdma_conn_dirty(c);
 		}
 	}
 	/* 3. drain CQs; a CQ stays dirty while it may hold more than we had room for */
@@ -804,13 +810,9 @@ static int rdma_poll_all(xport_t *x, struct xport_event *evs, int max)
 	struct rdma_xport *rx = to_rx(x);
 
 	rx->polling = true;
-	for (struct rdma_conn *c = rx->conns; c; c = c->next) {
-		if (c->cq && !c->is_dirty) {
-			c->is_dirty = true;
-			c->dirty_next = rx->dirty;
-			rx->dirty = c;
-		}
-	}
+	for (struct rdma_conn *c = rx->conns; c; c = c->next)
+		if (c->cq)
+			rdma_conn_dirty(c);
 	return rdma_poll(x, evs, max);
 }
 

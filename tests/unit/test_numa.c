@@ -89,11 +89,11 @@ static void two_node_machine(struct tree *t)
 
 static const struct numa_dev *dev(const struct numa_topo *topo, const char *name)
 {
-	for (size_t i = 0; i < topo->n_devs; i++)
-		if (!strcmp(topo->devs[i].name, name))
-			return &topo->devs[i];
-	fail_msg("device %s not found", name);
-	return NULL;
+	const struct numa_dev *d = numa_topo_dev(topo, name);
+
+	if (!d)
+		fail_msg("device %s not found", name);
+	return d;
 }
 
 /* ---- cpulists ---- */
@@ -177,8 +177,8 @@ static void numa_topo_load__two_nodes_four_devices__nodes_cpus_and_device_nodes(
 	assert_string_equal(dev(&topo, "rxe0")->netdev, "eth1");
 	/* On a virtual netdev: no affinity. */
 	assert_int_equal(dev(&topo, "rxe1")->node, -1);
-	assert_int_equal(numa_topo_dev_node(&topo, "mlx5_1"), 1);
-	assert_int_equal(numa_topo_dev_node(&topo, "nosuch"), -1);
+	assert_int_equal(numa_topo_dev(&topo, "mlx5_1")->node, 1);
+	assert_null(numa_topo_dev(&topo, "nosuch"));
 }
 
 static void numa_topo_load__no_node_directory__one_node_with_online_cpus(void **state)
