@@ -19,6 +19,8 @@ int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len)
 	w.kind = pd->kind;
 	w.qp_index = pd->qp_index;
 	w.qp_count = pd->qp_count;
+	w.rail = pd->rail;
+	w.rail_count = pd->rail_count;
 	w.cluster_hash = htobe32(pd->cluster_hash);
 	w.src_node = htobe16(pd->src_node);
 	w.dst_node = htobe16(pd->dst_node);
@@ -47,11 +49,17 @@ int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
 	if (w.kind != MESH_CM_REJECT &&
 	    (w.qp_count == 0 || w.qp_count > MESH_QPS_PER_LINK_MAX || w.qp_index >= w.qp_count))
 		return -EPROTO;
+	if (!w.rail_count)
+		w.rail_count = 1;
+	if (w.rail_count > MESH_RAILS_MAX || w.rail >= w.rail_count)
+		return -EPROTO;
 	memset(&pd, 0, sizeof(pd));
 	pd.version = w.version;
 	pd.kind = w.kind;
 	pd.qp_index = w.qp_index;
 	pd.qp_count = w.qp_count;
+	pd.rail = w.rail;
+	pd.rail_count = w.rail_count;
 	pd.cluster_hash = be32toh(w.cluster_hash);
 	pd.src_node = be16toh(w.src_node);
 	pd.dst_node = be16toh(w.dst_node);

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mesh/mesh.h> /* MESH_RAILS_MAX: a link has qp_count QPs on each rail */
+
 #include "ctl.pb-c.h"
 #include "peer.pb-c.h"
 
@@ -68,7 +70,9 @@ struct mesh_cm_wire {
 	uint64_t link_epoch;
 	uint64_t boot_epoch;
 	uint16_t reason; /* MESH_E* code without its base, reject only */
-	uint8_t reserved[6];
+	uint8_t rail;       /* the rail (device) of this QP: 0..rail_count-1 */
+	uint8_t rail_count; /* rails of the sender; 0 from senders that have only one (read as 1) */
+	uint8_t reserved[4];
 };
 _Static_assert(sizeof(struct mesh_cm_wire) == 40, "cm private data layout changed");
 _Static_assert(sizeof(struct mesh_cm_wire) <= MESH_CM_PDATA_MAX, "cm private data exceeds the RC limit");
@@ -77,8 +81,10 @@ _Static_assert(sizeof(struct mesh_cm_wire) <= MESH_CM_PDATA_MAX, "cm private dat
 struct mesh_cm_pdata {
 	uint8_t version;
 	uint8_t kind;
-	uint8_t qp_index;
-	uint8_t qp_count;
+	uint8_t qp_index; /* within its rail */
+	uint8_t qp_count; /* per rail */
+	uint8_t rail;
+	uint8_t rail_count; /* 1.. */
 	uint32_t cluster_hash;
 	uint16_t src_node;
 	uint16_t dst_node;

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -86,7 +87,8 @@ static int reply_channel(mesh_session_t *s, const CtlReply *r, int *fds, int nfd
 
 static int opts_check(const struct mesh_channel_opts *o)
 {
-	const uint32_t known = MESH_OPT_RING_SIZE | MESH_OPT_QPS | MESH_OPT_NUMA_NODE | MESH_OPT_TIMEOUT_MS;
+	const uint32_t known =
+		MESH_OPT_RING_SIZE | MESH_OPT_QPS | MESH_OPT_NUMA_NODE | MESH_OPT_TIMEOUT_MS | MESH_OPT_RAIL;
 
 	if (!o)
 		return 0;
@@ -99,6 +101,8 @@ static int opts_check(const struct mesh_channel_opts *o)
 	if ((o->mask & MESH_OPT_NUMA_NODE) && o->numa_node < 0)
 		return -EINVAL;
 	if ((o->mask & MESH_OPT_TIMEOUT_MS) && !o->timeout_ms)
+		return -EINVAL;
+	if ((o->mask & MESH_OPT_RAIL) && o->rail >= MESH_RAILS_MAX)
 		return -EINVAL;
 	return 0;
 }
@@ -122,6 +126,15 @@ MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, co
 	req.op = CTL_OP__CTL_OP_CONNECT;
 	req.node = node;
 	req.port = port;
+	{
+		/* Where this thread runs: with several RDMA devices meshd picks the one on this node. */
+		unsigned cpu, numa;
+
+		if (!getcpu(&cpu, &numa)) {
+			req.has_caller_node = 1;
+			req.caller_node = numa;
+		}
+	}
 	if (opts) {
 		if (opts->mask & MESH_OPT_RING_SIZE)
 			req.ring_size = opts->ring_size;
@@ -133,6 +146,10 @@ MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, co
 		}
 		if (opts->mask & MESH_OPT_TIMEOUT_MS)
 			timeout_ms = opts->timeout_ms;
+		if (opts->mask & MESH_OPT_RAIL) {
+			req.has_rail = 1;
+			req.rail = opts->rail;
+		}
 	}
 	ctl_deadline(&deadline, timeout_ms);
 	fd = ctl_open(s->path, &deadline);

@@ -107,7 +107,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: meshbench [-s SOCKET] [-j] [-1] -l PORT\n"
-		"       meshbench [-s SOCKET] [-r RING] [-q QPS] [-N NODE] [-t bw|rate|lat] [-n ITERS | -D SECONDS]\n"
+		"       meshbench [-s SOCKET] [-r RING] [-q QPS] [-N NODE] [-R RAIL] [-t bw|rate|lat] [-n ITERS | -D SECONDS]\n"
 		"                 [-m SIZE[,SIZE...]] [-C] [-p] [-c] [-j] [-T MS] NODE PORT\n"
 		"\n"
 		"Benchmark of mesh channels, like perftest. The server (-l) accepts one channel per run\n"
@@ -132,7 +132,10 @@ static void usage(FILE *out)
 		"  -D, --duration SEC     run for SEC seconds instead (default for bw and rate: 3)\n"
 		"  -r, --ring-size SIZE   ring bytes per direction, a power of two 4K..256M (default: meshd's)\n"
 		"  -q, --qps N            QPs of the link to stripe over, 1..16 (default: all)\n"
-		"  -N, --numa NODE        NUMA node of this side's rings (default: meshd's, cluster.numa)\n"
+		"  -N, --numa NODE        NUMA node of this side's rings, and with several devices the device\n"
+		"                         on that node (default: the device's node, cluster.numa)\n"
+		"  -R, --rail RAIL        the device (rail) to use: 0 = nodes.addr, i = nodes.rails[i-1]\n"
+		"                         (default: the one on -N's node, else on this thread's node, else 0)\n"
 		"  -C, --copy             mesh_send/mesh_recv (copies) instead of zero-copy reserve/commit and\n"
 		"                         peek/release\n"
 		"  -c, --check            write a pattern and check every byte at the other end\n"
@@ -908,6 +911,7 @@ int main(int argc, char **argv)
 		{"duration", required_argument, NULL, 'D'}, {"ring-size", required_argument, NULL, 'r'},
 		{"qps", required_argument, NULL, 'q'},      {"copy", no_argument, NULL, 'C'},
 		{"numa", required_argument, NULL, 'N'},
+		{"rail", required_argument, NULL, 'R'},
 		{"check", no_argument, NULL, 'c'},          {"poll", no_argument, NULL, 'p'},
 		{"json", no_argument, NULL, 'j'},           {"timeout", required_argument, NULL, 'T'},
 		{"version", no_argument, NULL, 'V'},        {"help", no_argument, NULL, 'h'},
@@ -921,7 +925,7 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 	mesh_session_t *s;
 
-	while ((ch = getopt_long(argc, argv, "l:1s:t:m:n:D:r:q:N:CcpjT:Vh", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "l:1s:t:m:n:D:r:q:N:R:CcpjT:Vh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
 			if (!parse_u64(optarg, 65535, false, &port)) {
@@ -1002,6 +1006,15 @@ int main(int argc, char **argv)
 			}
 			k.opts.numa_node = (int32_t)v;
 			k.opts.mask |= MESH_OPT_NUMA_NODE;
+			client_only = true;
+			break;
+		case 'R':
+			if (!parse_u64(optarg, MESH_RAILS_MAX - 1, false, &v)) {
+				fprintf(stderr, "meshbench: -R %s: expected a rail 0..%u\n", optarg, MESH_RAILS_MAX - 1);
+				return EXIT_USAGE;
+			}
+			k.opts.rail = (uint32_t)v;
+			k.opts.mask |= MESH_OPT_RAIL;
 			client_only = true;
 			break;
 		case 'C':

@@ -162,6 +162,8 @@ static const struct field channel_fields[] = {
 	CF("opener", "ROLE", -6, F_OPENER, opener),
 	CF("state", "STATE", -11, F_STR, state),
 	CF("qps", "QPS", 3, F_U32, qps),
+	CF("rail", "RAIL", 4, F_U32, rail),
+	CF("device", "DEVICE", -8, F_STR, device),
 	CF("ring_size", "RING", 9, F_U64, ring_size),
 	CF("tx_bytes", "TX_BYTES", 12, F_U64, tx_bytes),
 	CF("rx_bytes", "RX_BYTES", 12, F_U64, rx_bytes),
@@ -204,6 +206,8 @@ static const struct field node_fields[] = {
 static const struct field device_fields[] = {
 	DF("name", "DEVICE", -10, F_STR, name),
 	DF("provider", "XPORT", -5, F_STR, provider),
+	DF("rail", "RAIL", 4, F_U32, rail),
+	DF("address", "ADDRESS", -16, F_STR, address),
 	DF("numa_node", "NUMA", 4, F_NODE, numa_node),
 	DF("cpus", "CPUS", -12, F_STR, cpus),
 	DF("netdev", "NETDEV", -1, F_STR, netdev),

@@ -157,10 +157,10 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 
 /* Storage for the NUMA part of NodeInfo, on the caller's stack. */
 struct numa_show {
-	NumaDevice devs[MESH_XPORTS_MAX], *dptrs[MESH_XPORTS_MAX];
-	char dcpus[MESH_XPORTS_MAX][512];
+	NumaDevice devs[MESH_XPORT_INSTANCES], *dptrs[MESH_XPORT_INSTANCES];
+	char dcpus[MESH_XPORT_INSTANCES][512];
 	DataPathThread th, *tptr;
-	char tcpus[512], tdevs[2 * NUMA_NAME_MAX + 2];
+	char tcpus[512], tdevs[MESH_XPORT_INSTANCES * (NUMA_NAME_MAX + 1)];
 };
 
 static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
@@ -182,6 +182,8 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 		d->name = (char *)nu->devs[i].name;
 		d->provider = (char *)nu->devs[i].provider;
 		d->netdev = (char *)nu->devs[i].netdev;
+		d->rail = nu->devs[i].rail;
+		d->address = (char *)mesh_node_addr(m->self, nu->devs[i].rail);
 		d->numa_node = node;
 		d->cpus = node >= 0 ? numa_cpulist_format(&nu->topo.cpus[node], b->dcpus[i], sizeof(b->dcpus[i])) : "";
 		b->dptrs[i] = d;
@@ -306,6 +308,11 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->rx_unread = ch->rx_bytes - ch->app_rx_cons;
 	ci->error = (char *)ch->why;
 	ci->numa_want = ch->numa_want;
+	ci->rail = ch->rail;
+	ci->device = "";
+	for (size_t i = 0; ch->link && i < m->numa.n_devs; i++)
+		if (m->numa.devs[i].rail == ch->rail && !strcmp(m->numa.devs[i].provider, link_transport(ch->link)))
+			ci->device = (char *)m->numa.devs[i].name;
 	if (ch->ctrl) {
 		const void *pages[3] = {ch->ctrl, ch->tx, ch->rx};
 
@@ -436,8 +443,12 @@ static void admin_channel_request(struct admin *a, int slot, const CtlRequest *r
 		ret = -EINVAL;
 		why = "the NUMA hint is negative";
 	} else {
+		/* The caller's node is only a preference: a value naming no node simply matches no device. */
+		int caller = req->has_caller_node && req->caller_node < NUMA_NODES_MAX ? (int)req->caller_node : -1;
+
 		ret = channel_connect(a->mesh, req->node, (uint16_t)req->port, req->ring_size, req->qps,
-				      req->has_numa ? req->numa_node : -1, fd, &why);
+				      req->has_numa ? req->numa_node : -1, caller,
+				      req->has_rail ? (int)MIN(req->rail, (uint32_t)INT32_MAX) : -1, fd, &why);
 	}
 	if (ret) {
 		log_info("local client fd %d: connect to node %u port %u: %s (%s)", fd, req->node, req->port,

@@ -112,7 +112,7 @@ static void channel_free(struct channel *ch)
 	free(ch);
 }
 
-static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, int node, const char **why,
+static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_t rail, int node, const char **why,
 				   int *errp)
 {
 	struct mesh *m = l->mesh;
@@ -129,6 +129,8 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->link = l;
 	ch->size = size;
 	ch->qps = qps;
+	ch->rail = rail;
+	ch->qp0 = rail * m->cfg->qps_per_link;
 	ch->chunk = (uint32_t)MIN((uint64_t)CH_CHUNK_MAX, size / 4);
 	ch->open_ms = now_ms();
 	ch->id = ++m->next_channel_id;
@@ -196,13 +198,13 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->ctrl->peer_node = l->peer->id;
 	ch->ctrl->spin_us = m->cfg->app_spin_us;
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
-	/* On the link's device; QP 0 stands for all of them (one device per link). */
-	if ((*errp = xport_mr_reg(l->conns[0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
-	    (*errp = xport_mr_reg(l->conns[0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+	/* On the rail's device; its first QP stands for all of the rail's QPs. */
+	if ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_rx)) ||
-	    (*errp = xport_mr_reg(l->conns[0], ch->credit, 8, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, 8, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_cin)) ||
-	    (*errp = xport_mr_reg(l->conns[0], ch->credit + 1, 8, XPORT_ACCESS_LOCAL, &ch->mr_cout))) {
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + 1, 8, XPORT_ACCESS_LOCAL, &ch->mr_cout))) {
 		*why = "memory registration failed";
 		goto err;
 	}
@@ -354,7 +356,7 @@ static void channel_post_data(struct channel *ch)
 	while (channel_may_post(ch) && ch->tx_sent < ch->app_tx_prod) {
 		uint64_t credit_end = ch->peer_cons + ch->size;
 		uint64_t off = ch->tx_sent & (ch->size - 1);
-		uint32_t qp = ch->next_qp, len;
+		uint32_t qp = ch->qp0 + ch->next_qp, len;
 		int ret;
 
 		if (ch->tx_sent >= credit_end) {
@@ -383,7 +385,7 @@ static void channel_post_data(struct channel *ch)
 		ch->tx_bytes += len;
 		ch->tx_chunks++;
 		ch->inflight++;
-		ch->next_qp = (qp + 1) % ch->qps;
+		ch->next_qp = (ch->next_qp + 1) % ch->qps;
 	}
 }
 
@@ -400,16 +402,16 @@ static void channel_post_credit(struct channel *ch)
 	 * no credit write each. */
 	if (cons - ch->credit_sent < ch->size / 4)
 		return;
-	if (!mesh_link_sq_room(l, 0))
+	if (!mesh_link_sq_room(l, ch->qp0))
 		return;
 	ch->credit[1] = cons;
-	ret = xport_post_write_imm(l->conns[0], ch->mr_cout, &ch->credit[1], 8, ch->peer_credit_addr,
+	ret = xport_post_write_imm(l->conns[ch->qp0], ch->mr_cout, &ch->credit[1], 8, ch->peer_credit_addr,
 				   ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
 	if (ret) {
 		channel_break(ch, ret, "posting a credit write failed");
 		return;
 	}
-	mesh_link_sq_take(l, 0);
+	mesh_link_sq_take(l, ch->qp0);
 	ch->credit_busy = true;
 	ch->credit_posting = cons;
 	ch->inflight++;
@@ -539,12 +541,13 @@ static uint16_t channel_ephemeral_port(struct mesh *m)
 }
 
 int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
-		    int client_fd, const char **why)
+		    int caller_node, int rail_req, int client_fd, const char **why)
 {
 	struct link *l;
 	struct channel *ch;
 	PeerMsg msg = PEER_MSG__INIT;
 	ChannelOpen o = CHANNEL_OPEN__INIT;
+	uint32_t rail;
 	int ret, numa_node;
 
 	if (node == m->self->id) {
@@ -568,12 +571,20 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		ring_size = MESH_RING_DEFAULT;
 	if (!qps || qps > m->cfg->qps_per_link)
 		qps = m->cfg->qps_per_link;
-	numa_node = numa_channel_node(&m->numa.topo, m->numa.usable, m->numa.home, numa_hint);
+	if (rail_req >= (int)m->n_rails) {
+		*why = "no such rail: the cluster's nodes have fewer addresses (nodes.addr and nodes.rails)";
+		return -EINVAL;
+	}
+	/* The device nearest the hint, else nearest the connecting thread; its node takes the rings. */
+	rail = rail_req >= 0 ? (uint32_t)rail_req
+			     : numa_rail_pick(m->numa.rail_node, m->n_rails, numa_hint >= 0 ? numa_hint : caller_node);
+	numa_node = numa_ring_node(&m->numa.topo, m->numa.usable, m->numa.by_device, m->numa.home,
+				   m->numa.rail_node[rail], numa_hint);
 	if (numa_node == -EINVAL) {
 		*why = "the NUMA hint names no online node of this machine (meshctl node lists them)";
 		return -EINVAL;
 	}
-	ch = channel_new(l, ring_size, qps, numa_node, why, &ret);
+	ch = channel_new(l, ring_size, qps, rail, numa_node, why, &ret);
 	if (!ch)
 		return ret;
 	ch->opener = true;
@@ -592,6 +603,7 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	o.rx_rkey = ch->mr_rx->rkey;
 	o.credit_addr = (uintptr_t)ch->credit;
 	o.credit_rkey = ch->mr_cin->rkey;
+	o.rail = rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	msg.channel_open = &o;
 	ret = channel_send(ch, &msg);
@@ -603,8 +615,8 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		channel_free(ch);
 		return ret == -ENOBUFS ? -EAGAIN : ret;
 	}
-	log_debug("channel %u: opening to node %u port %u (ring %llu, %u QPs)", ch->id, node, port,
-		  (unsigned long long)ring_size, qps);
+	log_debug("channel %u: opening to node %u port %u (ring %llu, %u QPs on rail %u, rings on node %d)", ch->id,
+		  node, port, (unsigned long long)ring_size, qps, rail, numa_node);
 	return 0;
 }
 
@@ -696,11 +708,16 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_reject(l, o->slot, -ECONNREFUSED);
 		return;
 	}
-	if (o->qps > m->cfg->qps_per_link) {
+	if (o->qps > m->cfg->qps_per_link || o->rail >= m->n_rails) {
+		log_warn("node %u opened a channel with %u QPs on rail %u; this link has %u QPs on each of %u rails",
+			 l->peer->id, o->qps, o->rail, m->cfg->qps_per_link, m->n_rails);
 		channel_reject(l, o->slot, -EINVAL);
 		return;
 	}
-	ch = channel_new(l, o->ring_size, o->qps, m->numa.home, &why, &ret);
+	ch = channel_new(l, o->ring_size, o->qps, o->rail,
+			 numa_ring_node(&m->numa.topo, m->numa.usable, m->numa.by_device, m->numa.home,
+					m->numa.rail_node[o->rail], -1),
+			 &why, &ret);
 	if (!ch) {
 		channel_reject(l, o->slot, ret);
 		return;

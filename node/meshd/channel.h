@@ -44,6 +44,7 @@ struct channel {
 	enum ch_state state;
 	uint64_t size;
 	uint32_t qps, next_qp, chunk;
+	uint32_t rail, qp0; /* the rail and the link's index of its first QP (rail * qps_per_link) */
 	uint64_t open_ms;
 	int numa_want; /* node the rings and credit page were placed on, -1 unplaced */
 
@@ -107,8 +108,11 @@ struct channel_ops {
 /* Requests from local clients. Return 0 when answered later (connect) or done, else a negative errno
  * to answer now; *why names the problem. */
 int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **why);
+/* numa_hint: the application's node for the channel, -1 none; caller_node: the node the connecting
+ * thread ran on, -1 unknown; rail: the rail asked for, -1 none. With several rails the device is the
+ * rail asked for, else the one on the hint's node, else on the caller's node, else rail 0. */
 int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
-		    int client_fd, const char **why);
+		    int caller_node, int rail, int client_fd, const char **why);
 /* A client connection went away: its listeners go, its pending connect is abandoned. */
 void channel_client_gone(struct mesh *m, int client_fd);
 

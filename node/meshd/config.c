@@ -91,6 +91,8 @@ static const struct node_key node_keys[] = {
 	{"addr", 0, 0, "numeric IPv4/IPv6 address the node listens on (required)"},
 	{"port", 1, 65535, "rdma_cm port the node listens on (required)"},
 	{"numa", 0, 0, "optional: this node's own cluster.numa (machines differ), auto | off | a node number"},
+	{"rails", 0, 0, "optional: more addresses of the node, one per further RDMA device (multi-rail); "
+			"every node lists as many, rail r of each node on the same network"},
 };
 
 static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
@@ -269,6 +271,29 @@ static int node_cmp(const void *a, const void *b)
 	return (int)x->id - (int)y->id;
 }
 
+/* Same address, however it is written ("fe80::2" and "FE80:0::2" are one address). */
+static bool addr_equal(const char *a, const char *b)
+{
+	unsigned char x[16], y[16];
+
+	if (inet_pton(AF_INET, a, x) == 1)
+		return inet_pton(AF_INET, b, y) == 1 && !memcmp(x, y, 4);
+	if (inet_pton(AF_INET6, a, x) == 1)
+		return inet_pton(AF_INET6, b, y) == 1 && !memcmp(x, y, 16);
+	return !strcmp(a, b);
+}
+
+/* A numeric address that fits: copied to out. */
+static bool addr_valid(const char *a, char out[CONFIG_ADDR_MAX])
+{
+	unsigned char tmp[16];
+
+	if (!a || strlen(a) >= CONFIG_ADDR_MAX || (inet_pton(AF_INET, a, tmp) != 1 && inet_pton(AF_INET6, a, tmp) != 1))
+		return false;
+	util_strlcpy(out, a, CONFIG_ADDR_MAX);
+	return true;
+}
+
 static int config_read_node(struct config_node *node, config_setting_t *grp, const char *path,
 			    char *err, size_t errlen)
 {
@@ -287,8 +312,8 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 		for (j = 0; j < ARRAY_SIZE(node_keys) && strcmp(node_keys[j].name, name); j++)
 			;
 		if (j == ARRAY_SIZE(node_keys))
-			return config_fail(err, errlen, path, sl, "unknown key nodes.%s (expected id, addr, port, numa)",
-					   name);
+			return config_fail(err, errlen, path, sl,
+					   "unknown key nodes.%s (expected id, addr, port, numa, rails)", name);
 		have |= 1 << j;
 		if (!strcmp(name, "numa")) {
 			int ret = numa_setting(s, node->numa, sizeof(node->numa), &node->numa_mode, "nodes.numa", path, err,
@@ -297,17 +322,31 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 			if (ret)
 				return ret;
 		} else if (!strcmp(name, "addr")) {
-			const char *a;
-			unsigned char tmp[16];
-
 			if (t != CONFIG_TYPE_STRING)
 				return config_fail(err, errlen, path, sl, "nodes.addr must be a string");
-			a = config_setting_get_string(s);
-			if (strlen(a) >= sizeof(node->addr) ||
-			    (inet_pton(AF_INET, a, tmp) != 1 && inet_pton(AF_INET6, a, tmp) != 1))
+			if (!addr_valid(config_setting_get_string(s), node->addr))
 				return config_fail(err, errlen, path, sl,
-						   "nodes.addr \"%s\" is not a numeric IPv4 or IPv6 address", a);
-			util_strlcpy(node->addr, a, sizeof(node->addr));
+						   "nodes.addr \"%s\" is not a numeric IPv4 or IPv6 address",
+						   config_setting_get_string(s));
+		} else if (!strcmp(name, "rails")) {
+			int nr = config_setting_length(s);
+
+			if (!config_setting_is_array(s) && !config_setting_is_list(s))
+				return config_fail(err, errlen, path, sl,
+						   "nodes.rails must be a list of addresses [ \"10.1.0.1\", ... ]");
+			if (nr < 1 || nr > CONFIG_RAILS_MAX - 1)
+				return config_fail(err, errlen, path, sl,
+						   "nodes.rails lists %d addresses; 1..%d (with addr, %d rails at most)", nr,
+						   CONFIG_RAILS_MAX - 1, CONFIG_RAILS_MAX);
+			for (int r = 0; r < nr; r++) {
+				config_setting_t *e = config_setting_get_elem(s, (unsigned)r);
+				const char *a = config_setting_get_string(e);
+
+				if (config_setting_type(e) != CONFIG_TYPE_STRING || !addr_valid(a, node->rail[r + 1]))
+					return config_fail(err, errlen, path, sl,
+							   "nodes.rails[%d] is not a numeric IPv4 or IPv6 address", r);
+			}
+			node->n_rails = (uint8_t)(nr + 1);
 		} else {
 			long long v;
 
@@ -324,21 +363,17 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 		}
 	}
 	for (size_t j = 0; j < ARRAY_SIZE(node_keys); j++)
-		if (!(have & (1 << j)) && strcmp(node_keys[j].name, "numa"))
+		if (!(have & (1 << j)) && strcmp(node_keys[j].name, "numa") && strcmp(node_keys[j].name, "rails"))
 			return config_fail(err, errlen, path, line, "node is missing %s", node_keys[j].name);
+	if (!node->n_rails)
+		node->n_rails = 1;
+	util_strlcpy(node->rail[0], node->addr, sizeof(node->rail[0]));
+	for (unsigned r = 1; r < node->n_rails; r++)
+		for (unsigned q = 0; q < r; q++)
+			if (addr_equal(node->rail[r], node->rail[q]))
+				return config_fail(err, errlen, path, line, "node %u has address %s on two rails",
+						   node->id, node->rail[r]);
 	return 0;
-}
-
-/* Same address, however it is written ("fe80::2" and "FE80:0::2" are one address). */
-static bool addr_equal(const char *a, const char *b)
-{
-	unsigned char x[16], y[16];
-
-	if (inet_pton(AF_INET, a, x) == 1)
-		return inet_pton(AF_INET, b, y) == 1 && !memcmp(x, y, 4);
-	if (inet_pton(AF_INET6, a, x) == 1)
-		return inet_pton(AF_INET6, b, y) == 1 && !memcmp(x, y, 16);
-	return !strcmp(a, b);
 }
 
 static int config_read_nodes(struct mesh_config *cfg, config_setting_t *list, const char *path,
@@ -366,10 +401,21 @@ static int config_read_nodes(struct mesh_config *cfg, config_setting_t *list, co
 				return config_fail(err, errlen, path, cfg->nodes[i].line,
 						   "duplicate node id %u (first defined at line %d)", cfg->nodes[i].id,
 						   cfg->nodes[j].line);
-			if (cfg->nodes[j].port == cfg->nodes[i].port && addr_equal(cfg->nodes[j].addr, cfg->nodes[i].addr))
+			if (cfg->nodes[j].n_rails != cfg->nodes[i].n_rails)
 				return config_fail(err, errlen, path, cfg->nodes[i].line,
-						   "node %u uses %s port %u, like node %u at line %d", cfg->nodes[i].id,
-						   cfg->nodes[i].addr, cfg->nodes[i].port, cfg->nodes[j].id, cfg->nodes[j].line);
+						   "node %u has %u rails, node %u at line %d has %u: every node needs "
+						   "as many (rail r of each node on the same network)",
+						   cfg->nodes[i].id, cfg->nodes[i].n_rails, cfg->nodes[j].id,
+						   cfg->nodes[j].line, cfg->nodes[j].n_rails);
+			for (unsigned a = 0; a < cfg->nodes[i].n_rails; a++)
+				for (unsigned b = 0; b < cfg->nodes[j].n_rails; b++)
+					if (cfg->nodes[j].port == cfg->nodes[i].port &&
+					    addr_equal(cfg->nodes[j].rail[b], cfg->nodes[i].rail[a]))
+						return config_fail(err, errlen, path, cfg->nodes[i].line,
+								   "node %u uses %s port %u, like node %u at line %d",
+								   cfg->nodes[i].id, cfg->nodes[i].rail[a],
+								   cfg->nodes[i].port, cfg->nodes[j].id,
+								   cfg->nodes[j].line);
 		}
 	}
 	qsort(cfg->nodes, cfg->n_nodes, sizeof(*cfg->nodes), node_cmp);
@@ -474,15 +520,18 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 	for (size_t i = 0; i < ARRAY_SIZE(node_keys); i++) {
 		char range[32];
 
-		bool numa = !strcmp(node_keys[i].name, "numa");
+		bool numa = !strcmp(node_keys[i].name, "numa"), rails = !strcmp(node_keys[i].name, "rails");
 
 		if (node_keys[i].max)
 			snprintf(range, sizeof(range), "%u..%u", node_keys[i].min, node_keys[i].max);
 		else if (numa)
 			snprintf(range, sizeof(range), "auto|off|0..%d", CONFIG_NUMA_NODE_MAX);
+		else if (rails)
+			snprintf(range, sizeof(range), "1..%d addresses", CONFIG_RAILS_MAX - 1);
 		else
 			snprintf(range, sizeof(range), "address");
 		fprintf(out, "nodes.%-24s %-8s default %-8s range %-14s %s\n", node_keys[i].name,
-			node_keys[i].max ? "integer" : "string", numa ? "cluster" : "(none)", range, node_keys[i].help);
+			node_keys[i].max ? "integer" : rails ? "list" : "string",
+			numa ? "cluster" : rails ? "[]" : "(none)", range, node_keys[i].help);
 	}
 }

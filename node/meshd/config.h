@@ -16,11 +16,16 @@
 #define CONFIG_NUMA_OFF (-2)
 #define CONFIG_NUMA_NODE_MAX 63
 #define CONFIG_ADDR_MAX 64
+#define CONFIG_RAILS_MAX 4 /* addresses (one per RDMA device) a node may have */
 
 struct config_node {
 	uint16_t id;
 	uint16_t port;
-	char addr[CONFIG_ADDR_MAX];
+	char addr[CONFIG_ADDR_MAX]; /* rail 0 */
+	/* Rails: one address per device of the node (rail[0] is addr). Rail r of every node is on the
+	 * same fabric; a link keeps qps_per_link QPs on each rail, a channel uses one rail. */
+	uint8_t n_rails;
+	char rail[CONFIG_RAILS_MAX][CONFIG_ADDR_MAX];
 	char numa[16];  /* this node's own cluster.numa, "" when it has none */
 	int numa_mode;  /* the same, parsed (when numa[0]) */
 	int line; /* where the node was defined, for messages */

@@ -65,9 +65,9 @@ struct daemon {
 	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
 	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
 	int run_status;        /* run()'s result, from the data-path thread */
-	xport_t *xports[MESH_XPORTS_MAX];
+	xport_t *xports[MESH_XPORT_INSTANCES]; /* per provider, one per rail (mesh.h) */
 	size_t n_xports;
-	bool more[MESH_XPORTS_MAX]; /* the transport may hold events we have not taken yet */
+	bool more[MESH_XPORT_INSTANCES]; /* the transport may hold events we have not taken yet */
 	struct mesh mesh;
 	struct admin admin;
 	int epfd, tfd, sfd;
@@ -111,10 +111,12 @@ static bool drain_xport(struct daemon *d, xport_t *x)
 	return drain_xport_n(d, x, false, &got);
 }
 
-/* The providers of cluster.transport for this node's address, in order of preference. */
+/* The providers of cluster.transport for this node's addresses, in order of preference: an
+ * instance of each on every rail (address) of the node. */
 static int xports_open(struct daemon *d, const struct config_node *self)
 {
 	const struct xport_ops *want[MESH_XPORTS_MAX];
+	uint32_t rails = MAX(1u, self->n_rails);
 	size_t n = 0;
 	struct xport_attr xa = {
 		.connect_timeout_ms = d->cfg.connect_timeout_ms,
@@ -124,11 +126,15 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 	int ret;
 
 	if (!strcmp(d->cfg.transport, "auto")) {
-		/* rdma where a device serves our address; tcp always, so peers without RDMA reach us. */
-		if (xport_rdma_ops.probe(self->addr))
+		/* rdma where devices serve our addresses; tcp always, so peers without RDMA reach us. */
+		uint32_t r = 0;
+
+		while (r < rails && xport_rdma_ops.probe(mesh_node_addr(self, r)))
+			r++;
+		if (r == rails)
 			want[n++] = &xport_rdma_ops;
 		else
-			log_info("transport auto: no RDMA device serves %s, using tcp", self->addr);
+			log_info("transport auto: no RDMA device serves %s, using tcp", mesh_node_addr(self, r));
 		want[n++] = &xport_tcp_ops;
 	} else {
 		want[n] = xport_ops_find(d->cfg.transport);
@@ -138,16 +144,19 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 		}
 		n++;
 	}
-	for (size_t i = 0; i < n; i++) {
-		ret = xport_create(want[i], &xa, &d->xports[d->n_xports]);
+	for (size_t i = 0; i < n * rails; i++) {
+		const struct xport_ops *ops = want[i / rails];
+		const char *addr = mesh_node_addr(self, (uint32_t)(i % rails));
+
+		ret = xport_create(ops, &xa, &d->xports[d->n_xports]);
 		if (ret) {
-			log_error("cannot start the %s transport: %s", want[i]->name, mesh_strerror(ret));
+			log_error("cannot start the %s transport: %s", ops->name, mesh_strerror(ret));
 			return ret;
 		}
 		d->n_xports++;
-		ret = xport_listen(d->xports[i], self->addr, self->port);
+		ret = xport_listen(d->xports[i], addr, self->port);
 		if (ret) {
-			log_error("cannot listen on %s port %u (%s): %s", self->addr, self->port, want[i]->name,
+			log_error("cannot listen on %s port %u (%s, rail %zu): %s", addr, self->port, ops->name, i % rails,
 				  mesh_strerror(ret));
 			return ret;
 		}
@@ -178,6 +187,7 @@ static void numa_setup(struct daemon *d)
 		if (xport_device(d->xports[i], dv->name, sizeof(dv->name)))
 			continue;
 		dv->provider = xport_name(d->xports[i]);
+		dv->rail = (uint32_t)(i % d->mesh.n_rails);
 		dv->node = -1;
 		if (!strcmp(dv->provider, "rdma")) {
 			const struct numa_dev *td = numa_topo_dev(&nu->topo, dv->name);
@@ -189,11 +199,15 @@ static void numa_setup(struct daemon *d)
 		} else {
 			dv->node = numa_netdev_node("/", dv->name);
 		}
-		/* The preferred provider's device decides: it carries the data of every peer that has it. */
+		/* The preferred provider's devices decide: they carry the data of every peer that has
+		 * them. Rail 0's is home, where the thread runs and unhinted channels of rail 0 go. */
+		if (i < d->mesh.n_rails)
+			nu->rail_node[dv->rail] = dv->node;
 		if (!nu->n_devs)
 			dev_node = dv->node;
 		nu->n_devs++;
 	}
+	nu->by_device = mode == CONFIG_NUMA_AUTO;
 	if (nu->usable || mode == CONFIG_NUMA_OFF)
 		nu->home = numa_home(&nu->topo, nu->usable, mode, dev_node, &nu->why);
 	if (mode >= 0 && nu->home != mode && nu->usable)
@@ -308,7 +322,7 @@ static int run(struct daemon *d)
 	if (hot)
 		channel_set_polling(&d->mesh, true);
 	while (running) {
-		bool more = false, drained[MESH_XPORTS_MAX] = {false};
+		bool more = false, drained[MESH_XPORT_INSTANCES] = {false};
 		int n;
 
 		for (size_t i = 0; i < d->n_xports; i++)

@@ -11,6 +11,8 @@
 #include "mesh.h"
 #include "util.h"
 
+_Static_assert(CONFIG_RAILS_MAX == MESH_RAILS_MAX, "config and wire disagree on the rails per node");
+
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
 enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
@@ -62,7 +64,7 @@ const char *link_state_name(enum link_state s)
 
 const char *link_transport(const struct link *l)
 {
-	return xport_name(l->mesh->xports[l->xp]);
+	return xport_name(mesh_xport(l->mesh, l->xp, 0));
 }
 
 uint32_t mesh_links_up(const struct mesh *m)
@@ -221,7 +223,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	channel_link_down(l);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
 	l->n_rejects = 0;
-	for (uint32_t i = 0; i < MESH_QPS_PER_LINK_MAX; i++) {
+	for (uint32_t i = 0; i < LINK_CONNS_MAX; i++) {
 		if (!l->conns[i])
 			continue;
 		xport_disconnect(l->conns[i]);
@@ -255,12 +257,13 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	}
 }
 
-/* Registers the link's memory on the device of its first connection of an attempt. */
+/* Registers the link's memory on rail 0's device, with the first of its connections of an attempt
+ * (the other rails' QPs carry only data, into channel memory registered on their own device). */
 static int link_register(struct link *l, xport_conn_t *c)
 {
 	int ret;
 
-	if (l->mr_local)
+	if (l->mr_local || c->index >= l->mesh->cfg->qps_per_link)
 		return 0;
 	memset(l->mailbox, 0, l->mesh->cfg->mailbox_size);
 	ret = xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_local);
@@ -281,10 +284,8 @@ static int link_post_recvs(struct link *l, xport_conn_t *c)
 {
 	int ret;
 
-	if (!l->mr_local)
-		return 0;
 	if (c->index == 0) {
-		if (l->recvs_posted)
+		if (l->recvs_posted || !l->mr_local)
 			return 0;
 		for (uint32_t i = 0; i < LINK_RECV_BUFS; i++) {
 			ret = xport_post_recv(c, l->mr_local, l->buf + BUF_RECV_OFF + i * MESH_PEER_MSG_MAX,
@@ -296,7 +297,7 @@ static int link_post_recvs(struct link *l, xport_conn_t *c)
 		return 0;
 	}
 	for (uint32_t i = 0; i < LINK_DATA_RECVS; i++) {
-		ret = xport_post_recv(c, l->mr_local, NULL, 0, WR_ID(WR_RECV_DATA, i));
+		ret = xport_post_recv(c, NULL, NULL, 0, WR_ID(WR_RECV_DATA, i));
 		if (ret)
 			return ret;
 	}
@@ -397,7 +398,7 @@ static void link_progress(struct link *l)
 	struct mesh *m = l->mesh;
 	int ret;
 
-	if (l->phase == LINK_QPS && l->n_est == m->cfg->qps_per_link) {
+	if (l->phase == LINK_QPS && l->n_est == mesh_link_qps(m)) {
 		ret = link_send_hello(l);
 		if (ret) {
 			link_fail(l, ret, "cannot send Hello");
@@ -458,29 +459,32 @@ static void link_dial(struct link *l)
 	struct mesh_cm_pdata pd = {
 		.kind = MESH_CM_CONNECT,
 		.qp_count = (uint8_t)m->cfg->qps_per_link,
+		.rail_count = (uint8_t)m->n_rails,
 		.cluster_hash = m->cluster_hash,
 		.src_node = m->self->id,
 		.dst_node = l->peer->id,
 		.boot_epoch = m->boot_epoch,
 	};
+	uint32_t q = m->cfg->qps_per_link;
 	int ret = 0, len;
 
 	link_begin(l, MAX(l->epoch + 1, util_wall_us()));
 	pd.link_epoch = l->epoch;
 	log_debug("dialling node %u at %s:%u, epoch %llu", l->peer->id, l->peer->addr, l->peer->port,
 		  (unsigned long long)l->epoch);
-	for (uint32_t i = 0; i < m->cfg->qps_per_link; i++) {
-		pd.qp_index = (uint8_t)i;
+	for (uint32_t i = 0; i < mesh_link_qps(m) && !ret; i++) {
+		uint32_t r = i / q;
+
+		pd.rail = (uint8_t)r;
+		pd.qp_index = (uint8_t)(i % q);
 		len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
-		ret = xport_connect(m->xports[l->xp], m->self->addr, l->peer->addr, l->peer->port, pdata, (size_t)len, l, i,
-				    &l->conns[i]);
+		ret = xport_connect(mesh_xport(m, l->xp, r), mesh_node_addr(m->self, r), mesh_node_addr(l->peer, r),
+				    l->peer->port, pdata, (size_t)len, l, i, &l->conns[i]);
 		if (ret) {
 			l->conns[i] = NULL;
-			break;
+			link_fail(l, ret, "cannot dial %s:%u (rail %u)", mesh_node_addr(l->peer, r), l->peer->port, r);
 		}
 	}
-	if (ret)
-		link_fail(l, ret, "cannot dial %s:%u", l->peer->addr, l->peer->port);
 }
 
 static void mesh_reject(struct mesh *m, xport_conn_t *c, const struct mesh_cm_pdata *req, int reason)
@@ -510,6 +514,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	struct mesh_cm_pdata pd, rep;
 	uint8_t pdata[XPORT_PDATA_MAX];
 	struct link *l;
+	uint32_t idx, rail = 0;
+	size_t xp = 0;
 	int ret, len;
 
 	ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
@@ -552,6 +558,26 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		mesh_reject(m, c, &pd, -MESH_EQPCOUNT);
 		return;
 	}
+	if (pd.rail_count != m->n_rails) {
+		log_warn("rejecting %s (node %u): %u rails, ours %u (nodes.rails)", c->peer_addr, pd.src_node,
+			 pd.rail_count, m->n_rails);
+		mesh_reject(m, c, &pd, -MESH_EQPCOUNT);
+		return;
+	}
+	/* Rail r's QPs come to rail r's address: a QP on another device could not reach the memory
+	 * a channel of rail r registered. */
+	for (size_t i = 0; i < m->n_xports * m->n_rails; i++)
+		if (m->xports[i] == c->xport) {
+			xp = i / m->n_rails;
+			rail = (uint32_t)(i % m->n_rails);
+		}
+	if (rail != pd.rail) {
+		log_warn("rejecting %s (node %u): QP of rail %u came to %s, our rail %u", c->peer_addr, pd.src_node,
+			 pd.rail, mesh_node_addr(m->self, rail), rail);
+		mesh_reject(m, c, &pd, -MESH_EPDATA);
+		return;
+	}
+	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
 	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
@@ -572,18 +598,16 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 				  (unsigned long long)pd.link_epoch);
 		link_begin(l, pd.link_epoch);
 	}
-	if (l->phase != LINK_QPS || l->conns[pd.qp_index]) {
-		log_warn("rejecting %s (node %u): QP %u of epoch %llu %s", c->peer_addr, pd.src_node, pd.qp_index,
+	if (l->phase != LINK_QPS || l->conns[idx]) {
+		log_warn("rejecting %s (node %u): QP %u of epoch %llu %s", c->peer_addr, pd.src_node, idx,
 			 (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
 		mesh_reject(m, c, &pd, -MESH_EDUPQP);
 		return;
 	}
 	c->ctx = l;
-	c->index = pd.qp_index;
-	l->conns[pd.qp_index] = c;
-	for (size_t i = 0; i < m->n_xports; i++)
-		if (m->xports[i] == c->xport)
-			l->xp = (uint8_t)i;
+	c->index = idx;
+	l->conns[idx] = c;
+	l->xp = (uint8_t)xp;
 	ret = link_register(l, c);
 	if (!ret)
 		ret = link_post_recvs(l, c);
@@ -597,7 +621,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		ret = xport_accept(c, pdata, (size_t)len);
 	}
 	if (ret)
-		link_fail(l, ret, "cannot accept QP %u", pd.qp_index);
+		link_fail(l, ret, "cannot accept QP %u", idx);
 }
 
 static void mesh_on_established(struct link *l, const struct xport_event *ev)
@@ -614,7 +638,8 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 		/* The acceptor answers with its own private data: check it as strictly as a request. */
 		ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
 		if (!ret && (pd.kind != MESH_CM_ACCEPT || pd.src_node != l->peer->id || pd.dst_node != m->self->id ||
-			     pd.link_epoch != l->epoch || pd.qp_index != ev->conn->index))
+			     pd.link_epoch != l->epoch || pd.rail_count != m->n_rails ||
+			     pd.rail * m->cfg->qps_per_link + pd.qp_index != ev->conn->index))
 			ret = -MESH_EPEERMSG;
 		if (!ret && pd.cluster_hash != m->cluster_hash)
 			ret = -MESH_ECLUSTER;
@@ -952,18 +977,23 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 
 	memset(m, 0, sizeof(*m));
 	m->numa.home = -1; /* unplaced until main.c learns the topology */
+	for (size_t r = 0; r < MESH_RAILS_MAX; r++)
+		m->numa.rail_node[r] = -1;
 	m->numa.why = "not set up";
-	if (!n_xports || n_xports > MESH_XPORTS_MAX)
+	m->n_rails = MAX(1u, self->n_rails);
+	if (!n_xports || n_xports > MESH_XPORT_INSTANCES || m->n_rails > MESH_RAILS_MAX || n_xports % m->n_rails)
 		return -EINVAL;
 	m->cfg = cfg;
 	m->self = self;
 	for (size_t i = 0; i < n_xports; i++) {
 		m->xports[i] = xports[i];
+		if (i % m->n_rails)
+			continue;
 		if (i)
 			strncat(m->xport_names, "+", sizeof(m->xport_names) - strlen(m->xport_names) - 1);
 		strncat(m->xport_names, xport_name(xports[i]), sizeof(m->xport_names) - strlen(m->xport_names) - 1);
 	}
-	m->n_xports = n_xports;
+	m->n_xports = n_xports / m->n_rails;
 	m->cluster_hash = mesh_cluster_hash(cfg->cluster_name);
 	m->boot_epoch = util_wall_us();
 	m->start_ms = now_ms();

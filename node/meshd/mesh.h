@@ -31,6 +31,11 @@ enum link_phase {
 enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
 
 #define MESH_XPORTS_MAX 2 /* rdma and tcp */
+/* Transport instances: one per provider and rail (each listens on one of the node's addresses),
+ * laid out provider-major: instance p * n_rails + r. */
+#define MESH_XPORT_INSTANCES (MESH_XPORTS_MAX * MESH_RAILS_MAX)
+/* QPs of a link: qps_per_link on every rail; QP r * qps_per_link + i is QP i of rail r. */
+#define LINK_CONNS_MAX (MESH_QPS_PER_LINK_MAX * MESH_RAILS_MAX)
 #define LINK_RECV_BUFS 64   /* QP 0: buffered receives (control messages and data immediates) */
 #define LINK_DATA_RECVS 256 /* QPs 1..: receives without a buffer, for data immediates */
 #define LINK_SEND_BUFS 16
@@ -52,11 +57,12 @@ struct link {
 	enum link_state shown; /* the state meshctl shows, and since when: re-dials of a DOWN link */
 	uint64_t shown_ms;     /* do not reset it */
 	uint64_t attempt_ms; /* when the current attempt began */
-	xport_conn_t *conns[MESH_QPS_PER_LINK_MAX];
+	xport_conn_t *conns[LINK_CONNS_MAX];
 	uint32_t n_est; /* established QPs of the current attempt */
 
 	/* Registered memory: receive and send slots plus proof scratch (local), and the mailbox the
-	 * peer may write and read (remote). Allocated once, registered per attempt. */
+	 * peer may write and read (remote). Allocated once, registered per attempt on rail 0, whose
+	 * QP 0 carries the control messages and whose QPs prove the mailbox key. */
 	uint8_t *buf;
 	size_t buf_len;
 	uint8_t *mailbox;
@@ -64,7 +70,7 @@ struct link {
 	xport_mr_t *mr_mailbox;
 	uint32_t send_busy; /* bitmap of send slots in flight */
 	bool recvs_posted;
-	uint32_t sq_used[MESH_QPS_PER_LINK_MAX]; /* work requests in flight per QP */
+	uint32_t sq_used[LINK_CONNS_MAX]; /* work requests in flight per QP */
 
 	/* Channels of this link by slot (MESH_IMM slot of the data path). */
 	struct channel **ch_slots;
@@ -115,15 +121,18 @@ struct mesh_graveyard {
 struct mesh_numa {
 	struct numa_topo topo;
 	bool usable;      /* libnuma works and there are several nodes */
+	bool by_device;   /* numa = auto: a channel's rings go to its device's node */
+	int rail_node[MESH_RAILS_MAX]; /* node of each rail's device (preferred provider), -1 none */
 	int home;         /* node of the data-path thread and default of the rings, -1 unplaced */
 	const char *why;  /* how home was chosen, or why nothing is placed */
-	size_t n_devs;    /* the devices the providers use */
+	size_t n_devs;    /* the devices the providers use, by transport instance */
 	struct mesh_numa_dev {
 		char name[NUMA_NAME_MAX];
 		char netdev[NUMA_NAME_MAX];
 		const char *provider;
+		uint32_t rail;
 		int node;
-	} devs[MESH_XPORTS_MAX];
+	} devs[MESH_XPORT_INSTANCES];
 	/* the data-path thread */
 	char thread[16];
 	uint32_t tid;
@@ -132,9 +141,11 @@ struct mesh_numa {
 struct mesh {
 	const struct mesh_config *cfg;
 	const struct config_node *self;
-	/* Providers in order of preference; a dialler that gets no answer over one tries the next. */
-	xport_t *xports[MESH_XPORTS_MAX];
-	size_t n_xports;
+	/* Providers in order of preference; a dialler that gets no answer over one tries the next.
+	 * Each has an instance per rail: mesh_xport(). */
+	xport_t *xports[MESH_XPORT_INSTANCES];
+	size_t n_xports; /* providers */
+	uint32_t n_rails;
 	char xport_names[32]; /* "rdma", "tcp", "rdma+tcp" */
 	uint32_t cluster_hash;
 	uint64_t boot_epoch; /* wall clock us at start */
@@ -155,8 +166,8 @@ struct mesh {
 	struct mesh_numa numa;
 };
 
-/* Sets up links for every peer of cfg (self = our node) over the given providers (already
- * created and listening), in order of preference. */
+/* Sets up links for every peer of cfg (self = our node) over the given transport instances
+ * (already created and listening): per provider in order of preference, one per rail of self. */
 int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *const *xports,
 	      size_t n_xports);
 /* The provider of a link's current or last attempt. */
@@ -182,6 +193,24 @@ void mesh_bury_map(struct mesh *m, void *addr, size_t len);
 enum link_state link_state(const struct link *l);
 const char *link_state_name(enum link_state s);
 uint32_t mesh_links_up(const struct mesh *m);
+
+/* The instance of provider p on rail r. */
+static inline xport_t *mesh_xport(const struct mesh *m, size_t p, uint32_t r)
+{
+	return m->xports[p * m->n_rails + r];
+}
+
+/* QPs of every link: qps_per_link on each rail. */
+static inline uint32_t mesh_link_qps(const struct mesh *m)
+{
+	return m->cfg->qps_per_link * m->n_rails;
+}
+
+/* Address of a node on rail r (rail 0 is its addr). */
+static inline const char *mesh_node_addr(const struct config_node *n, uint32_t r)
+{
+	return r ? n->rail[r] : n->addr;
+}
 
 /* Dial rule: the higher id dials the lower. */
 static inline bool mesh_dials(uint32_t self, uint32_t peer)

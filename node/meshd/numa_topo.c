@@ -300,6 +300,25 @@ int numa_channel_node(const struct numa_topo *t, bool usable, int home, int hint
 	return usable ? hint : -1;
 }
 
+unsigned numa_rail_pick(const int *rail_node, unsigned n_rails, int want)
+{
+	if (want < 0)
+		return 0;
+	for (unsigned r = 0; r < n_rails; r++)
+		if (rail_node[r] == want)
+			return r;
+	return 0;
+}
+
+int numa_ring_node(const struct numa_topo *t, bool usable, bool by_device, int home, int dev_node, int hint)
+{
+	if (hint >= 0)
+		return numa_channel_node(t, usable, home, hint);
+	if (usable && by_device && dev_node >= 0 && dev_node < t->n_nodes && t->online[dev_node])
+		return dev_node;
+	return home;
+}
+
 /* ---- run time ---- */
 
 bool numa_lib_ok(void)

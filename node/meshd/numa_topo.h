@@ -66,6 +66,12 @@ int numa_home(const struct numa_topo *t, bool usable, int mode, int dev_node, co
 /* A channel's node: the application's hint when it names an online node, else home. -EINVAL when the
  * hint names no online node (hint < 0: no hint). */
 int numa_channel_node(const struct numa_topo *t, bool usable, int home, int hint);
+/* With several devices (rails): the rail whose device sits on node want (the hint, else the
+ * connecting thread's node), else rail 0. rail_node[r]: node of rail r's device, -1 none. */
+unsigned numa_rail_pick(const int *rail_node, unsigned n_rails, int want);
+/* Where a channel on a device of node dev_node puts its rings: the hint (as numa_channel_node),
+ * else the device's node when meshd places by device (numa = auto), else home. */
+int numa_ring_node(const struct numa_topo *t, bool usable, bool by_device, int home, int dev_node, int hint);
 
 /* Run-time side (libnuma). numa_lib_ok: numa_available() >= 0. */
 bool numa_lib_ok(void);

@@ -338,6 +338,14 @@ static int cm_pdata_expect(const uint8_t *buf, size_t len)
 		return -EPROTO;
 	if (buf[5] != MESH_CM_REJECT && (buf[7] == 0 || buf[7] > MESH_QPS_PER_LINK_MAX || buf[6] >= buf[7]))
 		return -EPROTO;
+	/* rail, rail_count (0 from one-rail senders: one rail) */
+	{
+		size_t r = offsetof(struct mesh_cm_wire, rail), n = offsetof(struct mesh_cm_wire, rail_count);
+		unsigned count = buf[n] ? buf[n] : 1;
+
+		if (count > MESH_RAILS_MAX || buf[r] >= count)
+			return -EPROTO;
+	}
 	return 0;
 }
 
@@ -347,6 +355,8 @@ static void check_same_pdata(const struct mesh_cm_pdata *a, const struct mesh_cm
 	FUZZ_CHECK(a->kind == b->kind);
 	FUZZ_CHECK(a->qp_index == b->qp_index);
 	FUZZ_CHECK(a->qp_count == b->qp_count);
+	FUZZ_CHECK(a->rail == b->rail);
+	FUZZ_CHECK(a->rail_count == b->rail_count);
 	FUZZ_CHECK(a->cluster_hash == b->cluster_hash);
 	FUZZ_CHECK(a->src_node == b->src_node);
 	FUZZ_CHECK(a->dst_node == b->dst_node);
@@ -360,7 +370,7 @@ static void fuzz_cm_pdata(const uint8_t *buf, size_t len)
 	/* Every field of the wire struct comes before its reserved bytes. */
 	enum { WIRE_LEN = sizeof(struct mesh_cm_wire), FIELDS_LEN = offsetof(struct mesh_cm_wire, reserved) };
 	struct mesh_cm_pdata pd, pd2, untouched;
-	uint8_t out[WIRE_LEN];
+	uint8_t out[WIRE_LEN], want[WIRE_LEN];
 	uint8_t *copy;
 	int ret;
 
@@ -378,14 +388,18 @@ static void fuzz_cm_pdata(const uint8_t *buf, size_t len)
 		FUZZ_CHECK(pd.qp_count >= 1 && pd.qp_count <= MESH_QPS_PER_LINK_MAX);
 		FUZZ_CHECK(pd.qp_index < pd.qp_count);
 	}
+	FUZZ_CHECK(pd.rail_count >= 1 && pd.rail_count <= MESH_RAILS_MAX && pd.rail < pd.rail_count);
 	FUZZ_CHECK(pd.reason == 0 ||
 		   (pd.reason < -MESH_ERRNO_BASE && pd.reason >= -(MESH_ERRNO_BASE + UINT16_MAX)));
 
-	/* Encoding gives back every field byte (the reserved bytes are written as 0) and decodes to
-	 * the same values. */
+	/* Encoding gives back every field byte (the reserved bytes are written as 0, a rail_count of
+	 * 0 as the 1 it means) and decodes to the same values. */
 	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out) - 1) == -ENOSPC);
 	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out)) == WIRE_LEN);
-	FUZZ_CHECK(memcmp(out, buf, FIELDS_LEN) == 0);
+	memcpy(want, buf, WIRE_LEN);
+	if (!want[offsetof(struct mesh_cm_wire, rail_count)])
+		want[offsetof(struct mesh_cm_wire, rail_count)] = 1;
+	FUZZ_CHECK(memcmp(out, want, FIELDS_LEN) == 0);
 	for (size_t i = FIELDS_LEN; i < WIRE_LEN; i++)
 		FUZZ_CHECK(out[i] == 0);
 	copy = fuzz_dup(out, sizeof(out));

@@ -644,7 +644,7 @@ static struct chan *connect_out(struct ct *c, uint16_t port, uint64_t size, uint
 	const char *why = NULL;
 	struct chan *h = chan_new(c, size, peer_slot);
 	PeerMsg *m;
-	int ret = channel_connect(&c->t.m, PEER, port, size, qps, -1, CLIENT_FD, &why);
+	int ret = channel_connect(&c->t.m, PEER, port, size, qps, -1, -1, -1, CLIENT_FD, &why);
 
 	if (ret)
 		fail_msg("channel_connect: %s (%s)", mesh_strerror(ret), why ? why : "?");
@@ -779,7 +779,7 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	ct_init(c, 3);
 	from = c->t.fx->n_posts;
 	regs = c->t.fx->n_regs;
-	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, -1, CLIENT_FD, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, -1, -1, -1, CLIENT_FD, &why), 0);
 	/* TX (local), RX and the credit word in (remote write), the credit word out (local). */
 	assert_int_equal(c->t.fx->n_regs, regs + 4);
 	r = find_regs(c, RING);
@@ -830,7 +830,7 @@ static void channel_connect__qps_and_ring_unset__link_qps_and_default_ring(void 
 		size_t from = c->t.fx->n_posts;
 		PeerMsg *m;
 
-		assert_int_equal(channel_connect(&c->t.m, PEER, 80, i ? RING : 0, ask[i], -1, CLIENT_FD, &why), 0);
+		assert_int_equal(channel_connect(&c->t.m, PEER, 80, i ? RING : 0, ask[i], -1, -1, -1, CLIENT_FD, &why), 0);
 		m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
 		assert_non_null(m);
 		assert_int_equal(m->channel_open->qps, want[i]);
@@ -940,7 +940,7 @@ static void expect_connect_refused(struct ct *c, uint32_t node, int err)
 {
 	size_t regs = c->t.fx->n_regs, posts = c->t.fx->n_posts;
 	const char *why = NULL;
-	int ret = channel_connect(&c->t.m, node, 80, RING, 0, -1, CLIENT_FD, &why);
+	int ret = channel_connect(&c->t.m, node, 80, RING, 0, -1, -1, -1, CLIENT_FD, &why);
 
 	if (ret != err)
 		fail_msg("channel_connect to node %u: %d (%s), expected %d (%s)", node, ret, mesh_strerror(ret), err,
@@ -991,7 +991,7 @@ static void channel_connect__registration_fails__refused_nothing_left(void **sta
 	posts = c->t.fx->n_posts;
 	/* TX and RX register, the credit word does not. */
 	c->t.fx->fail_mr_reg = (struct fake_fail){.err = -EFAULT, .skip = 2};
-	ret = channel_connect(&c->t.m, PEER, 80, RING, 2, -1, CLIENT_FD, &why);
+	ret = channel_connect(&c->t.m, PEER, 80, RING, 2, -1, -1, -1, CLIENT_FD, &why);
 	assert_true(ret < 0);
 	assert_non_null(why);
 	if (!strstr(why, "registration"))

@@ -31,6 +31,7 @@ extern "C" {
 /* Default path of meshd's local control socket; the MESH_SOCKET environment variable overrides it. */
 #define MESH_SOCKET_DEFAULT "/run/meshd/meshd.sock"
 #define MESH_SOCKET_ENV "MESH_SOCKET"
+#define MESH_RAILS_MAX 4u /* devices (rails, nodes.addr + nodes.rails) a node may have */
 
 /* Mesh-specific error codes, returned negated like errno values. */
 enum mesh_errno {
@@ -74,16 +75,22 @@ typedef struct mesh_channel mesh_channel_t;
 #define MESH_OPT_QPS (1u << 1)
 #define MESH_OPT_NUMA_NODE (1u << 2)
 #define MESH_OPT_TIMEOUT_MS (1u << 3)
+#define MESH_OPT_RAIL (1u << 4)
 
 struct mesh_channel_opts {
 	uint32_t mask;
 	uint32_t qps;        /* QPs of the link to stripe over, 1..16; default all of the link's */
 	uint64_t ring_size;  /* bytes per direction, power of two, 4 KiB..256 MiB; default 1 MiB */
-	int32_t numa_node;   /* NUMA node of this side's rings and registered memory; default: meshd's
-			      * home node (the device's, cluster.numa). A node this machine lacks:
-			      * -EINVAL; where meshd cannot place (one node, no libnuma): ignored */
+	int32_t numa_node;   /* NUMA node of this side's rings and registered memory; default: the node of
+			      * the channel's device (cluster.numa). With several devices it also picks
+			      * the device on that node. A node this machine lacks: -EINVAL; where meshd
+			      * cannot place (one node, no libnuma): ignored */
 	uint32_t timeout_ms; /* how long mesh_connect waits for the peer; default 30000 */
-	uint64_t reserved[6];
+	uint32_t rail;       /* the device (rail) to use: 0 is nodes.addr's, i is nodes.rails[i-1]'s;
+			      * default: the one on numa_node, else on the calling thread's node, else 0.
+			      * A rail the cluster lacks: -EINVAL */
+	uint32_t reserved32;
+	uint64_t reserved[5];
 };
 
 struct mesh_channel_info {
