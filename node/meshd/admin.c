@@ -224,7 +224,7 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 						   : LINK_STATE__LINK_STATE_DOWN;
 	li->dialer = l->dialer;
 	li->qps = l->n_est;
-	li->qps_configured = m->cfg->qps_per_link;
+	li->qps_configured = mesh_link_qps(m); /* on every rail */
 	li->epoch = l->epoch;
 	li->rtt_us = l->rtt_us;
 	if (l->phase >= LINK_PROOF) {

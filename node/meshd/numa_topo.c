@@ -138,6 +138,10 @@ int numa_netdev_node(const char *root, const char *ifname)
 	if (!ifname[0] || strchr(ifname, '/') || !strcmp(ifname, ".") || !strcmp(ifname, ".."))
 		return -1;
 	snprintf(path, sizeof(path), "%s/sys/class/net/%s/device/numa_node", root ? root : "", ifname);
+	if (!read_node(path, &node))
+		return node;
+	/* virtio-net: the netdev's device is the virtio device, the PCI function is its parent. */
+	snprintf(path, sizeof(path), "%s/sys/class/net/%s/device/../numa_node", root ? root : "", ifname);
 	return read_node(path, &node) ? -1 : node;
 }
 

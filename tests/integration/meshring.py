@@ -39,7 +39,8 @@ def _varint(v):
 
 def encode_request(**fields):
     """CtlRequest from keyword fields (field numbers of ctl.proto)."""
-    numbers = dict(version=1, object=2, op=3, port=4, node=5, ring_size=6, qps=7, has_numa=8, numa_node=9)
+    numbers = dict(version=1, object=2, op=3, port=4, node=5, ring_size=6, qps=7, has_numa=8, numa_node=9,
+                   has_caller_node=10, caller_node=11, has_rail=12, rail=13)
     out = b""
     for name, value in fields.items():
         out += _varint(numbers[name] << 3) + _varint(value)
@@ -196,9 +197,14 @@ class Channel:
             os.close(fd)
 
 
-def connect(path, node, port, ring_size=0, qps=0, timeout=30, numa=None):
+def connect(path, node, port, ring_size=0, qps=0, timeout=30, numa=None, caller_node=None, rail=None):
+    """caller_node: the NUMA node to report as the connecting thread's (libmesh asks getcpu)."""
     s = _open(path)
     hint = {} if numa is None else dict(has_numa=1, numa_node=numa)
+    if caller_node is not None:
+        hint.update(has_caller_node=1, caller_node=caller_node)
+    if rail is not None:
+        hint.update(has_rail=1, rail=rail)
     try:
         s.send(encode_request(version=CTL_VERSION, op=OP_CONNECT, node=node, port=port, ring_size=ring_size,
                               qps=qps, **hint))

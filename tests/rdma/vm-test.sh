@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # Runs one test command inside the Soft-RoCE VM (tests/rdma/rxe-vm), for ctest.
-#   tests/rdma/vm-test.sh [-a "ADDR/PREFIX ..."] [-n NUMA_NODES] -- COMMAND [ARG...]
+#   tests/rdma/vm-test.sh [-a "ADDR/PREFIX ..."] [-n NUMA_NODES] [-r "ADDR/PREFIX ..."]... -- COMMAND [ARG...]
 # Exits 77 (skipped, with the reason) when the VM cannot run here, unless MESH_REQUIRE_RDMA=1
 # (CI sets it): then that is a failure, because the rdma provider's tests must never be skipped
 # silently. Inside the VM, MESH_REQUIRE_RDMA=1 is always set: there RDMA must work.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 addrs="10.77.0.1/24"
-numa=()
+numa=() rails=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-a) addrs=$2; shift 2 ;;
 	-n) numa=(-n "$2"); shift 2 ;;
+	-r) rails+=(-r "$2"); shift 2 ;;
 	--) shift; break ;;
 	*) break ;;
 	esac
 done
-[ $# -ge 1 ] || { echo "usage: vm-test.sh [-a ADDRS] [-n NUMA_NODES] -- COMMAND..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: vm-test.sh [-a ADDRS] [-n NUMA_NODES] [-r RAIL_ADDRS]... -- COMMAND..." >&2; exit 2; }
 
 if ! why=$("$here/rxe-vm" --check 2>&1); then
 	echo "skip: the Soft-RoCE VM cannot run here: $why"
@@ -24,7 +25,7 @@ if ! why=$("$here/rxe-vm" --check 2>&1); then
 	exit 77
 fi
 start=$(date +%s.%N)
-"$here/rxe-vm" -t 900 -a "$addrs" "${numa[@]}" -e MESH_REQUIRE_RDMA=1 -- "$@"
+"$here/rxe-vm" -t 900 -a "$addrs" "${numa[@]}" "${rails[@]}" -e MESH_REQUIRE_RDMA=1 -- "$@"
 rc=$?
 echo "# VM test took $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $start}") s (boot included), exit $rc"
 exit $rc

@@ -822,10 +822,86 @@ static void config_dump__every_printed_default__loads_back(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, cfg_setup, cfg_teardown)
 
+static void config_load__rails__addresses_per_rail_and_every_node_as_many(void **state)
+{
+	struct cfg_test *t = *state;
+	int ret = load_text(t, "cluster = { name = \"lab\"; };\n"
+			       "nodes = (\n"
+			       "  { id = 1; addr = \"10.0.0.1\"; port = 7471; rails = [ \"10.1.0.1\", \"10.2.0.1\" ]; },\n"
+			       "  { id = 2; addr = \"10.0.0.2\"; port = 7471; rails = [ \"10.1.0.2\", \"10.2.0.2\" ]; }\n"
+			       ");\n");
+
+	assert_int_equal(ret, 0);
+	assert_int_equal(t->cfg.nodes[0].n_rails, 3);
+	assert_string_equal(t->cfg.nodes[0].rail[0], "10.0.0.1");
+	assert_string_equal(t->cfg.nodes[0].rail[2], "10.2.0.1");
+	assert_string_equal(t->cfg.nodes[1].rail[1], "10.1.0.2");
+}
+
+static void config_load__no_rails__one_rail_the_address(void **state)
+{
+	struct cfg_test *t = *state;
+
+	assert_int_equal(load_text(t, "cluster = { name = \"c\"; };\n" NODES1), 0);
+	assert_int_equal(t->cfg.nodes[0].n_rails, 1);
+	assert_string_equal(t->cfg.nodes[0].rail[0], "10.0.0.1");
+}
+
+static void config_load__rails_count_differs__rejected_naming_both_nodes(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; rails = [ \"10.1.0.1\" ]; },\n"
+			  "  { id = 2; addr = \"10.0.0.2\"; port = 7471; }\n"
+			  ");\n",
+			  4, "node 2 has 1 rails, node 1 at line 3 has 2", NULL);
+}
+
+static void config_load__bad_rails__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; rails = [ \"10.1.0.x\" ]; }\n"
+			  ");\n",
+			  3, "nodes.rails[0] is not a numeric IPv4 or IPv6 address", NULL);
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471;\n"
+			  "    rails = [ \"10.1.0.1\", \"10.2.0.1\", \"10.3.0.1\", \"10.4.0.1\" ]; }\n"
+			  ");\n",
+			  4, "nodes.rails lists 4 addresses; 1..3", NULL);
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; rails = [ \"10.0.0.1\" ]; }\n"
+			  ");\n",
+			  3, "node 1 has address 10.0.0.1 on two rails", NULL);
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; rails = [ \"10.1.0.1\" ]; },\n"
+			  "  { id = 2; addr = \"10.0.0.2\"; port = 7471; rails = [ \"10.1.0.1\" ]; }\n"
+			  ");\n",
+			  4, "node 2 uses 10.1.0.1 port 7471, like node 1", NULL);
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; };\n"
+			  "nodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471; rails = \"10.1.0.1\"; }\n"
+			  ");\n",
+			  3, "nodes.rails must be a list", NULL);
+}
+
 static const struct CMUnitTest tests[] = {
 	T(config_load__valid_file__every_value_parsed_and_defaults_applied),
 	T(config_load__valid_file__nodes_sorted_by_id_with_lines),
 	T(config_node_find__loaded_ids__found_and_others_null),
+	T(config_load__rails__addresses_per_rail_and_every_node_as_many),
+	T(config_load__no_rails__one_rail_the_address),
+	T(config_load__rails_count_differs__rejected_naming_both_nodes),
+	T(config_load__bad_rails__rejected_with_line),
 	T(config_load__minimal_file__all_defaults),
 	T(config_free__after_failure_and_twice__safe),
 	T(config_load__unknown_cluster_key__rejected_with_line),

@@ -239,6 +239,60 @@ static void numa_netdev_node__hostile_names__no_affinity_without_leaving_sysfs(v
 	assert_int_equal(numa_netdev_node(t->root, "lo"), -1);
 }
 
+/* virtio-net (a VM's NIC on a PCI root bus of node 1): the netdev's device is the virtio device,
+ * whose parent, the PCI function, has the node. */
+static void numa_netdev_node__virtio_nic__node_of_the_pci_parent(void **state)
+{
+	struct tree *t = *state;
+	char link[PATH_MAX * 2];
+
+	two_node_machine(t);
+	put(t, "sys/devices/pci0000:20/0000:21:00.0/numa_node", "1\n");
+	put(t, "sys/devices/pci0000:20/0000:21:00.0/virtio1/features", "0\n");
+	put(t, "sys/class/net/rail1/mtu", "1500\n");
+	snprintf(link, sizeof(link), "%s/sys/class/net/rail1/device", t->root);
+	assert_int_equal(symlink("../../../devices/pci0000:20/0000:21:00.0/virtio1", link), 0);
+	put(t, "sys/class/infiniband/rxe_rail1/parent", "rail1\n");
+	assert_int_equal(numa_netdev_node(t->root, "rail1"), 1);
+}
+
+/* ---- several devices (rails) ---- */
+
+static void numa_rail_pick__wanted_node__that_nodes_device_else_rail_0(void **state)
+{
+	const int nodes[3] = {0, 1, -1};
+
+	(void)state;
+	assert_int_equal(numa_rail_pick(nodes, 3, 1), 1);
+	assert_int_equal(numa_rail_pick(nodes, 3, 0), 0);
+	assert_int_equal(numa_rail_pick(nodes, 3, -1), 0); /* nothing wanted */
+	assert_int_equal(numa_rail_pick(nodes, 3, 5), 0);  /* no device there */
+	assert_int_equal(numa_rail_pick(nodes, 1, 1), 0);  /* one rail */
+	/* devices on the same node: the first */
+	{
+		const int same[2] = {1, 1};
+
+		assert_int_equal(numa_rail_pick(same, 2, 1), 0);
+	}
+}
+
+static void numa_ring_node__hint_device_home__in_that_order(void **state)
+{
+	struct tree *t = *state;
+	struct numa_topo topo;
+	char why[256];
+
+	two_node_machine(t);
+	assert_int_equal(numa_topo_load(&topo, t->root, why, sizeof(why)), 0);
+	assert_int_equal(numa_ring_node(&topo, true, true, 0, 1, -1), 1);  /* the device's node */
+	assert_int_equal(numa_ring_node(&topo, true, true, 0, 1, 0), 0);   /* the hint wins */
+	assert_int_equal(numa_ring_node(&topo, true, true, 0, -1, -1), 0); /* device without affinity: home */
+	assert_int_equal(numa_ring_node(&topo, true, false, 0, 1, -1), 0); /* numa = <node>: home */
+	assert_int_equal(numa_ring_node(&topo, true, true, 0, 9, -1), 0);  /* a node we lack: home */
+	assert_int_equal(numa_ring_node(&topo, false, true, -1, 1, -1), -1); /* cannot place */
+	assert_int_equal(numa_ring_node(&topo, true, true, 0, 1, 7), -EINVAL);
+}
+
 /* ---- policy ---- */
 
 static void numa_home__each_mode__node_and_reason(void **state)
@@ -346,6 +400,9 @@ static const struct CMUnitTest tests[] = {
 	T(numa_topo_load__malformed_cpulist__error_names_the_file),
 	T(numa_topo_load__device_on_an_offline_or_bogus_node__no_affinity),
 	T(numa_netdev_node__hostile_names__no_affinity_without_leaving_sysfs),
+	T(numa_netdev_node__virtio_nic__node_of_the_pci_parent),
+	T(numa_rail_pick__wanted_node__that_nodes_device_else_rail_0),
+	T(numa_ring_node__hint_device_home__in_that_order),
 	T(numa_home__each_mode__node_and_reason),
 	T(numa_usable__one_node__false_with_reason),
 	T(numa_channel_node__hint__overrides_home_or_einval),

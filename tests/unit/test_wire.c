@@ -233,6 +233,40 @@ static void mesh_cm_pdata_decode__bad_qp_count_or_index__eproto(void **state)
 	}
 }
 
+static void mesh_cm_pdata__rails__round_trip_old_senders_one_rail_bad_ones_eproto(void **state)
+{
+	static const struct {
+		uint8_t rail, count;
+		int want;
+	} cases[] = {
+		{0, 0, 0}, {0, 1, 0}, {1, 2, 0}, {3, 4, 0}, {1, 0, -EPROTO}, {2, 2, -EPROTO}, {0, 5, -EPROTO},
+		{255, 255, -EPROTO},
+	};
+	uint8_t buf[MESH_CM_PDATA_MAX];
+	struct mesh_cm_pdata pd = sample_pdata(), out;
+	size_t r = offsetof(struct mesh_cm_wire, rail), n = offsetof(struct mesh_cm_wire, rail_count);
+
+	(void)state;
+	pd.rail = 2;
+	pd.rail_count = 3;
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), (int)sizeof(struct mesh_cm_wire));
+	assert_int_equal(buf[r], 2);
+	assert_int_equal(buf[n], 3);
+	assert_int_equal(mesh_cm_pdata_decode(buf, sizeof(buf), &out), 0);
+	assert_int_equal(out.rail, 2);
+	assert_int_equal(out.rail_count, 3);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		buf[r] = cases[i].rail;
+		buf[n] = cases[i].count;
+		memset(&out, 0, sizeof(out));
+		if (mesh_cm_pdata_decode(buf, sizeof(buf), &out) != cases[i].want)
+			fail_msg("rail %u of %u: expected %d", cases[i].rail, cases[i].count, cases[i].want);
+		/* A sender of before the rails wrote zeros: one rail. */
+		if (!cases[i].want)
+			assert_int_equal(out.rail_count, cases[i].count ? cases[i].count : 1);
+	}
+}
+
 static void mesh_cm_pdata_decode__reject_reason__round_trips_as_negative_code(void **state)
 {
 	uint8_t buf[MESH_CM_PDATA_MAX];
@@ -777,6 +811,7 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_cm_wire__size__fits_rc_private_data),
 	cmocka_unit_test(mesh_cm_pdata_encode__all_fields__round_trip),
 	cmocka_unit_test(mesh_cm_pdata_encode__fields__big_endian_on_wire),
+	cmocka_unit_test(mesh_cm_pdata__rails__round_trip_old_senders_one_rail_bad_ones_eproto),
 	cmocka_unit_test(mesh_cm_pdata_encode__buffer_too_small__enospc_untouched),
 	cmocka_unit_test(mesh_cm_pdata_decode__truncated__ebadmsg),
 	cmocka_unit_test(mesh_cm_pdata_decode__padded_to_56__decodes),

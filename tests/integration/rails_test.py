@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Several devices per node (rails), asserted from meshctl's JSON and from the devices' own counters.
+
+Three meshd, each with one address per rail (nodes.addr, nodes.rails): every link keeps
+qps_per_link QPs on every rail; meshctl node lists a device per rail with its address. A channel
+asked onto rail r (MESH_OPT_RAIL) is shown on rail r and its device on both ends, carries its bytes
+intact, and those bytes cross rail r's device: the kernel's counters of that device grow by the
+payload, the other rails' do not (tcp: bytes acked on the rail's sockets, `ss`; rdma: the device's
+sent_pkts in sysfs). Without a rail, the device on the NUMA hint's node is chosen, else the one on
+the connecting thread's node (libmesh asks getcpu: meshbench pinned with taskset), else rail 0;
+the rings follow the device's node (move_pages). A rail the cluster lacks is refused with -EINVAL.
+
+  rails_test.py --build DIR [--transport tcp|rdma] --rails "ADDR0 ADDR1 ..." [--want-nodes N]
+
+--want-nodes fails the test unless the machine has N NUMA nodes and the rails' devices sit on
+different ones (the VM harness puts each rail's NIC on its own node). Exit 0 when every check passed.
+"""
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import meshring  # noqa: E402
+from mesh_test import Cluster, check, wait_until  # noqa: E402
+from numa_test import node_cpus, online_nodes, find_channel  # noqa: E402
+
+PORT = 5600
+
+
+def pump(a, b, data, timeout):
+    """Sends data from raw channel a to raw channel b in 64 KiB pieces; returns what b read."""
+    got, sent, end = [], 0, time.monotonic() + timeout
+    n = 0
+    while n < len(data) and time.monotonic() < end:
+        if sent < len(data):
+            sent += a.send(data[sent:sent + 65536])
+        chunk = b.recv(len(data) - n)
+        got.append(chunk)
+        n += len(chunk)
+        if not chunk:
+            time.sleep(0.002)
+    return b"".join(got)
+
+
+def tcp_bytes(addr):
+    """Bytes acked on the TCP sockets bound to addr (both ends of loopback connections count)."""
+    r = subprocess.run(["ss", "-tinH", "src", addr], capture_output=True, text=True, timeout=10)
+    return sum(int(m) for m in re.findall(r"bytes_acked:(\d+)", r.stdout))
+
+
+def rdma_pkts(dev):
+    try:
+        with open(f"/sys/class/infiniband/{dev}/ports/1/hw_counters/sent_pkts") as f:
+            return int(f.read())
+    except OSError:
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rails", default="127.0.0.1 127.0.1.1")
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--base-port", type=int, default=7690)
+    ap.add_argument("--want-nodes", type=int, default=0)
+    args = ap.parse_args()
+    rails = args.rails.split()
+    nr = len(rails)
+    args.addrs = rails[0]
+    # Keepalives are the other rails' traffic while one carries a channel: keep them rare.
+    args.nodes, args.qps, args.ka_interval, args.ka_timeout = 3, 2, 2000, 15000
+    payload = (8 << 20) if args.transport == "tcp" else (1 << 20)  # Python under TCG is slow
+    nodes = online_nodes()
+    print(f"# this machine: NUMA nodes {nodes}; rails {rails}")
+    if args.want_nodes and len(nodes) != args.want_nodes:
+        print(f"FAIL the machine has {len(nodes)} NUMA node(s), the test wants {args.want_nodes}")
+        return 1
+    rails_list = ", ".join(f'"{a}"' for a in rails[1:])
+    args.node_extra = {i: f"rails = [ {rails_list} ]; " for i in range(1, args.nodes + 1)}
+    workdir = tempfile.mkdtemp(prefix="rails-test-")
+    c = Cluster(args, workdir)
+    ok = True
+    li = None
+    try:
+        for i in c.nodes:
+            c.start(i)
+
+        def up():
+            for i in c.nodes:
+                ls = c.links(i)
+                if not ls or len(ls) != args.nodes - 1 or \
+                        any(l["state"] != "UP" or l["qps"] != args.qps * nr for l in ls.values()):
+                    return False
+            return True
+        ok &= check(wait_until(up, 90), f"3 meshd, every link UP with {args.qps} QPs on each of {nr} rails")
+
+        # ---- a device per rail ----
+        devs = {}
+        for i in c.nodes:
+            j = c.ctl(i, "node") or {}
+            mine = [d for d in j.get("devices", []) if d["provider"] == args.transport]
+            ok &= check(sorted(d["rail"] for d in mine) == list(range(nr)) and
+                        all(d["address"] == rails[d["rail"]] for d in mine),
+                        f"node {i}: meshctl node lists a {args.transport} device per rail, with its address",
+                        str(mine))
+            devs[i] = {d["rail"]: d for d in mine}
+        dev_names = [devs[1].get(r, {}).get("name", "?") for r in range(nr)]
+        dev_nodes = [devs[1].get(r, {}).get("numa_node", -1) for r in range(nr)]
+        print(f"# rails' devices {dev_names} on NUMA nodes {dev_nodes}")
+        spread = len(set(dev_nodes)) == nr and min(dev_nodes) >= 0
+        if args.want_nodes:
+            ok &= check(spread and len(set(dev_names)) == nr,
+                        f"each rail has its own device on its own NUMA node ({dev_names}, {dev_nodes})")
+
+        def counters():
+            if args.transport == "tcp":
+                return [tcp_bytes(a) for a in rails]
+            return [rdma_pkts(d) for d in dev_names]
+
+        # ---- a channel on each rail, asked for ----
+        li = meshring.Listener(c.nodes[2]["sock"], PORT)
+        for r in range(nr):
+            before = counters()
+            a = meshring.connect(c.nodes[1]["sock"], 2, PORT, ring_size=1 << 20, rail=r)
+            b = li.accept()
+            data = random.randbytes(payload)
+            t0 = time.monotonic()
+            got = pump(a, b, data, timeout=120)
+            ok &= check(got == data, f"rail {r}: {payload >> 20} MiB through the channel, intact "
+                        f"({time.monotonic() - t0:.1f} s)", f"{len(got)} bytes arrived")
+            ch1, ch2 = find_channel(c, 1, PORT), find_channel(c, 2, PORT)
+            ok &= check(ch1 and ch2 and ch1.get("rail", 0) == r and ch2.get("rail", 0) == r and
+                        ch1["device"] == dev_names[r] and ch2["device"] == devs[2][r]["name"],
+                        f"rail {r}: meshctl channels shows rail {r} and device {dev_names[r]} on both ends",
+                        f"{ch1} / {ch2}")
+            after = counters()
+            if None in before or None in after:
+                check(True, f"rail {r}: SKIP device counters: none in sysfs ({before})")
+            else:
+                grew = [y - x for x, y in zip(before, after)]
+                # tcp: bytes; rdma: packets of at most one MTU (>= 1024 bytes)
+                need = payload if args.transport == "tcp" else payload // 4096
+                ok &= check(grew[r] >= need and all(g < grew[r] // 4 for k, g in enumerate(grew) if k != r),
+                            f"rail {r}: the bytes crossed rail {r}'s device, not the others (counters grew {grew})")
+            a.close()
+            b.close()
+            wait_until(lambda: not find_channel(c, 1, PORT), 10)
+
+        r = meshring.connect_reply(c.nodes[1]["sock"], 2, PORT, has_rail=1, rail=nr)
+        ok &= check(r.status == -22 and "rail" in r.error, f"rail {nr} of {nr}: -EINVAL ({r.status} {r.error})")
+
+        # ---- the default: the device nearest the hint, else nearest the connecting thread ----
+        for k in nodes:
+            want = dev_nodes.index(k) if spread and k in dev_nodes else 0
+            a = meshring.connect(c.nodes[1]["sock"], 2, PORT, caller_node=k)
+            b = li.accept()
+            ch = find_channel(c, 1, PORT)
+            ok &= check(ch and ch.get("rail", 0) == want,
+                        f"caller on node {k}, no hint: rail {want} ({ch and ch.get('device')})")
+            if spread:
+                pages = a.page_nodes([0, a.tx_off, a.rx_off])
+                ok &= check(ch and ch["numa_want"] == k and pages == [k] * 3,
+                            f"caller on node {k}: rings on node {k}, asked of the kernel ({pages})")
+            a.close()
+            b.close()
+            wait_until(lambda: not find_channel(c, 1, PORT), 10)
+            if len(nodes) > 1:
+                other = [n for n in nodes if n != k][0]
+                a = meshring.connect(c.nodes[1]["sock"], 2, PORT, caller_node=other, numa=k)
+                b = li.accept()
+                ch = find_channel(c, 1, PORT)
+                ok &= check(ch and ch.get("rail", 0) == want and ch["numa_want"] == k,
+                            f"caller on node {other}, hint {k}: the hint wins, rail {want}, rings on {k}")
+                a.close()
+                b.close()
+                wait_until(lambda: not find_channel(c, 1, PORT), 10)
+        li.close()
+        li = None
+
+        # ---- through libmesh: meshbench's thread pinned to a node picks that node's device ----
+        bench = os.path.join(args.build, "meshlib", "meshbench")
+        srv = subprocess.Popen([bench, "-s", c.nodes[2]["sock"], "-l", str(PORT + 1)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(0.5)
+            for k in nodes:
+                want = dev_nodes.index(k) if spread and k in dev_nodes else 0
+                cl = subprocess.Popen(["taskset", "-c", ",".join(map(str, sorted(node_cpus(k)))), bench,
+                                       "-s", c.nodes[1]["sock"], "-t", "lat", "-D", "3", "-c", "2", str(PORT + 1)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                seen = wait_until(lambda: find_channel(c, 1, PORT + 1), 20)
+                out, err = cl.communicate(timeout=120)
+                ok &= check(cl.returncode == 0 and seen and seen.get("rail", 0) == want,
+                            f"meshbench on node {k}'s CPUs: rail {want}, every byte checked",
+                            f"exit {cl.returncode}, channel {seen}, {err.strip()[-300:]}")
+            cl = subprocess.run([bench, "-s", c.nodes[1]["sock"], "-R", str(nr - 1), "-c", "-n", "200",
+                                 "-m", "64K", "2", str(PORT + 1)], capture_output=True, text=True, timeout=120)
+            ok &= check(cl.returncode == 0, f"meshbench -R {nr - 1} -c: every byte checked",
+                        cl.stderr.strip()[-300:])
+            cl = subprocess.run([bench, "-s", c.nodes[1]["sock"], "-R", str(nr), "-n", "10", "2", str(PORT + 1)],
+                                capture_output=True, text=True, timeout=60)
+            ok &= check(cl.returncode != 0 and "rail" in cl.stderr,
+                        f"meshbench -R {nr}: refused and says why ({cl.stderr.strip()[-200:]})")
+        finally:
+            srv.kill()
+            srv.wait()
+
+        for i in c.nodes:
+            with open(c.nodes[i]["log"]) as f:
+                errs = [ln for ln in f if " ERROR " in ln or "error:" in ln.lower()]
+            ok &= check(not errs, f"node {i}: no error in the meshd log", "".join(errs[:5]))
+    except Exception as e:  # a crash is a failure with its reason, not a traceback in CI's log only
+        import traceback
+        traceback.print_exc()
+        ok = check(False, f"the test ran to its end ({e!r})")
+    finally:
+        if li:
+            li.close()
+        for i, nd in c.nodes.items():
+            if nd["proc"]:
+                nd["proc"].terminate()
+        for i, nd in c.nodes.items():
+            if nd["proc"]:
+                try:
+                    rc = nd["proc"].wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    nd["proc"].kill()
+                    rc = None
+                ok &= check(rc == 0, f"node {i}: SIGTERM, exit 0 ({rc})")
+        if not ok:
+            c.dump_logs()
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
