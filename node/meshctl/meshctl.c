@@ -217,6 +217,7 @@ static const struct field device_fields[] = {
 static const struct field thread_fields[] = {
 	TF("name", "THREAD", -15, F_STR, name),
 	TF("tid", "TID", 7, F_U32, tid),
+	TF("rail", "RAIL", 4, F_U32, rail),
 	TF("devices", "DEVICES", -10, F_STR, devices),
 	TF("numa_node", "NUMA", 4, F_NODE, numa_node),
 	TF("cpus", "CPUS", -12, F_STR, cpus),

@@ -159,8 +159,8 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 struct numa_show {
 	NumaDevice devs[MESH_XPORT_INSTANCES], *dptrs[MESH_XPORT_INSTANCES];
 	char dcpus[MESH_XPORT_INSTANCES][512];
-	DataPathThread th, *tptr;
-	char tcpus[512], tdevs[MESH_XPORT_INSTANCES * (NUMA_NAME_MAX + 1)];
+	DataPathThread th[MESH_RAILS_MAX], *tptr[MESH_RAILS_MAX];
+	char tcpus[MESH_RAILS_MAX][512];
 };
 
 static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
@@ -173,7 +173,6 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 	n->numa_nodes = (uint32_t)nu->topo.n_online;
 	n->numa_home = nu->home;
 	n->numa_why = (char *)(nu->why ? nu->why : "");
-	b->tdevs[0] = 0;
 	for (size_t i = 0; i < nu->n_devs; i++) {
 		NumaDevice *d = &b->devs[i];
 		int node = nu->devs[i].node;
@@ -187,29 +186,30 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 		d->numa_node = node;
 		d->cpus = node >= 0 ? numa_cpulist_format(&nu->topo.cpus[node], b->dcpus[i], sizeof(b->dcpus[i])) : "";
 		b->dptrs[i] = d;
-		if (i)
-			strncat(b->tdevs, ",", sizeof(b->tdevs) - strlen(b->tdevs) - 1);
-		strncat(b->tdevs, nu->devs[i].name, sizeof(b->tdevs) - strlen(b->tdevs) - 1);
 	}
 	n->n_devices = nu->n_devs;
 	n->devices = b->dptrs;
-	if (!nu->tid)
-		return; /* no data-path thread (unit tests drive the loop themselves) */
-	data_path_thread__init(&b->th);
-	b->th.name = (char *)nu->thread;
-	b->th.tid = nu->tid;
-	b->th.devices = b->tdevs;
-	b->th.numa_node = nu->home;
-	b->th.polling = (char *)m->cfg->polling;
-	b->th.poll_budget_us = m->cfg->poll_budget_us;
-	/* Asked of the kernel, not remembered: what the thread really may run on. */
-	if (!sched_getaffinity((pid_t)nu->tid, sizeof(set), &set))
-		b->th.cpus = numa_cpulist_format(&set, b->tcpus, sizeof(b->tcpus));
-	else
-		b->th.cpus = "";
-	b->tptr = &b->th;
-	n->n_threads = 1;
-	n->threads = &b->tptr;
+	for (size_t r = 0; r < nu->n_threads; r++) {
+		DataPathThread *th = &b->th[r];
+
+		if (!nu->threads[r].tid)
+			continue; /* not started (unit tests drive the loop themselves) */
+		data_path_thread__init(th);
+		th->name = (char *)nu->threads[r].name;
+		th->tid = nu->threads[r].tid;
+		th->devices = (char *)nu->threads[r].devices;
+		th->numa_node = nu->threads[r].node;
+		th->rail = (uint32_t)r;
+		th->polling = (char *)m->cfg->polling;
+		th->poll_budget_us = m->cfg->poll_budget_us;
+		/* Asked of the kernel, not remembered: what the thread really may run on. */
+		if (!sched_getaffinity((pid_t)th->tid, sizeof(set), &set))
+			th->cpus = numa_cpulist_format(&set, b->tcpus[r], sizeof(b->tcpus[r]));
+		else
+			th->cpus = "";
+		b->tptr[n->n_threads++] = th;
+	}
+	n->threads = b->tptr;
 }
 
 static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo *mb)

@@ -197,7 +197,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->ctrl->channel_id = ch->id;
 	ch->ctrl->peer_node = l->peer->id;
 	ch->ctrl->spin_us = m->cfg->app_spin_us;
-	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
+	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[rail] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 	/* On the rail's device; its first QP stands for all of the rail's QPs. */
 	if ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
 	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
@@ -1003,13 +1003,13 @@ static bool channel_app_moved(const struct channel *ch)
 	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut);
 }
 
-int channel_poll(struct mesh *m)
+int channel_poll(struct mesh *m, uint32_t rail)
 {
 	int n = 0;
 
 	for (struct channel *ch = m->channels, *next; ch; ch = next) {
 		next = ch->next; /* the pump may free ch */
-		if (ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
+		if (ch->rail != rail || ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
 			continue;
 		channel_pump(ch);
 		n++;
@@ -1017,11 +1017,12 @@ int channel_poll(struct mesh *m)
 	return n;
 }
 
-void channel_set_polling(struct mesh *m, bool on)
+void channel_set_polling(struct mesh *m, uint32_t rail, bool on)
 {
-	m->polling = on;
+	m->polling[rail] = on;
 	for (struct channel *ch = m->channels; ch; ch = ch->next)
-		atomic_store_explicit(&ch->ctrl->daemon_flags, on ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
+		if (ch->rail == rail)
+			atomic_store_explicit(&ch->ctrl->daemon_flags, on ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 	/* Orders the clearing before the caller's last look at the rings (proto/ring.h, Dekker). */
 	atomic_thread_fence(memory_order_seq_cst);
 }

@@ -128,12 +128,13 @@ void channel_link_down(struct link *l);
 /* From meshd's loop: the application kicked, or its lifeline closed. */
 void channel_on_kick(struct mesh *m, uint32_t id);
 void channel_on_lifeline(struct mesh *m, uint32_t id);
-/* Polling (main.c's hot loop): pumps every channel whose application published something since
- * the last pump, without a kick; returns how many moved. channel_set_polling tells every ring
- * whether meshd polls it (MESH_DAEMON_POLLING: applications skip their kicks); after clearing it
- * the caller must call channel_poll once more before it sleeps. */
-int channel_poll(struct mesh *m);
-void channel_set_polling(struct mesh *m, bool on);
+/* Polling (main.c's hot loop, one per rail): pumps every channel of the rail whose application
+ * published something since the last pump, without a kick; returns how many moved.
+ * channel_set_polling tells every ring of the rail whether meshd polls it (MESH_DAEMON_POLLING:
+ * applications skip their kicks); after clearing it the caller must call channel_poll once more
+ * before it sleeps. */
+int channel_poll(struct mesh *m, uint32_t rail);
+void channel_set_polling(struct mesh *m, uint32_t rail, bool on);
 /* Periodic: connect timeouts, and a pump of every channel (a lost wake-up never hangs anyone). */
 void channel_tick(struct mesh *m, uint64_t now_ms);
 /* Everything, at exit. */

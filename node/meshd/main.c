@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -27,7 +28,7 @@
 #include "transport.h"
 #include "util.h"
 
-enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE };
+enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE, TAG_STOP };
 #define TAG(t) ((uint64_t)(t) << 32)
 #define EVENT_BATCH 64
 #define DRAIN_ROUNDS 16
@@ -59,12 +60,28 @@ static void usage(FILE *out)
 
 enum poll_mode { POLL_EVENT, POLL_ADAPTIVE, POLL_BUSY };
 
+struct daemon;
+
+/* A data-path thread: one per rail (device), pinned to its device's NUMA node. Rail 0's also
+ * serves the control plane (timer, signals, control socket, channel kicks and lifelines). All of
+ * them work on the mesh under d->lock only: they run in parallel only while waiting or polling
+ * nothing, so each device's completions are taken near the device, not several at once. */
+struct dp {
+	struct daemon *d;
+	uint32_t rail;
+	int epfd;              /* rail 0: the daemon's; others: their transports and stop_fd */
+	int stop_fd;           /* rails > 0: rail 0 writes it when meshd stops */
+	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
+	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
+	int status;            /* run()'s result */
+	pthread_t thread;
+};
+
 struct daemon {
 	struct mesh_config cfg;
 	enum poll_mode poll_mode;
-	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
-	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
-	int run_status;        /* run()'s result, from the data-path thread */
+	pthread_mutex_t lock; /* the mesh, its transports and channels */
+	struct dp dp[MESH_RAILS_MAX];
 	xport_t *xports[MESH_XPORT_INSTANCES]; /* per provider, one per rail (mesh.h) */
 	size_t n_xports;
 	bool more[MESH_XPORT_INSTANCES]; /* the transport may hold events we have not taken yet */
@@ -256,7 +273,8 @@ static int signals_open(void)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Lets the Goodbye messages go out before the QPs are torn down, for at most STOP_GRACE_MS. */
+/* Lets the Goodbye messages go out before the QPs are torn down, for at most STOP_GRACE_MS. Runs
+ * when rail 0's thread is the only one left. */
 static void stop_gracefully(struct daemon *d)
 {
 	uint64_t until = util_now_ms() + STOP_GRACE_MS;
@@ -277,22 +295,31 @@ static void stop_gracefully(struct daemon *d)
 			busy |= d->mesh.links[i].send_busy != 0;
 		if (!busy)
 			break;
-		/* Any fd may wake us; only the transport matters now. */
+		/* Any fd may wake us; only the transports matter now (the other rails' sleep in their
+		 * own epoll: a short wait, not their readiness, paces this loop). */
 		epoll_wait(d->epfd, &ev, 1, 20);
 	}
 }
 
-/* One look at everything without waiting (the polling part of the loop): every completion queue
- * and every ring. Returns true when anything moved. */
-static bool poll_once(struct daemon *d)
+/* Is transport instance i this thread's? Instances are provider-major, one per rail. */
+static bool dp_owns(const struct dp *dp, size_t i)
 {
+	return i % dp->d->mesh.n_rails == dp->rail;
+}
+
+/* One look at everything of this rail without waiting (the polling part of the loop): every
+ * completion queue and every ring. Returns true when anything moved. Under the lock. */
+static bool poll_once(struct dp *dp)
+{
+	struct daemon *d = dp->d;
 	int got = 0;
 
 	for (size_t i = 0; i < d->n_xports; i++)
-		d->more[i] = drain_xport_n(d, d->xports[i], true, &got);
-	got += channel_poll(&d->mesh);
+		if (dp_owns(dp, i))
+			d->more[i] = drain_xport_n(d, d->xports[i], true, &got);
+	got += channel_poll(&d->mesh, dp->rail);
 	mesh_reap(&d->mesh);
-	d->polled = true;
+	dp->polled = true;
 	return got > 0;
 }
 
@@ -300,48 +327,56 @@ static bool poll_once(struct daemon *d)
  * never sleeps; adaptive polls for poll_budget_us after the last work, then sleeps. While polling,
  * the rings carry MESH_DAEMON_POLLING so applications do not kick; before sleeping the flag is
  * cleared and everything looked at once more (proto/ring.h). */
-static bool stay_hot(struct daemon *d, bool worked)
+static bool stay_hot(struct dp *dp, bool worked)
 {
 	uint64_t now;
 
-	if (d->poll_mode == POLL_EVENT)
+	if (dp->d->poll_mode == POLL_EVENT)
 		return false;
-	if (d->poll_mode == POLL_BUSY)
+	if (dp->d->poll_mode == POLL_BUSY)
 		return true;
 	now = util_now_us();
 	if (worked)
-		d->hot_until_us = now + d->cfg.poll_budget_us;
-	return now < d->hot_until_us;
+		dp->hot_until_us = now + dp->d->cfg.poll_budget_us;
+	return now < dp->hot_until_us;
 }
 
-static int run(struct daemon *d)
+static int run(struct dp *dp)
 {
+	struct daemon *d = dp->d;
+	struct mesh *m = &d->mesh;
 	struct epoll_event evs[32];
 	bool running = true, hot = d->poll_mode == POLL_BUSY;
 
+	pthread_mutex_lock(&d->lock);
 	if (hot)
-		channel_set_polling(&d->mesh, true);
+		channel_set_polling(m, dp->rail, true);
+	pthread_mutex_unlock(&d->lock);
 	while (running) {
 		bool more = false, drained[MESH_XPORT_INSTANCES] = {false};
 		int n;
 
+		pthread_mutex_lock(&d->lock);
 		for (size_t i = 0; i < d->n_xports; i++)
-			more |= d->more[i];
-		if (!hot && !more && d->polled) {
+			more |= dp_owns(dp, i) && d->more[i];
+		if (!hot && !more && dp->polled) {
 			/* About to sleep: applications kick again from now on; what they published before
 			 * they could see the cleared flag is found by this last look. */
-			channel_set_polling(&d->mesh, false);
+			channel_set_polling(m, dp->rail, false);
 			for (size_t i = 0; i < d->n_xports; i++)
-				xport_arm(d->xports[i]);
-			if (poll_once(d)) {
-				hot = stay_hot(d, true);
+				if (dp_owns(dp, i))
+					xport_arm(d->xports[i]);
+			if (poll_once(dp)) {
+				hot = stay_hot(dp, true);
 				if (hot)
-					channel_set_polling(&d->mesh, true);
+					channel_set_polling(m, dp->rail, true);
+				pthread_mutex_unlock(&d->lock);
 				continue;
 			}
-			d->polled = false; /* that look found nothing: now sleep */
+			dp->polled = false; /* that look found nothing: now sleep */
 		}
-		n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), more || hot ? 0 : -1);
+		pthread_mutex_unlock(&d->lock);
+		n = epoll_wait(dp->epfd, evs, (int)ARRAY_SIZE(evs), more || hot ? 0 : -1);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -349,6 +384,7 @@ static int run(struct daemon *d)
 			log_error("epoll_wait: %m");
 			return -errno;
 		}
+		pthread_mutex_lock(&d->lock);
 		for (int i = 0; i < n; i++) {
 			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
 			int fd = (int)(uint32_t)evs[i].data.u64;
@@ -365,8 +401,8 @@ static int run(struct daemon *d)
 
 				if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
 					log_warn("timerfd read: %m");
-				mesh_tick(&d->mesh, util_now_ms());
-				mesh_reap(&d->mesh);
+				mesh_tick(m, util_now_ms());
+				mesh_reap(m);
 				break;
 			}
 			case TAG_SIGNAL: {
@@ -378,6 +414,9 @@ static int run(struct daemon *d)
 				}
 				break;
 			}
+			case TAG_STOP:
+				running = false;
+				break;
 			case TAG_ADMIN_LISTEN:
 				admin_on_listen(&d->admin);
 				break;
@@ -385,70 +424,136 @@ static int run(struct daemon *d)
 				admin_on_client(&d->admin, fd);
 				break;
 			case TAG_CH_KICK:
-				channel_on_kick(&d->mesh, (uint32_t)fd);
+				channel_on_kick(m, (uint32_t)fd);
 				break;
 			case TAG_CH_LIFE:
-				channel_on_lifeline(&d->mesh, (uint32_t)fd);
+				channel_on_lifeline(m, (uint32_t)fd);
 				break;
 			}
 		}
 		/* A transport cut short by DRAIN_ROUNDS continues now, after the others had their turn. */
 		for (size_t i = 0; i < d->n_xports; i++)
-			if (d->more[i] && !drained[i])
+			if (dp_owns(dp, i) && d->more[i] && !drained[i])
 				d->more[i] = drain_xport(d, d->xports[i]);
 		/* What the handlers released goes after the batch (no event above may still name it). */
-		mesh_reap(&d->mesh);
+		mesh_reap(m);
 		if (d->poll_mode != POLL_EVENT) {
-			bool worked = poll_once(d) || n > 0;
+			bool worked = poll_once(dp) || n > 0;
 
-			hot = stay_hot(d, worked);
-			if (hot && !d->mesh.polling)
-				channel_set_polling(&d->mesh, true);
+			hot = stay_hot(dp, worked);
+			if (hot && !m->polling[dp->rail])
+				channel_set_polling(m, dp->rail, true);
+			pthread_mutex_unlock(&d->lock);
 			/* Nothing to do this round: let whoever we wait for (an application, rxe's
 			 * softirq, the peer meshd on the same machine) have the CPU. */
 			if (hot && !worked)
 				sched_yield();
+		} else {
+			pthread_mutex_unlock(&d->lock);
 		}
 	}
-	stop_gracefully(d);
 	return 0;
 }
 
-/* The data-path thread: the loop above, pinned to the home node's CPUs. One device serves this
- * node's address (rdma_cm binds it), so one thread serves it; the main thread only waits. */
+/* The node a rail's thread runs on: its device's when meshd places by device (numa = auto), else
+ * home (a forced node, or -1: unplaced). */
+static int dp_node(const struct daemon *d, uint32_t rail)
+{
+	const struct mesh_numa *nu = &d->mesh.numa;
+
+	if (rail && nu->usable && nu->by_device && nu->rail_node[rail] >= 0)
+		return nu->rail_node[rail];
+	return nu->home;
+}
+
 static void *data_path_main(void *arg)
 {
-	struct daemon *d = arg;
-	struct mesh_numa *nu = &d->mesh.numa;
+	struct dp *dp = arg;
+	struct mesh_numa *nu = &dp->d->mesh.numa;
+	int node = dp_node(dp->d, dp->rail);
 
-	nu->tid = (uint32_t)gettid();
-	if (nu->home >= 0 && CPU_COUNT(&nu->topo.cpus[nu->home])) {
-		int ret = pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &nu->topo.cpus[nu->home]);
+	nu->threads[dp->rail].tid = (uint32_t)gettid();
+	if (node >= 0 && CPU_COUNT(&nu->topo.cpus[node])) {
+		int ret = pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &nu->topo.cpus[node]);
 
 		if (ret)
-			log_warn("cannot pin the data-path thread to node %d: %s", nu->home, strerror(ret));
+			log_warn("cannot pin the data-path thread of rail %u to node %d: %s", dp->rail, node,
+				 strerror(ret));
 	}
-	d->run_status = run(d);
+	dp->status = run(dp);
+	if (dp->rail == 0) {
+		/* The others stop first: then the goodbyes go out with nobody else on the mesh. */
+		for (uint32_t r = 1; r < dp->d->mesh.n_rails; r++) {
+			uint64_t one = 1;
+
+			if (write(dp->d->dp[r].stop_fd, &one, sizeof(one)) < 0)
+				log_warn("cannot stop the data-path thread of rail %u: %m", r);
+			pthread_join(dp->d->dp[r].thread, NULL);
+		}
+		stop_gracefully(dp->d);
+	}
 	return NULL;
 }
 
+/* Starts a data-path thread per rail, named after its device ("dp-rxe0": the kernel keeps 15
+ * characters), and waits for them. */
 static int run_data_path(struct daemon *d)
 {
 	struct mesh_numa *nu = &d->mesh.numa;
-	pthread_t t;
-	int ret;
+	uint32_t rails = d->mesh.n_rails;
+	int ret = 0;
 
-	/* The kernel keeps 15 characters of a thread's name. */
-	memcpy(nu->thread, "dp-", 3);
-	util_strlcpy(nu->thread + 3, nu->n_devs ? nu->devs[0].name : "meshd", sizeof(nu->thread) - 3);
-	ret = pthread_create(&t, NULL, data_path_main, d);
-	if (ret) {
-		log_error("cannot start the data-path thread: %s", strerror(ret));
-		return -ret;
+	for (uint32_t r = 0; r < rails; r++) {
+		struct mesh_numa_thread *t = &nu->threads[r];
+
+		memcpy(t->name, "dp-", 3);
+		util_strlcpy(t->name + 3, "meshd", sizeof(t->name) - 3);
+		t->devices[0] = 0;
+		for (size_t i = 0; i < nu->n_devs; i++) {
+			if (nu->devs[i].rail != r)
+				continue;
+			if (t->devices[0])
+				strncat(t->devices, ",", sizeof(t->devices) - strlen(t->devices) - 1);
+			else
+				util_strlcpy(t->name + 3, nu->devs[i].name, sizeof(t->name) - 3);
+			strncat(t->devices, nu->devs[i].name, sizeof(t->devices) - strlen(t->devices) - 1);
+		}
+		t->node = dp_node(d, r);
 	}
-	pthread_setname_np(t, nu->thread);
-	pthread_join(t, NULL);
-	return d->run_status;
+	nu->n_threads = rails;
+	/* Rails 1..: their own epoll with their transports and a stop eventfd. */
+	for (uint32_t r = 1; r < rails && !ret; r++) {
+		struct dp *dp = &d->dp[r];
+
+		dp->epfd = epoll_create1(EPOLL_CLOEXEC);
+		dp->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (dp->epfd < 0 || dp->stop_fd < 0 || add_fd(dp->epfd, dp->stop_fd, TAG(TAG_STOP)))
+			ret = -errno;
+		for (size_t i = 0; i < d->n_xports && !ret; i++) {
+			struct epoll_event ee = {.events = EPOLLIN, .data.u64 = TAG(TAG_XPORT) | i};
+
+			if (dp_owns(dp, i) && epoll_ctl(dp->epfd, EPOLL_CTL_ADD, xport_event_fd(d->xports[i]), &ee))
+				ret = -errno;
+		}
+	}
+	for (uint32_t r = 0; r < rails && !ret; r++) {
+		ret = -pthread_create(&d->dp[r].thread, NULL, data_path_main, &d->dp[r]);
+		if (ret) {
+			log_error("cannot start the data-path thread of rail %u: %s", r, strerror(-ret));
+			/* The started ones never stop without rail 0: only rail 0 can fail to start first. */
+			break;
+		}
+		pthread_setname_np(d->dp[r].thread, nu->threads[r].name);
+	}
+	if (!ret)
+		pthread_join(d->dp[0].thread, NULL); /* rail 0 joins the others */
+	for (uint32_t r = 1; r < rails; r++) {
+		if (d->dp[r].epfd >= 0)
+			close(d->dp[r].epfd);
+		if (d->dp[r].stop_fd >= 0)
+			close(d->dp[r].stop_fd);
+	}
+	return ret ? ret : d->dp[0].status;
 }
 
 int main(int argc, char **argv)
@@ -462,7 +567,7 @@ int main(int argc, char **argv)
 	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL;
 	long node_id = -1;
 	bool dump = false;
-	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1};
+	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 	const struct config_node *self;
 	char err[512], prefix[32];
 	int c, ret, status = 1;
@@ -575,7 +680,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < d.n_xports && !ret; i++) {
 		struct epoll_event ee = {.events = EPOLLIN, .data.u64 = TAG(TAG_XPORT) | i};
 
-		if (epoll_ctl(d.epfd, EPOLL_CTL_ADD, xport_event_fd(d.xports[i]), &ee))
+		/* Rail 0's thread sleeps here; the other rails' threads in their own (run_data_path). */
+		if (i % d.mesh.n_rails == 0 && epoll_ctl(d.epfd, EPOLL_CTL_ADD, xport_event_fd(d.xports[i]), &ee))
 			ret = -errno;
 	}
 	if (!ret)
@@ -594,6 +700,12 @@ int main(int argc, char **argv)
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
 	numa_setup(&d);
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++) {
+		d.dp[r].d = &d;
+		d.dp[r].rail = r;
+		d.dp[r].epfd = r ? -1 : d.epfd;
+		d.dp[r].stop_fd = -1;
+	}
 	if (!run_data_path(&d))
 		status = 0;
 	admin_close(&d.admin);

@@ -133,9 +133,14 @@ struct mesh_numa {
 		uint32_t rail;
 		int node;
 	} devs[MESH_XPORT_INSTANCES];
-	/* the data-path thread */
-	char thread[16];
-	uint32_t tid;
+	/* the data-path threads, one per rail */
+	size_t n_threads;
+	struct mesh_numa_thread {
+		char name[16];
+		char devices[MESH_XPORTS_MAX * (NUMA_NAME_MAX + 1)];
+		int node; /* pinned to, -1: not pinned */
+		uint32_t tid;
+	} threads[MESH_RAILS_MAX];
 };
 
 struct mesh {
@@ -162,7 +167,7 @@ struct mesh {
 	struct listener *listeners;
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;
-	bool polling; /* the data-path loop polls the rings now (MESH_DAEMON_POLLING set on each) */
+	bool polling[MESH_RAILS_MAX]; /* the rail's data-path thread polls its rings now (MESH_DAEMON_POLLING) */
 	struct mesh_numa numa;
 };
 

@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import meshring  # noqa: E402
 from mesh_test import Cluster, check, wait_until  # noqa: E402
-from numa_test import node_cpus, online_nodes, find_channel  # noqa: E402
+from numa_test import cpus, node_cpus, online_nodes, find_channel, thread_status  # noqa: E402
 
 PORT = 5600
 
@@ -109,6 +109,24 @@ def main():
                         f"node {i}: meshctl node lists a {args.transport} device per rail, with its address",
                         str(mine))
             devs[i] = {d["rail"]: d for d in mine}
+            # a data-path thread per rail, named after its device, where meshctl says (and the kernel)
+            ths = {t["rail"]: t for t in j.get("threads", [])}
+            for r in range(nr):
+                t = ths.get(r, {})
+                try:
+                    comm, allowed = thread_status(c.nodes[i]["proc"].pid, t.get("tid", 0))
+                except (OSError, StopIteration):
+                    comm, allowed = None, None
+                dev = devs[i].get(r, {})
+                ok &= check(t and comm == t["name"] == "dp-" + dev.get("name", "?")[:12] and
+                            allowed == cpus(t["cpus"]) and dev.get("name", "?") in t["devices"],
+                            f"node {i}: rail {r}'s data-path thread {t.get('name')} serves {t.get('devices')}, "
+                            f"runs on CPUs {t.get('cpus')} (/proc: {comm}, {allowed and sorted(allowed)})")
+                if len(nodes) > 1 and dev.get("numa_node", -1) >= 0:
+                    k = dev["numa_node"]
+                    ok &= check(t["numa_node"] == k and allowed == node_cpus(k),
+                                f"node {i}: rail {r}'s thread is pinned to its device's node {k}, CPUs "
+                                f"{sorted(node_cpus(k))}")
         dev_names = [devs[1].get(r, {}).get("name", "?") for r in range(nr)]
         dev_nodes = [devs[1].get(r, {}).get("numa_node", -1) for r in range(nr)]
         print(f"# rails' devices {dev_names} on NUMA nodes {dev_nodes}")

@@ -1624,18 +1624,18 @@ static void channel_poll__published_without_kick__posted_and_counted(void **stat
 	h = open_out(c, RING, 2, PEER_SLOT);
 	from = c->t.fx->n_posts;
 	/* Nothing moved: nothing to do, and no pump. */
-	assert_int_equal(channel_poll(&c->t.m), 0);
+	assert_int_equal(channel_poll(&c->t.m, 0), 0);
 	/* A polling meshd finds what the application published without a kick. */
 	app_write(h, 100);
-	assert_int_equal(channel_poll(&c->t.m), 1);
+	assert_int_equal(channel_poll(&c->t.m, 0), 1);
 	mesh_reap(&c->t.m);
 	assert_int_equal(write_count(c, h, from, false), 1);
 	assert_int_equal(write_post(c, h, from, false, 0)->len, 100);
 	/* Seen once: the next look finds nothing new. */
-	assert_int_equal(channel_poll(&c->t.m), 0);
+	assert_int_equal(channel_poll(&c->t.m, 0), 0);
 	/* A shutdown is a publication too. */
 	atomic_fetch_or(&h->app->ctrl->app_flags, MESH_APP_SHUT_WR);
-	assert_int_equal(channel_poll(&c->t.m), 1);
+	assert_int_equal(channel_poll(&c->t.m, 0), 1);
 	assert_true(chn(c, h)->app_shut);
 	mt_finish(&c->t);
 }
@@ -1648,13 +1648,13 @@ static void channel_set_polling__on_and_off__every_ring_flag_and_new_channels(vo
 	ct_init(c, 2);
 	a = open_out(c, RING, 2, PEER_SLOT);
 	assert_int_equal(atomic_load(&a->app->ctrl->daemon_flags), 0);
-	channel_set_polling(&c->t.m, true);
-	assert_true(c->t.m.polling);
+	channel_set_polling(&c->t.m, 0, true);
+	assert_true(c->t.m.polling[0]);
 	assert_int_equal(atomic_load(&a->app->ctrl->daemon_flags), MESH_DAEMON_POLLING);
 	/* A channel born while meshd polls says so from the start. */
 	b = open_out(c, RING, 2, PEER_SLOT + 1);
 	assert_int_equal(atomic_load(&b->app->ctrl->daemon_flags), MESH_DAEMON_POLLING);
-	channel_set_polling(&c->t.m, false);
+	channel_set_polling(&c->t.m, 0, false);
 	assert_int_equal(atomic_load(&a->app->ctrl->daemon_flags), 0);
 	assert_int_equal(atomic_load(&b->app->ctrl->daemon_flags), 0);
 	/* The spin hint comes from the configuration. */
