@@ -774,6 +774,22 @@ static void mesh_accept__wrong_qp_count__rejected_eqpcount(void **state)
 	mt_finish(t);
 }
 
+static void mesh_accept__other_rail_count__rejected_eqpcount(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	/* A peer with two devices (rails) dials this one-rail node: its QPs of either rail. */
+	pd = request_pdata(t, 2, 0, EPOCH);
+	pd.rail_count = 2;
+	check_reject(t, &pd, -MESH_EQPCOUNT);
+	pd.rail = 1;
+	check_reject(t, &pd, -MESH_EQPCOUNT);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
 static void mesh_accept__bad_magic__rejected_ebadmagic(void **state)
 {
 	struct mt *t = *state;
@@ -1533,6 +1549,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__lower_id_dials_higher__rejected_edialrule),
 	T(mesh_accept__unknown_node__rejected_eunknownnode),
 	T(mesh_accept__wrong_qp_count__rejected_eqpcount),
+	T(mesh_accept__other_rail_count__rejected_eqpcount),
 	T(mesh_accept__bad_magic__rejected_ebadmagic),
 	T(mesh_accept__version_2__rejected_eprotover),
 	T(mesh_accept__truncated_pdata__rejected),
