@@ -500,7 +500,7 @@ static void *data_path_main(void *arg)
 static int run_data_path(struct daemon *d)
 {
 	struct mesh_numa *nu = &d->mesh.numa;
-	uint32_t rails = d->mesh.n_rails;
+	uint32_t rails = d->mesh.n_rails, started = 1;
 	int ret = 0;
 
 	for (uint32_t r = 0; r < rails; r++) {
@@ -536,17 +536,31 @@ static int run_data_path(struct daemon *d)
 				ret = -errno;
 		}
 	}
-	for (uint32_t r = 0; r < rails && !ret; r++) {
-		ret = -pthread_create(&d->dp[r].thread, NULL, data_path_main, &d->dp[r]);
-		if (ret) {
-			log_error("cannot start the data-path thread of rail %u: %s", r, strerror(-ret));
-			/* The started ones never stop without rail 0: only rail 0 can fail to start first. */
-			break;
-		}
-		pthread_setname_np(d->dp[r].thread, nu->threads[r].name);
+	/* Rails 1.. first: rail 0's thread stops them when it ends, so it starts only when they all run. */
+	for (started = 1; started < rails && !ret; started++) {
+		ret = -pthread_create(&d->dp[started].thread, NULL, data_path_main, &d->dp[started]);
+		if (!ret)
+			pthread_setname_np(d->dp[started].thread, nu->threads[started].name);
 	}
-	if (!ret)
+	if (!ret) {
+		ret = -pthread_create(&d->dp[0].thread, NULL, data_path_main, &d->dp[0]);
+		if (!ret)
+			pthread_setname_np(d->dp[0].thread, nu->threads[0].name);
+	} else {
+		started--; /* the one that failed */
+	}
+	if (ret) {
+		log_error("cannot start the data-path threads: %s", strerror(-ret));
+		for (uint32_t r = 1; r < started; r++) {
+			uint64_t one = 1;
+
+			if (write(d->dp[r].stop_fd, &one, sizeof(one)) < 0)
+				log_warn("cannot stop the data-path thread of rail %u: %m", r);
+			pthread_join(d->dp[r].thread, NULL);
+		}
+	} else {
 		pthread_join(d->dp[0].thread, NULL); /* rail 0 joins the others */
+	}
 	for (uint32_t r = 1; r < rails; r++) {
 		if (d->dp[r].epfd >= 0)
 			close(d->dp[r].epfd);
