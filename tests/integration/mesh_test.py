@@ -107,6 +107,23 @@ class Cluster:
                     return False
         return True
 
+    def stop_all(self):
+        """SIGTERM to every meshd still running; True when each exited 0 (a check per node)."""
+        ok = True
+        for nd in self.nodes.values():
+            if nd["proc"] and nd["proc"].poll() is None:
+                nd["proc"].terminate()
+        for i, nd in self.nodes.items():
+            if nd["proc"]:
+                try:
+                    rc = nd["proc"].wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    nd["proc"].kill()
+                    nd["proc"].wait()
+                    rc = None
+                ok &= check(rc == 0, f"meshd {i} stops cleanly on SIGTERM (exit {rc})")
+        return ok
+
     def dump_logs(self):
         for i, nd in self.nodes.items():
             if not os.path.exists(nd["log"]):

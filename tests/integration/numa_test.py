@@ -220,17 +220,7 @@ def main():
     finally:
         for x in chans:
             x.close()
-        for i, nd in c.nodes.items():
-            if nd["proc"] and nd["proc"].poll() is None:
-                nd["proc"].terminate()
-        for i, nd in c.nodes.items():
-            if nd["proc"]:
-                try:
-                    rc = nd["proc"].wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    nd["proc"].kill()
-                    rc = None
-                ok &= check(rc == 0, f"meshd {i} stops cleanly on SIGTERM (exit {rc})")
+        ok &= c.stop_all()
         if not ok:
             c.dump_logs()
     print("PASS" if ok else "FAIL")

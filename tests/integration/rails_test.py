@@ -239,17 +239,7 @@ def main():
     finally:
         if li:
             li.close()
-        for i, nd in c.nodes.items():
-            if nd["proc"]:
-                nd["proc"].terminate()
-        for i, nd in c.nodes.items():
-            if nd["proc"]:
-                try:
-                    rc = nd["proc"].wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    nd["proc"].kill()
-                    rc = None
-                ok &= check(rc == 0, f"node {i}: SIGTERM, exit 0 ({rc})")
+        ok &= c.stop_all()
         if not ok:
             c.dump_logs()
     print("PASS" if ok else "FAIL")
