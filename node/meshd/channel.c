@@ -374,7 +374,9 @@ static void channel_post_data(struct channel *ch)
 					   ch->peer_rx_rkey, MESH_IMM(0, ch->peer_slot, ch->tx_seq),
 					   WR_ID(WR_CH_DATA, (ch->slot << 16) | ch->tx_seq));
 		if (ret) {
-			channel_break(ch, ret, "posting a data write on QP %u failed", qp);
+			/* A QP that refuses work is a link going down (its own event may come later in
+			 * this batch): the application hears what a lost link tells it; the log keeps why. */
+			channel_break(ch, -ECONNRESET, "posting a data write on QP %u failed: %s", qp, mesh_strerror(ret));
 			return;
 		}
 		mesh_link_sq_take(l, qp);
@@ -408,7 +410,7 @@ static void channel_post_credit(struct channel *ch)
 	ret = xport_post_write_imm(l->conns[ch->qp0], ch->mr_cout, &ch->credit[1], 8, ch->peer_credit_addr,
 				   ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
 	if (ret) {
-		channel_break(ch, ret, "posting a credit write failed");
+		channel_break(ch, -ECONNRESET, "posting a credit write failed: %s", mesh_strerror(ret));
 		return;
 	}
 	mesh_link_sq_take(l, ch->qp0);

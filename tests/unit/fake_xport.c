@@ -311,6 +311,10 @@ static int fake_post_write(xport_conn_t *c, xport_mr_t *mr, const void *buf, uin
 static int fake_post_write_imm(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
 			       uint32_t rkey, uint32_t imm, uint64_t wr_id)
 {
+	int ret = take_failure(&fake_conn_of(c)->fx->fail_post_write);
+
+	if (ret)
+		return ret;
 	post_rec(c, XPORT_OP_WRITE_IMM, mr, buf, len, raddr, rkey, wr_id)->imm = imm;
 	return 0;
 }

@@ -1916,6 +1916,25 @@ static void channel_on_message__peer_close__ack_once_our_writes_completed(void *
 	mt_finish(&c->t);
 }
 
+/* A QP refuses the data write (its connection died; the link's own event may come later in the
+ * batch): the application hears the reset a lost link means, not the provider's errno. */
+static void channel_post_data__qp_refuses__econnreset_to_the_app(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	c->t.fx->fail_post_write.err = -ENOTCONN;
+	app_write(h, 1000);
+	app_kick(c, h);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -ECONNRESET);
+	assert_string_equal(channel_state_name(chn(c, h)), "ERROR");
+	app_hangup(c, h);
+	mt_finish(&c->t);
+}
+
 static void channel_link_down__open_channel__econnreset_freed_when_app_closes(void **state)
 {
 	struct ct *c = *state;
@@ -2113,6 +2132,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack),
 	T(channel_on_lifeline__without_shut_wr__close_econnreset),
 	T(channel_on_message__peer_close__ack_once_our_writes_completed),
+	T(channel_post_data__qp_refuses__econnreset_to_the_app),
 	T(channel_link_down__open_channel__econnreset_freed_when_app_closes),
 	T(channel_link_down__opening_channel__client_told_econnreset),
 	T(channel_on_imm__data_before_accept__kept_until_accept),
