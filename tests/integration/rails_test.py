@@ -150,7 +150,9 @@ def main():
             t0 = time.monotonic()
             got = pump(a, b, data, timeout=120)
             ok &= check(got == data, f"rail {r}: {payload >> 20} MiB through the channel, intact "
-                        f"({time.monotonic() - t0:.1f} s)", f"{len(got)} bytes arrived")
+                        f"({time.monotonic() - t0:.1f} s)", f"{len(got)} bytes arrived; sender ring tx_prod "
+                        f"{a.tx_prod} tx_cons {a.u64(meshring.OFF_TX_CONS)}; channels "
+                        f"{find_channel(c, 1, PORT)} / {find_channel(c, 2, PORT)}")
             ch1, ch2 = find_channel(c, 1, PORT), find_channel(c, 2, PORT)
             ok &= check(ch1 and ch2 and ch1.get("rail", 0) == r and ch2.get("rail", 0) == r and
                         ch1["device"] == dev_names[r] and ch2["device"] == devs[2][r]["name"],
