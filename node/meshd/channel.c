@@ -580,8 +580,7 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	/* The device nearest the hint, else nearest the connecting thread; its node takes the rings. */
 	rail = rail_req >= 0 ? (uint32_t)rail_req
 			     : numa_rail_pick(m->numa.rail_node, m->n_rails, numa_hint >= 0 ? numa_hint : caller_node);
-	numa_node = numa_ring_node(&m->numa.topo, m->numa.usable, m->numa.by_device, m->numa.home,
-				   m->numa.rail_node[rail], numa_hint);
+	numa_node = mesh_rail_node(m, rail, numa_hint);
 	if (numa_node == -EINVAL) {
 		*why = "the NUMA hint names no online node of this machine (meshctl node lists them)";
 		return -EINVAL;
@@ -716,10 +715,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_reject(l, o->slot, -EINVAL);
 		return;
 	}
-	ch = channel_new(l, o->ring_size, o->qps, o->rail,
-			 numa_ring_node(&m->numa.topo, m->numa.usable, m->numa.by_device, m->numa.home,
-					m->numa.rail_node[o->rail], -1),
-			 &why, &ret);
+	ch = channel_new(l, o->ring_size, o->qps, o->rail, mesh_rail_node(m, o->rail, -1), &why, &ret);
 	if (!ch) {
 		channel_reject(l, o->slot, ret);
 		return;

@@ -1,9 +1,10 @@
 /*
  * meshd: keeps this node's part of the full RC mesh and serves local clients.
- * One loop, one epoll: the transport's fd, a periodic timer, signals and the control socket;
+ * One loop, one epoll: the transports' fds, a periodic timer, signals and the control socket;
  * with cluster.polling busy or adaptive the same loop also polls every completion queue and every
- * channel ring without waiting (see run()). The loop runs in the data-path thread, pinned to the
- * NUMA node of the device (numa_topo.h); the main thread sets up, waits for it and cleans up.
+ * channel ring without waiting (see run()). The loop runs in a data-path thread per rail (device),
+ * each pinned to its device's NUMA node (numa_topo.h) and sleeping on its own rail's transports;
+ * rail 0's also serves everything else. The main thread sets up, waits for them and cleans up.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -455,22 +456,11 @@ static int run(struct dp *dp)
 	return 0;
 }
 
-/* The node a rail's thread runs on: its device's when meshd places by device (numa = auto), else
- * home (a forced node, or -1: unplaced). */
-static int dp_node(const struct daemon *d, uint32_t rail)
-{
-	const struct mesh_numa *nu = &d->mesh.numa;
-
-	if (rail && nu->usable && nu->by_device && nu->rail_node[rail] >= 0)
-		return nu->rail_node[rail];
-	return nu->home;
-}
-
 static void *data_path_main(void *arg)
 {
 	struct dp *dp = arg;
 	struct mesh_numa *nu = &dp->d->mesh.numa;
-	int node = dp_node(dp->d, dp->rail);
+	int node = mesh_rail_node(&dp->d->mesh, dp->rail, -1);
 
 	nu->threads[dp->rail].tid = (uint32_t)gettid();
 	if (node >= 0 && CPU_COUNT(&nu->topo.cpus[node])) {
@@ -518,7 +508,7 @@ static int run_data_path(struct daemon *d)
 				util_strlcpy(t->name + 3, nu->devs[i].name, sizeof(t->name) - 3);
 			strncat(t->devices, nu->devs[i].name, sizeof(t->devices) - strlen(t->devices) - 1);
 		}
-		t->node = dp_node(d, r);
+		t->node = mesh_rail_node(&d->mesh, r, -1);
 	}
 	nu->n_threads = rails;
 	/* Rails 1..: their own epoll with their transports and a stop eventfd. */

@@ -217,6 +217,14 @@ static inline const char *mesh_node_addr(const struct config_node *n, uint32_t r
 	return r ? n->rail[r] : n->addr;
 }
 
+/* The NUMA node of rail r's work: its data-path thread, and its channels' rings when the application
+ * gave no hint (hint < 0). -EINVAL for a hint naming no online node (numa_ring_node). */
+static inline int mesh_rail_node(const struct mesh *m, uint32_t r, int hint)
+{
+	return numa_ring_node(&m->numa.topo, m->numa.usable, m->numa.by_device, m->numa.home, m->numa.rail_node[r],
+			      hint);
+}
+
 /* Dial rule: the higher id dials the lower. */
 static inline bool mesh_dials(uint32_t self, uint32_t peer)
 {

@@ -46,6 +46,17 @@ def online_nodes():
         return [0]
 
 
+def machine_nodes(want, also=""):
+    """The online NUMA nodes, printed; None after a FAIL line when want (--want-nodes: the VM is
+    booted with -n N, and a harness that lost its NUMA options must not pass) is another count."""
+    nodes = online_nodes()
+    print(f"# this machine: NUMA nodes {nodes}{also}")
+    if want and len(nodes) != want:
+        print(f"FAIL the machine has {len(nodes)} NUMA node(s), the test wants {want}")
+        return None
+    return nodes
+
+
 def node_cpus(n):
     with open(f"/sys/devices/system/node/node{n}/cpulist") as f:
         return cpus(f.read())
@@ -90,13 +101,11 @@ def main():
     ap.add_argument("--want-nodes", type=int, default=0)
     args = ap.parse_args()
     args.nodes, args.qps, args.ka_interval, args.ka_timeout = 3, 2, 300, 15000
-    nodes = online_nodes()
+    nodes = machine_nodes(args.want_nodes)
+    if nodes is None:
+        return 1
     multi = len(nodes) > 1
     far = nodes[-1]
-    print(f"# this machine: NUMA nodes {nodes}")
-    if args.want_nodes and len(nodes) != args.want_nodes:
-        print(f"FAIL the machine has {len(nodes)} NUMA node(s), the test wants {args.want_nodes}")
-        return 1
     args.node_extra = {1: f"numa = {far}; ", 2: 'numa = "off"; '}
     workdir = tempfile.mkdtemp(prefix="numa-test-")
     c = Cluster(args, workdir)
