@@ -356,6 +356,31 @@ class Bench:
         self.record("ib_write_lat", "lat", size, min_us=v[0], max_us=v[1], typ_us=v[2], avg_us=v[3], p99_us=v[5],
                     iters=iters, retries=retries)
 
+    # ---- handoff: the cost of passing a turn between processes (tests/bench/handoff.c) ----
+
+    def handoff(self, procs, mode, laps):
+        out = self.run([self.bin("tests/bench/handoff"), "-n", str(procs), "-m", mode, "-l", str(laps), "-T", "120",
+                        "-j"], 180, f"handoff {procs} {mode}")
+        try:
+            j = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise Failure(f"handoff {procs} {mode}: no JSON in its output:\n{out}")
+        self.record(f"handoff-{procs}-{mode}", "hop", 0, hop_us=j["hop_us"], typ_us=j["hop_us"], laps=laps,
+                    cpus=j["cpus"])
+
+    def derive_floor(self):
+        """Per round, an estimate of the fastest half round trip any data path through meshd can have
+        here: the RDMA write itself (ib_write_lat) plus the two hops between processes that share the
+        CPUs with two others (application -> meshd on the sender, meshd -> application on the
+        receiver), at the price handoff measured in the same round."""
+        for lat in [x for x in self.results if (x["tool"], x["test"], x["size"]) == ("ib_write_lat", "lat", 64)]:
+            hop = [x for x in self.results if x["tool"] == "handoff-4-yield" and x["round"] == lat["round"]]
+            if lat["round"] is not None and hop:
+                self.round = lat["round"]
+                self.record("floor", "lat", 64, typ_us=lat["typ_us"] + 2 * hop[0]["hop_us"],
+                            avg_us=lat["typ_us"] + 2 * hop[0]["hop_us"])
+        self.round = None
+
     # ---- rstream: rsocket, or plain TCP sockets with -T s ----
 
     def rstream_once(self, tcp, size, count, iters):
@@ -580,8 +605,14 @@ class Bench:
                 self.attempt("ib_write_lat 64", self.ib_write_lat, 64)
                 self.attempt("rstream lat", self.rstream, False, "lat", 64)
             self.attempt("tcp lat", tcp_lat)
+            # The price of a hop between processes, in the same round: perftest's shape (2 pollers,
+            # one per CPU) and a channel's (4 processes sharing the CPUs, yielding while they poll).
+            self.attempt("handoff 2", self.handoff, 2, "spin", 2000)
+            self.attempt("handoff 4", self.handoff, 4, "yield", 500)
             self.say(f"round {r + 1} of {a.rounds} done")
         self.round = None
+        if rdma:
+            self.derive_floor()
         if a.profile_secs > 0:
             self.attempt("profile bw 64K", self.profile, port, "bw", 65536)
             self.attempt("profile bw 4K", self.profile, port, "bw", 4096)
@@ -597,8 +628,11 @@ class Bench:
              "ib_write_lat": "ib_write_lat -R (perftest)", "rstream": "rstream -T b (rsocket)",
              "tcp": "TCP over loopback (rstream -T s -T b)",
              "meshbench-numa-right": "channel, client rings on node 0 (meshd's)",
-             "meshbench-numa-wrong": "channel, client rings on node 1 (wrong)"}
-    KEYS = {"bw": "mb_s", "rate": "msg_s", "lat": "typ_us"}
+             "meshbench-numa-wrong": "channel, client rings on node 1 (wrong)",
+             "handoff-2-spin": "hop, 2 processes spinning (perftest's shape)",
+             "handoff-4-yield": "hop, 4 processes yielding (a channel's shape)",
+             "floor": "floor via meshd (ib_write_lat + 2 hops)"}
+    KEYS = {"bw": "mb_s", "rate": "msg_s", "lat": "typ_us", "hop": "hop_us"}
 
     def figures(self):
         """One entry per (tool, test, size): the runs in order, medians of every numeric field."""
@@ -642,7 +676,8 @@ class Bench:
             if test == "lat" and "typ_us" not in m:
                 key, label = "avg_us", "lat average"
             else:
-                key, label = self.KEYS[test], {"bw": "bw", "rate": "rate", "lat": "lat typical"}[test]
+                key, label = self.KEYS[test], {"bw": "bw", "rate": "rate", "lat": "lat typical",
+                                               "hop": ""}[test]
             vals = [x[key] for x in runs]
             spread = f"{min(vals):.2f}..{max(vals):.2f}" if len(vals) > 1 else ""
             reruns = sum(x.get("retries", 0) for x in runs)
@@ -657,7 +692,10 @@ class Bench:
                   f"{len(runs):>4}  {m['mb_s']:.2f} MB/s")
             else:
                 also = f"avg {m['avg_us']:.1f}, p99 {m['p99_us']:.1f}" if key == "typ_us" and "p99_us" in m else ""
-                w(f"{name + ' ' + label:<52} {fmt_size(f['size']):>7} {m[key]:>10.2f} {'us':<7} {len(runs):>4}  "
+                if test == "hop":
+                    also = f"{m['cpus']:.0f} CPUs"
+                size = "-" if test == "hop" else fmt_size(f["size"])
+                w(f"{name + ' ' + label:<52} {size:>7} {m[key]:>10.2f} {'us':<7} {len(runs):>4}  "
                   f"{'; '.join(x for x in (spread, also) if x)}")
         w("")
         w(f"{'ratio (reported, never asserted)':<60} {'median':>8}   {'per round':<54}")
@@ -692,6 +730,9 @@ class Bench:
             ratio("channel half-RTT @64 B / ib_write_lat @64 B (typical)", ml, ("ib_write_lat", "lat", 64),
                   "typ_us", "typ_us")
             ratio("channel half-RTT @64 B / rstream @64 B (average)", ml, ("rstream", "lat", 64), "avg_us", "avg_us")
+            ratio("floor through meshd @64 B / ib_write_lat @64 B", ("floor", "lat", 64), ("ib_write_lat", "lat", 64),
+                  "typ_us", "typ_us")
+            ratio("channel half-RTT @64 B / floor through meshd", ml, ("floor", "lat", 64), "typ_us", "typ_us")
         ratio("channel half-RTT @64 B / TCP @64 B (average)", ml, ("tcp", "lat", 64), "avg_us", "avg_us")
         for p in self.profiles:
             w("")

@@ -50,7 +50,7 @@ for t in ib_write_bw ib_write_lat rstream; do
 done
 # The binaries the VM runs (a no-op when they are up to date).
 [ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target meshd meshctl meshbench >/dev/null
+cmake --build "$build" -j "$(nproc)" --target meshd meshctl meshbench handoff >/dev/null
 
 # Emulation shares the host's cores: anything else running now shows up as noise.
 echo "# host load average before the VM: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
