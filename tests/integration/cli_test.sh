@@ -103,5 +103,21 @@ else
 	echo "skip meshd without RDMA: this machine has /dev/infiniband/rdma_cm"
 fi
 
+# The benchmark's handoff tool (tests/bench/handoff.c): a figure, named errors, and never a hang.
+HANDOFF=$B/tests/bench/handoff
+expect 0 '^\{"procs": 3, "mode": "futex", "laps": 200, "cpus": [0-9]+, "hop_us": [0-9.]+, "lap_us": [0-9.]+\}$' \
+	"handoff -j prints one JSON figure" -- "$HANDOFF" -n 3 -m futex -l 200 -j
+expect 1 "-n 1: want 2..16 processes" "handoff -n out of range is named" -- "$HANDOFF" -n 1
+expect 1 "-m fast: want spin, yield or futex" "handoff unknown wait mode is named" -- "$HANDOFF" -m fast
+# 6 processes spinning on this machine's few CPUs cannot finish 10^7 laps in a second: -T ends it.
+expect 2 "did not finish 10000000 laps within 1 s" "handoff -T stops a ring that does not finish" -- \
+	"$HANDOFF" -n 6 -m spin -l 10000000 -T 1
+sleep 0.5
+if pgrep -x handoff >/dev/null; then
+	bad "handoff -T leaves no process of its ring behind" "$(pgrep -a -x handoff)"
+else
+	ok "handoff -T leaves no process of its ring behind"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
