@@ -5,6 +5,7 @@ It speaks ctl.proto with a minimal hand-written protobuf encoder/decoder (stdlib
 the four descriptors of a channel (memfd, lifeline, kick, wake) with SCM_RIGHTS and maps the ring
 as proto/ring.h lays it out.
 """
+import ctypes
 import mmap
 import os
 import socket
@@ -130,14 +131,20 @@ class Channel:
         self.tx_off, self.rx_off = self.u64(OFF_TX_OFF), self.u64(OFF_RX_OFF)
         self.tx_prod = self.rx_cons = 0
 
+    # The indices and flags are shared with meshd while it runs: each is read and written with one
+    # aligned load or store (ctypes), as C11 atomics would. struct.pack_into/unpack_from go byte by
+    # byte, so meshd could see a half-written index (a torn value it rightly refuses with -EPROTO).
     def u32(self, off):
-        return struct.unpack_from("<I", self.map, off)[0]
+        return ctypes.c_uint32.from_buffer(self.map, off).value
 
     def u64(self, off):
-        return struct.unpack_from("<Q", self.map, off)[0]
+        return ctypes.c_uint64.from_buffer(self.map, off).value
+
+    def put32(self, off, v):
+        ctypes.c_uint32.from_buffer(self.map, off).value = v & 0xFFFFFFFF
 
     def put64(self, off, v):
-        struct.pack_into("<Q", self.map, off, v & ((1 << 64) - 1))
+        ctypes.c_uint64.from_buffer(self.map, off).value = v & ((1 << 64) - 1)
 
     def do_kick(self):
         os.write(self.kick, struct.pack("<Q", 1))
@@ -184,11 +191,10 @@ class Channel:
             del anchor
 
     def state(self):
-        return self.u32(OFF_STATE), struct.unpack_from("<i", self.map, OFF_ERROR)[0]
+        return self.u32(OFF_STATE), ctypes.c_int32.from_buffer(self.map, OFF_ERROR).value
 
     def shutdown(self):
-        flags = self.u32(OFF_APP_FLAGS) | APP_SHUT_WR
-        struct.pack_into("<I", self.map, OFF_APP_FLAGS, flags)
+        self.put32(OFF_APP_FLAGS, self.u32(OFF_APP_FLAGS) | APP_SHUT_WR)
         self.do_kick()
 
     def close(self):

@@ -43,6 +43,12 @@ def pump(a, b, data, timeout):
         got.append(chunk)
         n += len(chunk)
         if not chunk:
+            broken = [(side, ch.state()) for side, ch in (("sender", a), ("receiver", b))
+                      if ch.state()[0] & meshring.STATE_ERROR]
+            if broken:  # meshd broke the channel: waiting on would only hide why
+                print(f"# channel broken after {n} bytes: " +
+                      ", ".join(f"{side} ring error {st[1]}" for side, st in broken))
+                break
             time.sleep(0.002)
     return b"".join(got)
 
