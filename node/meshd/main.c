@@ -33,6 +33,10 @@ enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT,
 #define TAG(t) ((uint64_t)(t) << 32)
 #define EVENT_BATCH 64
 #define DRAIN_ROUNDS 16
+/* While polling, the loop's epoll_wait (a system call) runs on one round in this many: every
+ * round looks into the CQs and rings without one, and the rest (timer, control socket, connection
+ * events, lifelines, kicks of a ring that just stopped being polled) can wait a few rounds. */
+#define HOT_EPOLL_EVERY 16
 #define STOP_GRACE_MS 300
 
 static void usage(FILE *out)
@@ -74,6 +78,7 @@ struct dp {
 	int stop_fd;           /* rails > 0: rail 0 writes it when meshd stops */
 	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
 	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
+	uint32_t hot_rounds;   /* rounds while polling, for HOT_EPOLL_EVERY */
 	int status;            /* run()'s result */
 	pthread_t thread;
 };
@@ -377,7 +382,10 @@ static int run(struct dp *dp)
 			dp->polled = false; /* that look found nothing: now sleep */
 		}
 		pthread_mutex_unlock(&d->lock);
-		n = epoll_wait(dp->epfd, evs, (int)ARRAY_SIZE(evs), more || hot ? 0 : -1);
+		if (hot && !more && ++dp->hot_rounds % HOT_EPOLL_EVERY)
+			n = 0;
+		else
+			n = epoll_wait(dp->epfd, evs, (int)ARRAY_SIZE(evs), more || hot ? 0 : -1);
 
 		if (n < 0) {
 			if (errno == EINTR)

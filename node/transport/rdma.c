@@ -731,41 +731,10 @@ static enum xport_op wc_op(const struct ibv_wc *wc)
 	}
 }
 
-static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
+/* Drains the dirty CQs into evs[n..max); a CQ stays dirty while it may hold more than there was
+ * room for. Returns the new count. */
+static int rdma_drain(struct rdma_xport *rx, struct xport_event *evs, int n, int max)
 {
-	struct rdma_xport *rx = to_rx(x);
-	struct rdma_cm_event *cme;
-	struct rdma_dev *d;
-	struct ibv_cq *cq;
-	void *cq_ctx;
-	int n = 0;
-
-	/* 1. connection events; each is copied and acked at once (rdma_destroy_id waits for acks) */
-	while (n < max && !rdma_get_cm_event(rx->ech, &cme)) {
-		struct rdma_conn *dead = NULL;
-		int r = rdma_cm_handle(rx, cme, &evs[n]);
-
-		if (r < 0)
-			dead = cme->id->context;
-		rdma_ack_cm_event(cme);
-		if (dead)
-			rdma_conn_destroy(&dead->base);
-		if (r > 0)
-			n++;
-	}
-	/* 2. completion notifications: re-arm, then mark the CQ for draining */
-	for (d = rx->devs; d; d = d->next) {
-		while (!ibv_get_cq_event(d->cch, &cq, &cq_ctx)) {
-			struct rdma_conn *c = cq_ctx;
-
-			ibv_ack_cq_events(cq, 1);
-			/* A polling owner looks into every CQ anyway: re-arming (a system call on
-			 * some providers) waits until it goes to sleep (rdma_arm). */
-			c->armed = rx->polling ? false : !ibv_req_notify_cq(cq, 0);
-			rdma_conn_dirty(c);
-		}
-	}
-	/* 3. drain CQs; a CQ stays dirty while it may hold more than we had room for */
 	while (n < max && rx->dirty) {
 		struct rdma_conn *c = rx->dirty;
 		struct ibv_wc wc[16];
@@ -803,8 +772,47 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 	return n;
 }
 
-/* Busy polling: every live connection's CQ is looked into, notified or not; a notification that
- * fires meanwhile is not re-armed until rdma_arm, before the owner sleeps. */
+static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
+{
+	struct rdma_xport *rx = to_rx(x);
+	struct rdma_cm_event *cme;
+	struct rdma_dev *d;
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	int n = 0;
+
+	/* 1. connection events; each is copied and acked at once (rdma_destroy_id waits for acks) */
+	while (n < max && !rdma_get_cm_event(rx->ech, &cme)) {
+		struct rdma_conn *dead = NULL;
+		int r = rdma_cm_handle(rx, cme, &evs[n]);
+
+		if (r < 0)
+			dead = cme->id->context;
+		rdma_ack_cm_event(cme);
+		if (dead)
+			rdma_conn_destroy(&dead->base);
+		if (r > 0)
+			n++;
+	}
+	/* 2. completion notifications: re-arm, then mark the CQ for draining; 3. drain */
+	for (d = rx->devs; d; d = d->next) {
+		while (!ibv_get_cq_event(d->cch, &cq, &cq_ctx)) {
+			struct rdma_conn *c = cq_ctx;
+
+			ibv_ack_cq_events(cq, 1);
+			/* A polling owner looks into every CQ anyway: re-arming (a system call on
+			 * some providers) waits until it goes to sleep (rdma_arm). */
+			c->armed = rx->polling ? false : !ibv_req_notify_cq(cq, 0);
+			rdma_conn_dirty(c);
+		}
+	}
+	return rdma_drain(rx, evs, n, max);
+}
+
+/* Busy polling: every live connection's CQ is looked into, notified or not, and nothing else: no
+ * system call, as ibv_poll_cq is the provider's own memory. Connection events and notifications
+ * make event_fd readable and are taken by rdma_poll; a notification that fires meanwhile is not
+ * re-armed until rdma_arm, before the owner sleeps. */
 static int rdma_poll_all(xport_t *x, struct xport_event *evs, int max)
 {
 	struct rdma_xport *rx = to_rx(x);
@@ -813,7 +821,7 @@ static int rdma_poll_all(xport_t *x, struct xport_event *evs, int max)
 	for (struct rdma_conn *c = rx->conns; c; c = c->next)
 		if (c->cq)
 			rdma_conn_dirty(c);
-	return rdma_poll(x, evs, max);
+	return rdma_drain(rx, evs, 0, max);
 }
 
 static int rdma_device(xport_t *x, char *name, size_t len)

@@ -130,8 +130,10 @@ struct xport_ops {
 			 uint64_t wr_id);
 	/* Fills up to max events; returns the count (0: nothing pending) or a negative errno. */
 	int (*poll)(xport_t *x, struct xport_event *evs, int max);
-	/* Optional, for busy polling: like poll, but looks into every connection's completion queue
-	 * instead of waiting for a notification to say which ones have something. NULL: poll. */
+	/* Optional, for busy polling: looks into every connection's completion queue instead of
+	 * waiting for a notification to say which ones have something, and may leave everything else
+	 * (connection events, notifications) to poll, which the owner calls whenever event_fd is
+	 * readable. Meant to cost no system call. NULL: poll. */
 	int (*poll_all)(xport_t *x, struct xport_event *evs, int max);
 	/* The device serving the listening address: the RDMA device (rxe0, mlx5_0) or the network
 	 * interface (tcp). 0, or -ENODEV before listen or when none is known. */
