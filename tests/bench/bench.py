@@ -365,7 +365,7 @@ class Bench:
             j = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise Failure(f"handoff {procs} {mode}: no JSON in its output:\n{out}")
-        self.record(f"handoff-{procs}-{mode}", "hop", 0, hop_us=j["hop_us"], typ_us=j["hop_us"], laps=laps,
+        self.record(f"handoff-{procs}-{mode}", "hop", 0, hop_us=j["hop_us"], laps=laps,
                     cpus=j["cpus"])
 
     def derive_floor(self):
@@ -377,8 +377,7 @@ class Bench:
             hop = [x for x in self.results if x["tool"] == "handoff-4-yield" and x["round"] == lat["round"]]
             if lat["round"] is not None and hop:
                 self.round = lat["round"]
-                self.record("floor", "lat", 64, typ_us=lat["typ_us"] + 2 * hop[0]["hop_us"],
-                            avg_us=lat["typ_us"] + 2 * hop[0]["hop_us"])
+                self.record("floor", "lat", 64, typ_us=lat["typ_us"] + 2 * hop[0]["hop_us"])
         self.round = None
 
     # ---- rstream: rsocket, or plain TCP sockets with -T s ----
