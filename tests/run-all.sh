@@ -6,7 +6,8 @@
 #   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails);
-#   5. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
+#   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
+#   6. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
 # Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
 # MESH_REQUIRE_RDMA=1 (set when CI=true), where that fails the run.
 set -euo pipefail
@@ -20,14 +21,14 @@ jobs=$(nproc)
 step() { printf '\n=== %s\n' "$*"; }
 
 step "sanitizer build (ASan + UBSan)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE=ON -DMESH_WERROR=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 step "ctest, sanitizer build"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ctest --test-dir build-asan --output-on-failure
 
 step "release build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESH_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
 step "valgrind, unit tests"
@@ -60,6 +61,18 @@ elif [ "$bench_rc" != 0 ]; then
 	echo "benchmark FAILED (exit $bench_rc)"
 	exit 1
 fi
+
+# Users build Release (and Debug) with either compiler: optimisation levels change what the compilers
+# can prove and so what they warn about (a Release-only -Wnonnull once broke users' builds).
+step "build types: Release and Debug with gcc and clang, warnings as errors"
+for cc in gcc clang; do
+	for type in Release Debug; do
+		dir=build-$cc-${type,,}
+		CC=$cc cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DMESH_WERROR=ON >/dev/null
+		cmake --build "$dir" -j "$jobs" >"$dir/build.log" 2>&1 || { cat "$dir/build.log"; echo "build FAILED: $cc $type"; exit 1; }
+		echo "built warning-free: $cc $type"
+	done
+done
 
 step "ctest, release build"
 cd "$root"

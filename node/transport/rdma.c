@@ -629,7 +629,7 @@ static int cm_status(const struct rdma_cm_event *cme, int fallback)
 static void peer_addr_str(struct rdma_cm_id *id, char *buf, size_t len)
 {
 	struct sockaddr *sa = rdma_get_peer_addr(id);
-	char host[64] = "?";
+	char host[INET6_ADDRSTRLEN] = "?";
 
 	if (sa->sa_family == AF_INET)
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host, sizeof(host));

@@ -382,6 +382,8 @@ static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *
 
 	if (c->state == TC_CLOSED || c->fd < 0)
 		return -ENOTCONN;
+	if (!payload && f->payload_len) /* a caller's bug: header-only frames pass NULL */
+		return -EINVAL;
 	o = malloc(sizeof(*o) + TCP_FRAME_HDR_LEN + f->payload_len);
 	if (!o)
 		return -ENOMEM;
@@ -391,7 +393,7 @@ static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *
 	o->wr_id = wr_id;
 	o->op = op;
 	tcp_frame_header(f, o->data);
-	if (f->payload_len)
+	if (payload)
 		memcpy(o->data + TCP_FRAME_HDR_LEN, payload, f->payload_len);
 	if (c->out_tail)
 		c->out_tail->next = o;
@@ -928,7 +930,7 @@ static int tcp_listen_on(xport_t *x, const char *addr, uint16_t port)
 
 static void peer_str(const struct sockaddr_storage *ss, char *buf, size_t len)
 {
-	char host[64] = "?";
+	char host[INET6_ADDRSTRLEN] = "?";
 	uint16_t port = 0;
 
 	if (ss->ss_family == AF_INET) {
