@@ -24,6 +24,15 @@ static uint64_t now_ms(void)
 	return util_now_ms();
 }
 
+uint32_t channel_rx_window(uint32_t qps)
+{
+	uint32_t need = CH_WINDOW + qps * (LINK_DATA_RECVS + 1), w = CH_WINDOW;
+
+	while (w < need)
+		w *= 2;
+	return w;
+}
+
 struct channel *channel_find(struct mesh *m, uint32_t id)
 {
 	for (struct channel *ch = m->channels; ch; ch = ch->next)
@@ -109,6 +118,7 @@ static void channel_free(struct channel *ch)
 		if (*fd >= 0)
 			close(*fd);
 	log_debug("channel %u freed", ch->id);
+	free(ch->rx_len);
 	free(ch);
 }
 
@@ -132,11 +142,17 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->rail = rail;
 	ch->qp0 = rail * m->cfg->qps_per_link;
 	ch->chunk = (uint32_t)MIN((uint64_t)CH_CHUNK_MAX, size / 4);
+	ch->rx_window = channel_rx_window(qps);
 	ch->open_ms = now_ms();
 	ch->id = ++m->next_channel_id;
 	ch->next = m->channels;
 	m->channels = ch;
 	m->n_channels++;
+	ch->rx_len = calloc(ch->rx_window, sizeof(*ch->rx_len));
+	if (!ch->rx_len) {
+		ch->link = NULL;
+		goto err;
+	}
 	if (link_slot_alloc(l, ch)) {
 		*why = "no free channel slot on this link";
 		*errp = -EMFILE;
@@ -880,17 +896,19 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 	} else {
 		uint16_t seq = MESH_IMM_SEQ(imm);
 
-		if ((uint16_t)(seq - ch->rx_seq) >= CH_WINDOW || ch->rx_len[seq % CH_WINDOW] || !len || len > ch->size) {
+		uint32_t w = ch->rx_window;
+
+		if ((uint16_t)(seq - ch->rx_seq) >= w || ch->rx_len[seq % w] || !len || len > ch->size) {
 			channel_break(ch, -EPROTO, "peer sent chunk %u of %u bytes, expected %u..%u", seq, len, ch->rx_seq,
-				      (uint16_t)(ch->rx_seq + CH_WINDOW - 1));
+				      (uint16_t)(ch->rx_seq + w - 1));
 		} else {
 			uint64_t end = ch->rx_bytes;
 			uint16_t s = ch->rx_seq;
 
-			ch->rx_len[seq % CH_WINDOW] = len;
+			ch->rx_len[seq % w] = len;
 			ch->rx_chunks++;
-			while (ch->rx_len[s % CH_WINDOW])
-				end += ch->rx_len[s++ % CH_WINDOW];
+			while (ch->rx_len[s % w])
+				end += ch->rx_len[s++ % w];
 			/* Never more than a ring ahead of the reader (the peer ignored our credits), never past
 			 * the EOF: such bytes are not published, the channel breaks. */
 			if (end - ch->app_rx_cons > ch->size)
@@ -900,7 +918,7 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 				channel_break(ch, -EPROTO, "peer sent data after its EOF");
 			else {
 				while (ch->rx_seq != s) {
-					ch->rx_len[ch->rx_seq % CH_WINDOW] = 0;
+					ch->rx_len[ch->rx_seq % w] = 0;
 					ch->rx_seq++;
 				}
 				ch->rx_bytes_total += end - ch->rx_bytes;

@@ -20,7 +20,7 @@
 #include "transport.h"
 #include "wire.h"
 
-#define CH_WINDOW 256u          /* chunks in flight per direction; < 2^16 for the sequence numbers */
+#define CH_WINDOW 256u          /* chunks in flight per direction (sender); < 2^16 for the sequence numbers */
 #define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
 #define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping */
 
@@ -68,9 +68,11 @@ struct channel {
 	bool tx_ok[CH_WINDOW];
 	bool stalled;
 
-	/* RX: chunks in order up to rx_bytes; the app consumed app_rx_cons; we credited credit_sent */
+	/* RX: chunks in order up to rx_bytes; the app consumed app_rx_cons; we credited credit_sent.
+	 * rx_len holds rx_window chunk lengths (channel_rx_window: larger than the sender's window). */
 	uint16_t rx_seq;
-	uint32_t rx_len[CH_WINDOW];
+	uint32_t rx_window;
+	uint32_t *rx_len;
 	uint64_t rx_bytes, app_rx_cons, credit_sent, credit_posting;
 	bool credit_busy;
 	bool eof_known;
@@ -104,6 +106,15 @@ struct channel_ops {
 	void (*watch)(void *ctx, struct channel *ch, bool add);
 	void *ctx;
 };
+
+/* The receiver's window of chunk sequence numbers for a channel over qps QPs. The sender keeps at
+ * most CH_WINDOW chunks beyond its own completions, but a completion means the peer's NIC took the
+ * chunk, not that the peer's meshd has seen it: each QP has its own CQ, drained one after the
+ * other, so a receiver that lags on QP q holds at most that QP's posted receives (LINK_DATA_RECVS)
+ * of q's chunks unseen, and strict round-robin striping puts q's next chunk within qps of each.
+ * So an arriving chunk is less than CH_WINDOW + qps * (LINK_DATA_RECVS + 1) past rx_seq: the window
+ * is the next power of two, at most 8192 for 16 QPs (under half the 16-bit sequence space). */
+uint32_t channel_rx_window(uint32_t qps);
 
 /* Requests from local clients. Return 0 when answered later (connect) or done, else a negative errno
  * to answer now; *why names the problem. */

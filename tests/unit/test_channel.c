@@ -1470,15 +1470,58 @@ static void channel_on_imm__seq_outside_window__channel_error_eproto(void **stat
 {
 	struct ct *c = *state;
 	struct chan *h;
+	uint16_t w;
 
 	ct_init(c, 2);
 	h = open_out(c, RING, 2, PEER_SLOT);
-	peer_data(c, h, 1, CH_WINDOW - 1, 0, 10); /* the last of the window: kept */
+	w = (uint16_t)chn(c, h)->rx_window;
+	peer_data(c, h, 1, (uint16_t)(w - 1), 0, 10); /* the last of the window: kept */
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
-	peer_imm(c, 1, MESH_IMM(0, h->slot, CH_WINDOW), 10);
+	peer_imm(c, 1, MESH_IMM(0, h->slot, w), 10);
 	expect_broken(c, h, -EPROTO);
 	assert_true(ring_rx_prod(h) == 0);
 	mt_finish(&c->t);
+}
+
+/* Each QP has its own CQ and meshd drains one after the other, while the sender's window of
+ * CH_WINDOW chunks waits only for its NIC's acknowledgements: a receiver that has not yet looked at
+ * QP 0's CQ sees QP 1's chunks far past rx_seq. Here 193 of QP 1's chunks (seqs 1, 3, ... 385: what
+ * QP 0's 64 receives and the sender's window allow) before chunk 0. None may break the channel. */
+static void channel_on_imm__one_qp_lags_past_the_senders_window__kept_in_order(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	const uint32_t len = 8, last = 385;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	assert_true(chn(c, h)->rx_window > last);
+	for (uint32_t s = 1; s <= last; s += 2)
+		peer_data(c, h, 1, (uint16_t)s, (uint64_t)s * len, len);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_true(ring_rx_prod(h) == 0);
+	for (uint32_t s = 0; s <= last; s += 2) {
+		peer_data(c, h, 0, (uint16_t)s, (uint64_t)s * len, len);
+		assert_true(ring_rx_prod(h) == (uint64_t)(s + 2) * len);
+	}
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_true(chn(c, h)->rx_chunks == last + 1);
+	app_read(h, (uint64_t)(last + 1) * len);
+	mt_finish(&c->t);
+}
+
+/* The window covers the worst case of the QP count: at most 8192 (16 QPs), under half of the
+ * 16-bit sequence space, so an old chunk is never taken for a new one. */
+static void channel_rx_window__every_qp_count__covers_lag_and_below_half_seq_space(void **state)
+{
+	(void)state;
+	for (uint32_t q = 1; q <= MESH_QPS_PER_LINK_MAX; q++) {
+		uint32_t w = channel_rx_window(q);
+
+		assert_true(w >= CH_WINDOW + q * (LINK_DATA_RECVS + 1));
+		assert_true(w <= 32768);
+		assert_int_equal(w & (w - 1), 0);
+	}
 }
 
 static void channel_on_imm__zero_length__channel_error_eproto(void **state)
@@ -2114,6 +2157,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_imm__duplicate_pending_seq__channel_error_eproto),
 	T(channel_on_imm__duplicate_delivered_seq__channel_error_eproto),
 	T(channel_on_imm__seq_outside_window__channel_error_eproto),
+	T(channel_on_imm__one_qp_lags_past_the_senders_window__kept_in_order),
+	cmocka_unit_test(channel_rx_window__every_qp_count__covers_lag_and_below_half_seq_space),
 	T(channel_on_imm__zero_length__channel_error_eproto),
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),
 	T(channel_on_imm__beyond_reader_credit__channel_error_eproto),
