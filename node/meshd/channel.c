@@ -291,6 +291,8 @@ static void channel_send_close(struct channel *ch, int reason)
 
 	c.slot = ch->peer_slot;
 	c.reason = reason;
+	c.chunks = ch->tx_chunks;
+	c.credits = ch->credit_writes;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
 	msg.channel_close = &c;
 	if (!channel_send(ch, &msg))
@@ -303,6 +305,8 @@ static void channel_send_ack(struct channel *ch)
 	ChannelCloseAck a = CHANNEL_CLOSE_ACK__INIT;
 
 	a.slot = ch->peer_slot;
+	a.chunks = ch->tx_chunks;
+	a.credits = ch->credit_writes;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
 	msg.channel_close_ack = &a;
 	if (!channel_send(ch, &msg))
@@ -430,6 +434,7 @@ static void channel_post_credit(struct channel *ch)
 		return;
 	}
 	mesh_link_sq_take(l, ch->qp0);
+	ch->credit_writes++;
 	ch->credit_busy = true;
 	ch->credit_posting = cons;
 	ch->inflight++;
@@ -457,11 +462,29 @@ static void channel_send_accept(struct channel *ch)
 
 /* ---- lifecycle ---- */
 
+/* Every immediate the peer's Close or CloseAck counted has been seen: none can still land on this
+ * slot (after a reuse, on another channel). */
+static bool channel_peer_drained(const struct channel *ch)
+{
+	return ch->peer_final && ch->imm_chunks_seen >= ch->peer_final_chunks &&
+	       ch->imm_credits_seen >= ch->peer_final_credits;
+}
+
 static bool channel_done(struct channel *ch)
 {
 	/* The peer no longer writes to us, and our application is gone. */
-	return ch->app_gone && ch->inflight == 0 &&
-	       ((ch->close_sent && ch->ack_rcvd) || (ch->close_rcvd && ch->ack_sent) || !ch->link);
+	if (!ch->app_gone || ch->inflight)
+		return false;
+	if (!ch->link)
+		return true;
+	return ((ch->close_sent && ch->ack_rcvd) || (ch->close_rcvd && ch->ack_sent)) && channel_peer_drained(ch);
+}
+
+static void channel_note_peer_final(struct channel *ch, uint64_t chunks, uint64_t credits)
+{
+	ch->peer_final = true;
+	ch->peer_final_chunks = chunks;
+	ch->peer_final_credits = credits;
 }
 
 static void channel_progress_close(struct channel *ch)
@@ -825,6 +848,7 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		}
 		ch->close_rcvd = true;
 		ch->state = CH_CLOSING;
+		channel_note_peer_final(ch, msg->channel_close->chunks, msg->channel_close->credits);
 		if (msg->channel_close->reason && !ch->error) {
 			ch->error = msg->channel_close->reason;
 			snprintf(ch->why, sizeof(ch->why), "node %u closed the channel: %s", l->peer->id,
@@ -840,6 +864,7 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		ch = link_channel(l, msg->channel_close_ack->slot);
 		if (ch && ch->close_sent) {
 			ch->ack_rcvd = true;
+			channel_note_peer_final(ch, msg->channel_close_ack->chunks, msg->channel_close_ack->credits);
 			channel_pump(ch);
 		}
 		return 0;
@@ -883,6 +908,17 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 		log_warn("node %u wrote to channel slot %u, which is not open", l->peer->id, MESH_IMM_SLOT(imm));
 		return 0;
 	}
+	if (imm & MESH_IMM_CREDIT)
+		ch->imm_credits_seen++;
+	else
+		ch->imm_chunks_seen++;
+	if (ch->peer_final && (ch->imm_chunks_seen > ch->peer_final_chunks || ch->imm_credits_seen > ch->peer_final_credits)) {
+		channel_break(ch, -EPROTO, "peer wrote after its close: %llu chunks and %llu credits, it counted %llu and %llu",
+			      (unsigned long long)ch->imm_chunks_seen, (unsigned long long)ch->imm_credits_seen,
+			      (unsigned long long)ch->peer_final_chunks, (unsigned long long)ch->peer_final_credits);
+		channel_pump(ch);
+		return 0;
+	}
 	/* Data may beat the Accept (other QPs complete independently): it is in our ring already, and
 	 * counts as soon as it arrives. */
 	if (imm & MESH_IMM_CREDIT) {
@@ -895,7 +931,6 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 			ch->peer_cons = c;
 	} else {
 		uint16_t seq = MESH_IMM_SEQ(imm);
-
 		uint32_t w = ch->rx_window;
 
 		if ((uint16_t)(seq - ch->rx_seq) >= w || ch->rx_len[seq % w] || !len || len > ch->size) {

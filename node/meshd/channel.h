@@ -78,6 +78,12 @@ struct channel {
 	bool eof_known;
 	uint64_t eof_total;
 
+	/* Immediates of the peer seen on this slot, and what its Close or CloseAck says it sent: the
+	 * slot is freed only once both counts are reached (peer_final). */
+	uint64_t imm_chunks_seen, imm_credits_seen, credit_writes;
+	bool peer_final;
+	uint64_t peer_final_chunks, peer_final_credits;
+
 	/* lifecycle */
 	uint32_t inflight; /* data and credit writes posted, not completed */
 	bool app_gone, app_shut, eof_sent, close_sent, ack_rcvd, close_rcvd, ack_sent;

@@ -155,9 +155,13 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 	case PEER_MSG__BODY_CHANNEL_CLOSE:
 		FUZZ_CHECK(a->channel_close->slot == b->channel_close->slot);
 		FUZZ_CHECK(a->channel_close->reason == b->channel_close->reason);
+		FUZZ_CHECK(a->channel_close->chunks == b->channel_close->chunks);
+		FUZZ_CHECK(a->channel_close->credits == b->channel_close->credits);
 		break;
 	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
 		FUZZ_CHECK(a->channel_close_ack->slot == b->channel_close_ack->slot);
+		FUZZ_CHECK(a->channel_close_ack->chunks == b->channel_close_ack->chunks);
+		FUZZ_CHECK(a->channel_close_ack->credits == b->channel_close_ack->credits);
 		break;
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
@@ -270,10 +274,14 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 	case PEER_MSG__BODY_CHANNEL_CLOSE:
 		c->channel_close.slot = m->channel_close->slot;
 		c->channel_close.reason = m->channel_close->reason;
+		c->channel_close.chunks = m->channel_close->chunks;
+		c->channel_close.credits = m->channel_close->credits;
 		c->msg.channel_close = &c->channel_close;
 		break;
 	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
 		c->channel_close_ack.slot = m->channel_close_ack->slot;
+		c->channel_close_ack.chunks = m->channel_close_ack->chunks;
+		c->channel_close_ack.credits = m->channel_close_ack->credits;
 		c->msg.channel_close_ack = &c->channel_close_ack;
 		break;
 	default:

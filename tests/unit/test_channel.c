@@ -101,6 +101,8 @@ struct ct {
 	unsigned watch_add[MAX_IDS], watch_del[MAX_IDS];
 	struct chan chans[MAX_CHANS];
 	size_t n_chans;
+	/* immediates the peer sent to each of our slots (data, credit): what its Close counts */
+	uint64_t peer_imms[MAX_IDS][2];
 };
 
 /* ---- the application's side: channel_ops ------------------------------------------------------ */
@@ -517,6 +519,8 @@ static void peer_imm(struct ct *c, uint32_t qp, uint32_t imm, uint32_t len)
 	struct fake_post *r = take_recv(&c->t, c->l, qp);
 	struct xport_event ev = wc_event(c->l->conns[qp], XPORT_OP_RECV_IMM, r->wr_id, len);
 
+	if (MESH_IMM_SLOT(imm) < MAX_IDS)
+		c->peer_imms[MESH_IMM_SLOT(imm)][(imm & MESH_IMM_CREDIT) != 0]++;
 	ev.imm = imm;
 	ev.has_imm = true;
 	deliver(&c->t, &ev);
@@ -600,16 +604,25 @@ static void peer_eof(struct ct *c, const struct chan *h, uint64_t total)
 	peer_msg(c, &m);
 }
 
-static void peer_close(struct ct *c, const struct chan *h, int reason)
+/* The peer's Close counts the immediates it sent to channel h (peer_close_n: other counts). */
+static void peer_close_n(struct ct *c, const struct chan *h, int reason, uint64_t chunks, uint64_t credits)
 {
 	PeerMsg m = PEER_MSG__INIT;
 	ChannelClose cl = CHANNEL_CLOSE__INIT;
 
 	cl.slot = h->slot;
 	cl.reason = reason;
+	cl.chunks = chunks;
+	cl.credits = credits;
 	m.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
 	m.channel_close = &cl;
 	peer_msg(c, &m);
+}
+
+static void peer_close(struct ct *c, const struct chan *h, int reason)
+{
+	assert_true(h->slot < MAX_IDS);
+	peer_close_n(c, h, reason, c->peer_imms[h->slot][0], c->peer_imms[h->slot][1]);
 }
 
 static void peer_close_ack(struct ct *c, const struct chan *h)
@@ -617,7 +630,10 @@ static void peer_close_ack(struct ct *c, const struct chan *h)
 	PeerMsg m = PEER_MSG__INIT;
 	ChannelCloseAck a = CHANNEL_CLOSE_ACK__INIT;
 
+	assert_true(h->slot < MAX_IDS);
 	a.slot = h->slot;
+	a.chunks = c->peer_imms[h->slot][0];
+	a.credits = c->peer_imms[h->slot][1];
 	m.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
 	m.channel_close_ack = &a;
 	peer_msg(c, &m);
@@ -660,6 +676,8 @@ static struct chan *connect_out(struct ct *c, uint16_t port, uint64_t size, uint
 	assert_true(h->slot < c->l->ch_cap);
 	assert_non_null(c->l->ch_slots[h->slot]);
 	h->id = c->l->ch_slots[h->slot]->id;
+	assert_true(h->slot < MAX_IDS);
+	memset(c->peer_imms[h->slot], 0, sizeof(c->peer_imms[h->slot]));
 	complete_sends(c);
 	return h;
 }
@@ -709,6 +727,8 @@ static struct chan *open_in(struct ct *c, uint16_t src_port, uint16_t dst_port, 
 	assert_true(h->slot < c->l->ch_cap);
 	assert_non_null(c->l->ch_slots[h->slot]);
 	h->id = c->l->ch_slots[h->slot]->id;
+	assert_true(h->slot < MAX_IDS);
+	memset(c->peer_imms[h->slot], 0, sizeof(c->peer_imms[h->slot]));
 	assert_int_equal(c->n_apps, n + 1);
 	h->app = &c->apps[n];
 	assert_int_equal(h->app->status, 0);
@@ -1959,6 +1979,88 @@ static void channel_on_message__peer_close__ack_once_our_writes_completed(void *
 	mt_finish(&c->t);
 }
 
+/* Close and CloseAck ride QP 0, the peer's data and credits other QPs: the peer's Close may be seen
+ * before its last chunk. The slot stays ours until every immediate the Close counted has landed;
+ * before, the late chunk landed on the next channel that took the slot, as that channel's data. */
+static void channel_on_message__close_overtakes_data__slot_kept_until_counted_chunks_land(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h, *h2;
+	uint32_t id;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	peer_eof(c, h, CHUNK);
+	peer_close_n(c, h, 0, 1, 0); /* one chunk sent, still in our CQ of QP 1 */
+	complete_sends(c);
+	app_hangup(c, h);
+	assert_non_null(channel_find(&c->t.m, id));
+	assert_int_equal(c->t.m.n_channels, 1);
+	/* A new channel cannot take the slot meanwhile. */
+	h2 = open_out(c, RING, 2, PEER_SLOT + 1);
+	assert_int_not_equal(h2->slot, h->slot);
+	peer_data(c, h, 1, 0, 0, CHUNK);
+	assert_null(channel_find(&c->t.m, id));
+	assert_int_equal(c->t.m.n_channels, 1);
+	assert_true(ring_rx_prod(h2) == 0);
+	assert_int_equal(ring_state(h2), MESH_STATE_OPEN);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+/* The same for the CloseAck that answers our Close: it counts the peer's credit write, which is
+ * seen after it. */
+static void channel_on_message__close_ack_overtakes_credit__freed_once_it_lands(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	uint32_t id;
+	size_t from;
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelCloseAck a = CHANNEL_CLOSE_ACK__INIT;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	from = c->t.fx->n_posts;
+	app_shut_wr(h);
+	app_hangup(c, h);
+	assert_int_equal(sent_close_reason(c, h, from), 0);
+	complete_sends(c);
+	a.slot = h->slot;
+	a.chunks = 0;
+	a.credits = 1;
+	m.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
+	m.channel_close_ack = &a;
+	peer_msg(c, &m);
+	assert_non_null(channel_find(&c->t.m, id));
+	peer_credit(c, h, 0);
+	assert_null(channel_find(&c->t.m, id));
+	assert_int_equal(c->t.fx->live_mrs, 2);
+	mt_finish(&c->t);
+}
+
+/* More immediates than the peer's Close counted: the peer broke the protocol; that channel breaks
+ * (-EPROTO), the link goes on. */
+static void channel_on_imm__more_than_close_counted__channel_error_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_close_n(c, h, 0, 0, 0);
+	complete_sends(c);
+	peer_data(c, h, 1, 0, 0, CHUNK);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -EPROTO);
+	assert_string_equal(chn(c, h)->why, "peer wrote after its close: 1 chunks and 0 credits, it counted 0 and 0");
+	assert_true(ring_rx_prod(h) == 0);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
 /* A QP refuses the data write (its connection died; the link's own event may come later in the
  * batch): the application hears the reset a lost link means, not the provider's errno. */
 static void channel_post_data__qp_refuses__econnreset_to_the_app(void **state)
@@ -2158,6 +2260,9 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_imm__duplicate_delivered_seq__channel_error_eproto),
 	T(channel_on_imm__seq_outside_window__channel_error_eproto),
 	T(channel_on_imm__one_qp_lags_past_the_senders_window__kept_in_order),
+	T(channel_on_message__close_overtakes_data__slot_kept_until_counted_chunks_land),
+	T(channel_on_message__close_ack_overtakes_credit__freed_once_it_lands),
+	T(channel_on_imm__more_than_close_counted__channel_error_eproto),
 	cmocka_unit_test(channel_rx_window__every_qp_count__covers_lag_and_below_half_seq_space),
 	T(channel_on_imm__zero_length__channel_error_eproto),
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),
