@@ -100,10 +100,14 @@ struct tcp_conn {
 	size_t in_len, in_cap;
 	/* output */
 	struct tcp_out *out_head, *out_tail;
-	uint32_t out_frames;
 	struct tcp_unacked *unacked_head, *unacked_tail;
 	uint32_t n_unacked;
 	uint32_t acks_owed; /* frames we applied and have not acknowledged yet */
+	/* Work requests posted (SEND, WRITE, WRITE_IMM, READ) whose completion is not raised yet: what
+	 * max_send_wr bounds, as a send queue would. ACK and READ_RESP frames of our own are not work
+	 * requests and do not count, or a peer writing to us while our output is stuck could make a
+	 * post fail. */
+	uint32_t sq_wrs;
 	/* posted receives (FIFO ring) */
 	struct tcp_recv *recvs;
 	uint32_t recv_head, recv_count, recv_cap;
@@ -205,8 +209,11 @@ static struct xport_event *tcp_ev_push(struct tcp_xport *tx, enum xport_ev_type 
 static void tcp_ev_completion(struct tcp_conn *c, enum xport_op op, uint64_t wr_id, uint32_t len, int status,
 			      const char *why)
 {
-	struct xport_event *ev = tcp_ev_push(c->tx, XPORT_EV_COMPLETION, c);
+	struct xport_event *ev;
 
+	if (op != XPORT_OP_RECV && op != XPORT_OP_RECV_IMM && c->sq_wrs)
+		c->sq_wrs--;
+	ev = tcp_ev_push(c->tx, XPORT_EV_COMPLETION, c);
 	if (!ev)
 		return;
 	ev->op = op;
@@ -309,7 +316,6 @@ static void tcp_conn_flush_wrs(struct tcp_conn *c)
 		free(o);
 	}
 	c->out_tail = NULL;
-	c->out_frames = 0;
 	while (c->unacked_head) {
 		struct tcp_unacked *u = c->unacked_head;
 
@@ -400,7 +406,6 @@ static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *
 	else
 		c->out_head = o;
 	c->out_tail = o;
-	c->out_frames++;
 	return tcp_conn_watch(c);
 }
 
@@ -426,7 +431,6 @@ static void tcp_conn_flush(struct tcp_conn *c)
 		c->out_head = o->next;
 		if (!c->out_head)
 			c->out_tail = NULL;
-		c->out_frames--;
 		if (o->op) {
 			struct tcp_unacked *u = malloc(sizeof(*u));
 
@@ -1143,11 +1147,12 @@ static int tcp_post(xport_conn_t *xc, xport_mr_t *mr, uint8_t type, const void *
 		return -EFAULT;
 	if (len > TCP_FRAME_PAYLOAD_MAX)
 		return -EMSGSIZE;
-	if (c->out_frames + c->n_unacked >= c->tx->attr.max_send_wr)
+	if (c->sq_wrs >= c->tx->attr.max_send_wr)
 		return -ENOMEM; /* like a full send queue */
 	ret = tcp_queue(c, &f, buf, op, wr_id);
 	if (ret)
 		return ret;
+	c->sq_wrs++;
 	tcp_conn_flush(c);
 	return 0;
 }
@@ -1184,7 +1189,7 @@ static int tcp_post_read(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 		return -EFAULT;
 	if (len > TCP_FRAME_PAYLOAD_MAX)
 		return -EMSGSIZE;
-	if (c->out_frames + c->n_unacked >= c->tx->attr.max_send_wr)
+	if (c->sq_wrs >= c->tx->attr.max_send_wr)
 		return -ENOMEM;
 	rd = calloc(1, sizeof(*rd));
 	if (!rd)
@@ -1200,6 +1205,7 @@ static int tcp_post_read(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 	}
 	rd->next = c->reads;
 	c->reads = rd;
+	c->sq_wrs++;
 	tcp_conn_flush(c);
 	return 0;
 }

@@ -498,6 +498,59 @@ static void xport_disconnect__peer_sees_disconnected(void **state)
 	wait_ev(p, &p->srv, XPORT_EV_DISCONNECTED, -1);
 }
 
+/* The send queue holds max_send_wr work requests whatever the peer does meanwhile: here the peer
+ * writes to us while our output is stuck (it has no receive for our first SEND, so it stops
+ * reading), which makes the tcp provider queue ACK frames of its own behind our work requests.
+ * Those are not work requests: every one of the 64 posts is accepted, and all complete once the
+ * peer posts its receive. (Before, queued ACKs counted against the 64: -ENOMEM, which broke a
+ * channel or, for a keepalive, the link.) */
+static void xport_post__peer_writes_while_output_stuck__whole_send_queue_usable(void **state)
+{
+	struct pair *p = *state;
+	const uint32_t depth = 64, big = 16; /* setup_side's max_send_wr; big writes: beyond socket buffers */
+	xport_mr_t *cin;
+	uint32_t posted = 0, done = 0;
+
+	pair_connect(p, false);
+	assert_int_equal(xport_mr_reg(p->cc, p->cbuf, REGION_LEN, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &cin),
+			 0);
+	assert_int_equal(xport_post_send(p->cc, p->cmr, p->cbuf, 300, 1000), 0);
+	posted++;
+	for (uint32_t i = 0; i < big; i++, posted++)
+		assert_int_equal(xport_post_write(p->cc, p->cmr, p->cbuf, REGION_LEN, (uintptr_t)p->region + GUARD_LEN,
+						  p->smr_remote->rkey, 1000 + posted),
+				 0);
+	/* The peer writes to us in several batches: each batch we apply owes it an ACK. */
+	for (uint32_t i = 0; i < 8; i++) {
+		assert_int_equal(xport_post_write(p->sc, p->smr_local, p->sbuf, 64, (uintptr_t)p->cbuf + REGION_LEN - 64,
+						  cin->rkey, 2000 + i),
+				 0);
+		for (int k = 0; k < 3; k++) {
+			pump_side(&p->srv);
+			pump_side(&p->cli);
+			usleep(2000);
+		}
+	}
+	for (; posted < depth; posted++) {
+		int ret = xport_post_write(p->cc, p->cmr, p->cbuf, 8, (uintptr_t)p->region + GUARD_LEN,
+					   p->smr_remote->rkey, 1000 + posted);
+
+		if (ret)
+			fail_msg("post %u of %u: %s", posted + 1, depth, strerror(-ret));
+	}
+	/* The peer takes the SEND: everything flows and completes. */
+	assert_int_equal(xport_post_recv(p->sc, p->smr_local, p->sbuf, 4096, 9), 0);
+	for (; done < depth; done++) {
+		struct xport_event *ev = wait_ev(p, &p->cli, XPORT_EV_COMPLETION, -1);
+
+		assert_int_equal(ev->status, 0);
+		assert_true(ev->op == XPORT_OP_SEND || ev->op == XPORT_OP_WRITE);
+	}
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(wait_ev(p, &p->srv, XPORT_EV_COMPLETION, XPORT_OP_WRITE)->status, 0);
+	xport_mr_dereg(cin);
+}
+
 static const struct CMUnitTest tests[] = {
 	cmocka_unit_test_setup_teardown(xport_connect__pdata_both_ways__established, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_connect__rejected__reject_pdata_delivered, pair_setup, pair_teardown),
@@ -516,6 +569,8 @@ static const struct CMUnitTest tests[] = {
 					pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_read__before_region__fails, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_disconnect__peer_sees_disconnected, pair_setup, pair_teardown),
+	cmocka_unit_test_setup_teardown(xport_post__peer_writes_while_output_stuck__whole_send_queue_usable, pair_setup,
+					pair_teardown),
 };
 
 static int group_setup(void **state)
