@@ -359,7 +359,7 @@ static int run(struct dp *dp)
 		channel_set_polling(m, dp->rail, true);
 	pthread_mutex_unlock(&d->lock);
 	while (running) {
-		bool more = false, drained[MESH_XPORT_INSTANCES] = {false};
+		bool more = false, tick = false, drained[MESH_XPORT_INSTANCES] = {false};
 		int n;
 
 		pthread_mutex_lock(&d->lock);
@@ -410,8 +410,7 @@ static int run(struct dp *dp)
 
 				if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
 					log_warn("timerfd read: %m");
-				mesh_tick(m, util_now_ms());
-				mesh_reap(m);
+				tick = true; /* after the receives of this batch, below */
 				break;
 			}
 			case TAG_SIGNAL: {
@@ -444,6 +443,16 @@ static int run(struct dp *dp)
 		for (size_t i = 0; i < d->n_xports; i++)
 			if (dp_owns(dp, i) && d->more[i] && !drained[i])
 				d->more[i] = drain_xport(d, d->xports[i]);
+		/* Timers judge liveness only after everything that arrived has been read: a meshd that was
+		 * not scheduled for a while (paused, or a loaded machine) finds its peers' keepalives in
+		 * this batch, and must not declare a merely delayed link dead. */
+		if (tick) {
+			for (size_t i = 0; i < d->n_xports; i++)
+				if (dp_owns(dp, i) && d->more[i])
+					d->more[i] = drain_xport(d, d->xports[i]);
+			mesh_tick(m, util_now_ms());
+			mesh_reap(m);
+		}
 		/* What the handlers released goes after the batch (no event above may still name it). */
 		mesh_reap(m);
 		if (d->poll_mode != POLL_EVENT) {

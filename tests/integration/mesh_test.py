@@ -10,6 +10,8 @@ What it asserts, in order:
      private data) are rejected with the right reason, and every link stays UP.
   3. Garbage on the local control socket gets an error reply; meshd keeps serving.
   4. SIGSTOP of a node: its peers take their links DOWN by keepalive timeout; SIGCONT heals.
+     A node paused past its own (shorter) keepalive timeout, while its peers kept sending, keeps
+     every link on thaw: what arrived is read before its timers judge the links.
      SIGKILL of the highest node: its peers show the link DOWN within the keepalive timeout.
   5. Restart it: all links UP again, each with a new, larger epoch.
   6. SIGTERM: every meshd exits 0.
@@ -60,7 +62,7 @@ class Cluster:
             addr = addrs[(i - 1) % len(addrs)]
             port = args.base_port + (i if len(addrs) == 1 else 0)
             self.nodes[i] = dict(addr=addr, port=port, sock=os.path.join(workdir, f"meshd{i}.sock"),
-                                 log=os.path.join(workdir, f"meshd{i}.log"), proc=None)
+                                 log=os.path.join(workdir, f"meshd{i}.log"), proc=None, conf=None)
         self.conf = os.path.join(workdir, "mesh.conf")
         with open(self.conf, "w") as f:
             f.write('cluster = {\n  name = "itest";\n'
@@ -81,7 +83,7 @@ class Cluster:
     def start(self, i):
         nd = self.nodes[i]
         logf = open(nd["log"], "a")
-        nd["proc"] = subprocess.Popen([self.bin("meshd"), "-c", self.conf, "-n", str(i), "-s", nd["sock"]],
+        nd["proc"] = subprocess.Popen([self.bin("meshd"), "-c", nd["conf"] or self.conf, "-n", str(i), "-s", nd["sock"]],
                                       stdout=logf, stderr=logf)
         logf.close()
 
@@ -254,7 +256,34 @@ def main():
         c.nodes[mid]["proc"].send_signal(signal.SIGCONT)
         check(wait_until(c.all_up, args.up_timeout, 0.2), f"node {mid} thawed (SIGCONT): full mesh UP again")
 
-        # 4b. kill the highest node
+        # 4b. a node's own timers must not judge its links before it has read what arrived: node 1
+        # runs with a keepalive timeout shorter than its peers', is paused past it (its peers keep
+        # sending and have not timed out) and must find every link alive when it thaws.
+        short = max(3 * args.ka_interval, args.ka_timeout // 2)
+        conf1 = os.path.join(workdir, "mesh-node1.conf")
+        with open(c.conf) as f:
+            text = f.read()
+        with open(conf1, "w") as f:
+            f.write(text.replace(f"keepalive_timeout_ms = {args.ka_timeout};", f"keepalive_timeout_ms = {short};"))
+        c.nodes[1]["conf"] = conf1
+        c.nodes[1]["proc"].send_signal(signal.SIGTERM)
+        c.nodes[1]["proc"].wait(timeout=15)
+        c.start(1)
+        if check(wait_until(c.all_up, args.up_timeout, 0.2), f"node 1 restarted with keepalive timeout {short} ms"):
+            flaps = 0
+            for _ in range(3):
+                before = {p: l["ups"] for p, l in c.links(1).items()}
+                c.nodes[1]["proc"].send_signal(signal.SIGSTOP)
+                time.sleep(short * 1.3 / 1000)
+                c.nodes[1]["proc"].send_signal(signal.SIGCONT)
+                time.sleep(0.5)
+                after = c.links(1)
+                flaps += sum(1 for p, l in after.items() if l["ups"] != before[p] or l["state"] != "UP")
+                wait_until(c.all_up, args.up_timeout, 0.2)
+            check(flaps == 0, f"node 1 paused 3 times for {short * 1.3:.0f} ms (past its own keepalive timeout, "
+                  f"within its peers'): no link flapped", f"{flaps} link flaps")
+
+        # 4c. kill the highest node
         epochs = {i: c.links(i)[top]["epoch"] for i in c.nodes if i != top}
         c.nodes[top]["proc"].send_signal(signal.SIGKILL)
         c.nodes[top]["proc"].wait()
