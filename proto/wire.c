@@ -125,7 +125,7 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_open.ring_size is not a power of two in 4 KiB..256 MiB";
 		if (o->qps == 0 || o->qps > MESH_QPS_PER_LINK_MAX)
 			return "channel_open.qps out of range 1..16";
-		if (!o->rx_addr || o->rx_addr + o->ring_size < o->rx_addr || !o->credit_addr || o->credit_addr + 8 < o->credit_addr)
+		if (!o->rx_addr || o->rx_addr + o->ring_size < o->rx_addr || !o->credit_addr || o->credit_addr + MESH_CREDIT_LEN < o->credit_addr)
 			return "channel_open: bad ring or credit address";
 		return NULL;
 	}
@@ -134,7 +134,7 @@ static const char *peer_msg_check(const PeerMsg *m)
 
 		if (a->slot >= MESH_CHANNEL_SLOTS || a->peer_slot >= MESH_CHANNEL_SLOTS)
 			return "channel_accept slot out of range";
-		if (!a->rx_addr || !a->credit_addr || a->credit_addr + 8 < a->credit_addr)
+		if (!a->rx_addr || !a->credit_addr || a->credit_addr + MESH_CREDIT_LEN < a->credit_addr)
 			return "channel_accept: bad ring or credit address";
 		return NULL;
 	}
@@ -150,6 +150,19 @@ static const char *peer_msg_check(const PeerMsg *m)
 		return NULL;
 	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
 		return m->channel_close_ack->slot >= MESH_CHANNEL_SLOTS ? "channel_close_ack.slot out of range" : NULL;
+	case PEER_MSG__BODY_CHANNEL_RESUME: {
+		const ChannelResume *r = m->channel_resume;
+
+		if (r->slot >= MESH_CHANNEL_SLOTS || r->peer_slot >= MESH_CHANNEL_SLOTS)
+			return "channel_resume slot out of range";
+		if (r->rx_seq > 65535)
+			return "channel_resume.rx_seq out of range 0..65535";
+		if (r->rx_cons > r->rx_bytes)
+			return "channel_resume.rx_cons beyond rx_bytes";
+		if (!r->rx_addr || !r->credit_addr || r->credit_addr + MESH_CREDIT_LEN < r->credit_addr)
+			return "channel_resume: bad ring or credit address";
+		return NULL;
+	}
 	default:
 		return "message has no known body";
 	}

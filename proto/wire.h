@@ -35,13 +35,19 @@
 #define MESH_FEAT_KEEPALIVE (1ull << 0)
 #define MESH_FEAT_GOODBYE (1ull << 1)
 #define MESH_FEAT_CHANNELS (1ull << 2)
-#define MESH_FEAT_ALL (MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS)
+#define MESH_FEAT_RESUME (1ull << 3) /* channels wait for a link that went DOWN and resume (ChannelResume) */
+#define MESH_FEAT_ALL (MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME)
 
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update
  *   bits 30..16 the receiver's channel slot (MESH_CHANNEL_SLOTS per link)
  *   bits 15..0  data: chunk sequence number (mod 2^16); credit: 0 */
 #define MESH_IMM_CREDIT (1u << 31)
+/* A credit write: the reader's rx_cons, then the bytes its meshd has placed (contiguous rx_prod),
+ * both u64 in the host order of the cluster (one machine architecture per cluster). The sender
+ * posts up to rx_cons + ring size, and lets its application reuse TX bytes only up to the placed
+ * position: bytes written but not yet seen placed are written again if the link is lost. */
+#define MESH_CREDIT_LEN 16u
 #define MESH_CHANNEL_SLOTS 32768u
 #define MESH_IMM(credit, slot, seq) (((credit) ? MESH_IMM_CREDIT : 0u) | ((uint32_t)(slot) << 16) | ((uint32_t)(seq) & 0xffffu))
 #define MESH_IMM_SLOT(imm) (((imm) >> 16) & 0x7fffu)

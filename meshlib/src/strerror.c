@@ -19,6 +19,8 @@ static const char *const mesh_errstr[MESH_ERRNO_LAST - MESH_ERRNO_BASE] = {
 	[MESH_ESHUTDOWN - MESH_ERRNO_BASE] = "peer is shutting down",
 	[MESH_EDUPQP - MESH_ERRNO_BASE] = "QP index connected twice",
 	[MESH_EPDATA - MESH_ERRNO_BASE] = "malformed connect private data",
+	[MESH_EPEERRESTART - MESH_ERRNO_BASE] = "the peer's meshd restarted while the link was down; the channel is gone",
+	[MESH_ERESUMETIMEO - MESH_ERRNO_BASE] = "the link to the peer stayed DOWN longer than cluster.resume_timeout_ms",
 };
 
 MESH_EXPORT const char *mesh_strerror(int err)

@@ -153,6 +153,8 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->pid = (uint32_t)getpid();
 	n->version = version;
 	n->peer_rejects = m->peer_rejects;
+	n->link_flaps = m->link_flaps;
+	n->channel_resumes = m->channel_resumes;
 }
 
 /* Storage for the NUMA part of NodeInfo, on the caller's stack. */
@@ -304,6 +306,8 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->rx_chunks = ch->rx_chunks;
 	ci->in_flight = ch->inflight;
 	ci->credit_stalls = ch->credit_stalls;
+	ci->resumes = ch->resumes;
+	ci->rewritten_bytes = ch->rewritten_bytes;
 	ci->tx_pending = ch->app_tx_prod - ch->tx_sent;
 	ci->rx_unread = ch->rx_bytes - ch->app_rx_cons;
 	ci->error = (char *)ch->why;

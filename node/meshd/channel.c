@@ -45,6 +45,8 @@ const char *channel_state_name(const struct channel *ch)
 {
 	if (ch->error)
 		return "ERROR";
+	if (ch->resuming)
+		return "RESUMING";
 	switch (ch->state) {
 	case CH_OPENING:
 		return "OPENING";
@@ -144,6 +146,8 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->chunk = (uint32_t)MIN((uint64_t)CH_CHUNK_MAX, size / 4);
 	ch->rx_window = channel_rx_window(qps);
 	ch->open_ms = now_ms();
+	ch->peer_boot = l->peer_boot_epoch;
+	ch->xp = l->xp;
 	ch->id = ++m->next_channel_id;
 	ch->next = m->channels;
 	m->channels = ch;
@@ -218,9 +222,9 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	if ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
 	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_rx)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, 8, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_cin)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + 1, 8, XPORT_ACCESS_LOCAL, &ch->mr_cout))) {
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + 2, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &ch->mr_cout))) {
 		*why = "memory registration failed";
 		goto err;
 	}
@@ -246,6 +250,15 @@ static void channel_wake_app(struct channel *ch)
 	}
 }
 
+/* TX bytes the application may overwrite: written, and seen placed by the peer's meshd (its credit
+ * says so). Not merely written: a write that completed may still be lost with the link before the
+ * peer's meshd saw it, and a resume writes it again from this ring. The peer's placed position
+ * never goes back, even across a resume (it resumes from there or later), so neither does this. */
+static uint64_t channel_tx_freed(const struct channel *ch)
+{
+	return MIN(ch->tx_done, ch->peer_placed);
+}
+
 static void channel_publish(struct channel *ch)
 {
 	uint32_t st = MESH_STATE_OPEN;
@@ -257,14 +270,15 @@ static void channel_publish(struct channel *ch)
 		st |= MESH_STATE_ERROR;
 		atomic_store_explicit(&ch->ctrl->error, ch->error, memory_order_relaxed);
 	}
-	changed = st != ch->published_state || ch->tx_done != ch->published_tx || ch->rx_bytes != ch->published_rx;
+	changed = st != ch->published_state || channel_tx_freed(ch) != ch->published_tx ||
+		  ch->rx_bytes != ch->published_rx;
 	if (!changed)
 		return; /* a periodic pump must not wake a waiting application for nothing */
-	atomic_store_explicit(&ch->ctrl->tx_cons, ch->tx_done, memory_order_release);
+	atomic_store_explicit(&ch->ctrl->tx_cons, channel_tx_freed(ch), memory_order_release);
 	atomic_store_explicit(&ch->ctrl->rx_prod, ch->rx_bytes, memory_order_release);
 	atomic_store_explicit(&ch->ctrl->state, st, memory_order_release);
 	ch->published_state = st;
-	ch->published_tx = ch->tx_done;
+	ch->published_tx = channel_tx_freed(ch);
 	ch->published_rx = ch->rx_bytes;
 	channel_wake_app(ch);
 }
@@ -291,7 +305,7 @@ static void channel_send_close(struct channel *ch, int reason)
 
 	c.slot = ch->peer_slot;
 	c.reason = reason;
-	c.chunks = ch->tx_chunks;
+	c.chunks = ch->posted_chunks;
 	c.credits = ch->credit_writes;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
 	msg.channel_close = &c;
@@ -305,13 +319,15 @@ static void channel_send_ack(struct channel *ch)
 	ChannelCloseAck a = CHANNEL_CLOSE_ACK__INIT;
 
 	a.slot = ch->peer_slot;
-	a.chunks = ch->tx_chunks;
+	a.chunks = ch->posted_chunks;
 	a.credits = ch->credit_writes;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE_ACK;
 	msg.channel_close_ack = &a;
 	if (!channel_send(ch, &msg))
 		ch->ack_sent = true;
 }
+
+static void channel_detach(struct channel *ch);
 
 /* The channel is broken: no more data moves; the application sees err after the bytes it has. */
 static void channel_break(struct channel *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -327,6 +343,13 @@ static void channel_break(struct channel *ch, int err, const char *fmt, ...)
 	va_end(ap);
 	ch->error = err;
 	ch->state = CH_CLOSING;
+	if (ch->resuming) {
+		/* A broken channel waits for nothing: with the link UP its Close tells the peer, without
+		 * it the peer's resume finds the slot free and is refused. */
+		ch->resuming = false;
+		if (!ch->link || ch->link->phase != LINK_UP)
+			channel_detach(ch);
+	}
 	log_warn("channel %u (node %u port %u): %s (%s)", ch->id, ch->link ? ch->link->peer->id : 0, ch->peer_port,
 		 ch->why, mesh_strerror(err));
 }
@@ -342,10 +365,10 @@ static int channel_read_app(struct channel *ch)
 
 	if (ch->app_shut && tx_prod != ch->app_tx_prod)
 		tx_prod = ch->app_tx_prod; /* bytes after SHUT_WR are not part of the stream */
-	if (!mesh_ring_in_window(tx_prod, ch->app_tx_prod, ch->tx_done + ch->size)) {
+	if (!mesh_ring_in_window(tx_prod, ch->app_tx_prod, ch->published_tx + ch->size)) {
 		channel_break(ch, -EPROTO, "application published tx_prod %llu outside [%llu, %llu]",
 			      (unsigned long long)tx_prod, (unsigned long long)ch->app_tx_prod,
-			      (unsigned long long)(ch->tx_done + ch->size));
+			      (unsigned long long)(ch->published_tx + ch->size));
 		return -EPROTO;
 	}
 	if (!mesh_ring_in_window(rx_cons, ch->app_rx_cons, ch->rx_bytes)) {
@@ -365,7 +388,7 @@ static int channel_read_app(struct channel *ch)
 
 static bool channel_may_post(const struct channel *ch)
 {
-	return ch->state == CH_OPEN && !ch->error && !ch->close_rcvd && !ch->close_sent && ch->link &&
+	return ch->state == CH_OPEN && !ch->error && !ch->close_rcvd && !ch->close_sent && !ch->resuming && ch->link &&
 	       ch->link->phase == LINK_UP;
 }
 
@@ -379,13 +402,8 @@ static void channel_post_data(struct channel *ch)
 		uint32_t qp = ch->qp0 + ch->next_qp, len;
 		int ret;
 
-		if (ch->tx_sent >= credit_end) {
-			if (!ch->stalled)
-				ch->credit_stalls++;
-			ch->stalled = true;
+		if (ch->tx_sent >= credit_end)
 			return;
-		}
-		ch->stalled = false;
 		if ((uint16_t)(ch->tx_seq - ch->tx_done_seq) >= CH_WINDOW || !mesh_link_sq_room(l, qp))
 			return;
 		len = (uint32_t)MIN(MIN(ch->app_tx_prod, credit_end) - ch->tx_sent, (uint64_t)ch->chunk);
@@ -406,9 +424,23 @@ static void channel_post_data(struct channel *ch)
 		ch->tx_sent += len;
 		ch->tx_bytes += len;
 		ch->tx_chunks++;
+		ch->posted_chunks++;
 		ch->inflight++;
 		ch->next_qp = (ch->next_qp + 1) % ch->qps;
 	}
+}
+
+/* The sender waits for the peer's reader when a whole ring of its bytes is not consumed yet:
+ * either meshd has no credit to post them, or the application cannot write (its TX space comes
+ * back only with what the reader's meshd placed, and the credits that say so follow the reader).
+ * Counted once per wait. */
+static void channel_note_stall(struct channel *ch)
+{
+	bool stalled = ch->app_tx_prod - ch->peer_cons >= ch->size;
+
+	if (stalled && !ch->stalled)
+		ch->credit_stalls++;
+	ch->stalled = stalled;
 }
 
 static void channel_post_credit(struct channel *ch)
@@ -426,8 +458,9 @@ static void channel_post_credit(struct channel *ch)
 		return;
 	if (!mesh_link_sq_room(l, ch->qp0))
 		return;
-	ch->credit[1] = cons;
-	ret = xport_post_write_imm(l->conns[ch->qp0], ch->mr_cout, &ch->credit[1], 8, ch->peer_credit_addr,
+	ch->credit[2] = cons;
+	ch->credit[3] = ch->rx_bytes;
+	ret = xport_post_write_imm(l->conns[ch->qp0], ch->mr_cout, &ch->credit[2], MESH_CREDIT_LEN, ch->peer_credit_addr,
 				   ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
 	if (ret) {
 		channel_break(ch, -ECONNRESET, "posting a credit write failed: %s", mesh_strerror(ret));
@@ -460,6 +493,65 @@ static void channel_send_accept(struct channel *ch)
 		ch->accept_pending = false;
 }
 
+/* ---- resuming ---- */
+
+/* The channel leaves its link for good: its slot is free, nothing of the link is used any more. */
+static void channel_detach(struct channel *ch)
+{
+	struct link *l = ch->link;
+
+	if (l && link_channel(l, ch->slot) == ch)
+		l->ch_slots[ch->slot] = NULL;
+	ch->link = NULL;
+	ch->inflight = 0;
+	ch->resuming = false;
+}
+
+/* Both halves resumed: data moves again. */
+static void channel_resume_check(struct channel *ch)
+{
+	if (!ch->resuming || !ch->resume_rx_sent || !ch->resume_tx_done)
+		return;
+	ch->resuming = false;
+	ch->resumes++;
+	ch->mesh->channel_resumes++;
+	log_info("channel %u (node %u port %u) resumed after %llu ms; %llu bytes written again", ch->id,
+		 ch->link->peer->id, ch->peer_port,
+		 (unsigned long long)(now_ms() + ch->mesh->cfg->resume_timeout_ms - ch->resume_deadline_ms),
+		 (unsigned long long)ch->rewritten_bytes);
+}
+
+/* Tells the peer where our receiving half stands. Chunks that arrived out of order are forgotten
+ * (their bytes come again: the peer rewrites from our contiguous prefix), and so are the counts of
+ * immediates a Close will be checked against: the peer's sending half starts afresh from here, and
+ * it posts nothing before this message reached it. -ENOBUFS: the pump retries. */
+static void channel_send_resume(struct channel *ch)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelResume r = CHANNEL_RESUME__INIT;
+
+	memset(ch->rx_len, 0, ch->rx_window * sizeof(*ch->rx_len));
+	ch->imm_chunks_seen = ch->imm_credits_seen = 0;
+	ch->credit_sent = ch->app_rx_cons; /* the peer takes our reader's position from the message */
+	ch->credit_busy = false;
+	r.slot = ch->peer_slot;
+	r.peer_slot = ch->slot;
+	r.rx_bytes = ch->rx_bytes;
+	r.rx_seq = ch->rx_seq;
+	r.rx_cons = ch->app_rx_cons;
+	r.eof_known = ch->eof_known;
+	r.rx_addr = (uintptr_t)ch->rx;
+	r.rx_rkey = ch->mr_rx->rkey;
+	r.credit_addr = (uintptr_t)ch->credit;
+	r.credit_rkey = ch->mr_cin->rkey;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
+	msg.channel_resume = &r;
+	if (mesh_link_send(ch->link, &msg))
+		return;
+	ch->resume_rx_sent = true;
+	channel_resume_check(ch);
+}
+
 /* ---- lifecycle ---- */
 
 /* Every immediate the peer's Close or CloseAck counted has been seen: none can still land on this
@@ -489,10 +581,11 @@ static void channel_note_peer_final(struct channel *ch, uint64_t chunks, uint64_
 
 static void channel_progress_close(struct channel *ch)
 {
-	bool up = ch->link && ch->link->phase == LINK_UP;
+	bool up = ch->link && ch->link->phase == LINK_UP && !ch->resuming;
 
 	if (!up) {
-		/* Without the link nothing can be in flight any more (its QPs are gone). */
+		/* Without the link nothing can be in flight any more (its QPs are gone); a resuming
+		 * channel finishes its close once it has resumed. */
 		ch->inflight = 0;
 		return;
 	}
@@ -526,8 +619,11 @@ static void channel_pump(struct channel *ch)
 			      ch->link ? ch->link->peer->id : 0);
 	if (ch->accept_pending)
 		channel_send_accept(ch);
+	if (ch->resuming && !ch->resume_rx_sent && ch->link && ch->link->phase == LINK_UP)
+		channel_send_resume(ch);
 	if (ch->state == CH_OPEN) {
 		channel_post_data(ch);
+		channel_note_stall(ch);
 		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch)) {
 			PeerMsg msg = PEER_MSG__INIT;
 			ChannelEof e = CHANNEL_EOF__INIT;
@@ -703,6 +799,8 @@ static int channel_hand_over(struct channel *ch, int fd)
 
 /* ---- the peer ---- */
 
+static void channel_on_resume(struct link *l, const ChannelResume *r);
+
 static void channel_reject(struct link *l, uint32_t slot, int reason)
 {
 	PeerMsg msg = PEER_MSG__INIT;
@@ -722,6 +820,20 @@ static void channel_reject(struct link *l, uint32_t slot, int reason)
 				  slot);
 		}
 	}
+}
+
+/* The peer resumed a channel we do not have (any more): its channel fails with reason. */
+static void channel_refuse_resume(struct link *l, uint32_t peer_slot, int reason)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelClose c = CHANNEL_CLOSE__INIT;
+
+	c.slot = peer_slot;
+	c.reason = reason;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
+	msg.channel_close = &c;
+	if (mesh_link_send(l, &msg))
+		log_warn("node %u: cannot refuse the resume of its slot %u now; it times out", l->peer->id, peer_slot);
 }
 
 static void channel_flush_rejects(struct link *l)
@@ -860,6 +972,11 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		}
 		channel_pump(ch);
 		return 0;
+	case PEER_MSG__BODY_CHANNEL_RESUME:
+		if (!(l->features & MESH_FEAT_RESUME))
+			return -MESH_EPEERMSG;
+		channel_on_resume(l, msg->channel_resume);
+		return 0;
 	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
 		ch = link_channel(l, msg->channel_close_ack->slot);
 		if (ch && ch->close_sent) {
@@ -923,12 +1040,18 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 	 * counts as soon as it arrives. */
 	if (imm & MESH_IMM_CREDIT) {
 		uint64_t c = __atomic_load_n(&ch->credit[0], __ATOMIC_ACQUIRE);
+		uint64_t placed = __atomic_load_n(&ch->credit[1], __ATOMIC_ACQUIRE);
 
 		if (!mesh_ring_in_window(c, ch->peer_cons, ch->tx_sent))
 			channel_break(ch, -EPROTO, "peer credited %llu bytes, outside [%llu, %llu]", (unsigned long long)c,
 				      (unsigned long long)ch->peer_cons, (unsigned long long)ch->tx_sent);
-		else
+		else if (!mesh_ring_in_window(placed, MAX(c, ch->peer_placed), ch->tx_sent))
+			channel_break(ch, -EPROTO, "peer placed %llu bytes, outside [%llu, %llu]", (unsigned long long)placed,
+				      (unsigned long long)MAX(c, ch->peer_placed), (unsigned long long)ch->tx_sent);
+		else {
 			ch->peer_cons = c;
+			ch->peer_placed = placed;
+		}
 	} else {
 		uint16_t seq = MESH_IMM_SEQ(imm);
 		uint32_t w = ch->rx_window;
@@ -965,13 +1088,36 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 	return 0;
 }
 
-void channel_link_down(struct link *l)
+/* An open channel with nothing of a close under way waits for its link (both sides keep it). */
+static bool channel_resumable(const struct channel *ch)
+{
+	const struct link *l = ch->link;
+
+	return l->mesh->cfg->resume_timeout_ms && (l->features & MESH_FEAT_RESUME) && ch->state == CH_OPEN &&
+	       !ch->error && !ch->accept_pending && !ch->close_sent && !ch->close_rcvd;
+}
+
+void channel_link_down(struct link *l, bool may_resume)
 {
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
 		struct channel *ch = l->ch_slots[i];
 
 		if (!ch)
 			continue;
+		if (may_resume && (ch->resuming || channel_resumable(ch))) {
+			/* Writes and credits in flight died with the QPs: the resume rewinds past them. */
+			if (!ch->resuming) {
+				ch->resuming = true;
+				ch->resume_deadline_ms = now_ms() + l->mesh->cfg->resume_timeout_ms;
+				log_info("channel %u (node %u port %u): link DOWN, waiting up to %u ms to resume", ch->id,
+					 l->peer->id, ch->peer_port, l->mesh->cfg->resume_timeout_ms);
+			}
+			ch->resume_rx_sent = ch->resume_tx_done = false;
+			ch->inflight = 0;
+			ch->credit_busy = false;
+			ch->stalled = false;
+			continue;
+		}
 		/* The QPs are gone: the registrations go with them, the slot is free. */
 		l->ch_slots[i] = NULL;
 		if (ch->state == CH_OPENING) {
@@ -988,6 +1134,76 @@ void channel_link_down(struct link *l)
 		ch->inflight = 0;
 		channel_pump(ch);
 	}
+}
+
+void channel_link_up(struct link *l)
+{
+	for (uint32_t i = 0; i < l->ch_cap; i++) {
+		struct channel *ch = l->ch_slots[i];
+
+		if (!ch || !ch->resuming)
+			continue;
+		if (l->xp != ch->xp) {
+			/* Its rings are registered with the other provider: nothing of them is reachable. */
+			channel_detach(ch);
+			channel_break(ch, -ECONNRESET, "the link to node %u came back over %s", l->peer->id,
+				      link_transport(l));
+		} else if (l->peer_boot_epoch != ch->peer_boot) {
+			/* Another meshd process: whatever it had of this channel is gone. */
+			channel_detach(ch);
+			channel_break(ch, -MESH_EPEERRESTART, "node %u's meshd restarted while the link was DOWN",
+				      l->peer->id);
+		} else if (!(l->features & MESH_FEAT_RESUME)) {
+			channel_detach(ch);
+			channel_break(ch, -ECONNRESET, "node %u no longer resumes channels", l->peer->id);
+		}
+		channel_pump(ch); /* sends our ChannelResume */
+	}
+}
+
+/* The peer's ChannelResume: where its receiving half stands; our sending half goes back there. */
+static void channel_on_resume(struct link *l, const ChannelResume *r)
+{
+	struct channel *ch = link_channel(l, r->slot);
+
+	if (!ch || ch->peer_slot != r->peer_slot || ch->state == CH_OPENING) {
+		/* Nothing of ours to resume: a channel we already closed or timed out, or a forgery. The
+		 * peer's channel fails with a Close; ours, if the slot holds another, is left alone. */
+		log_warn("node %u resumed channel slot %u (its slot %u), which is not its channel here; refusing it",
+			 l->peer->id, r->slot, r->peer_slot);
+		channel_refuse_resume(l, r->peer_slot, ch ? -EPROTO : -ECONNRESET);
+		return;
+	}
+	if (!ch->resuming || ch->resume_tx_done) {
+		channel_break(ch, -EPROTO, "node %u sent ChannelResume for a channel that was not waiting", l->peer->id);
+		channel_pump(ch);
+		return;
+	}
+	if (r->rx_bytes < ch->peer_placed || r->rx_bytes > ch->tx_sent || r->rx_cons < ch->peer_cons) {
+		channel_break(ch, -EPROTO,
+			      "node %u resumes at %llu (reader at %llu), outside what was sent [%llu, %llu]", l->peer->id,
+			      (unsigned long long)r->rx_bytes, (unsigned long long)r->rx_cons,
+			      (unsigned long long)ch->peer_placed, (unsigned long long)ch->tx_sent);
+		channel_pump(ch);
+		return;
+	}
+	ch->rewritten_bytes += ch->tx_sent - r->rx_bytes;
+	ch->tx_sent = ch->tx_done = r->rx_bytes;
+	ch->tx_seq = ch->tx_done_seq = (uint16_t)r->rx_seq;
+	memset(ch->tx_ok, 0, sizeof(ch->tx_ok));
+	ch->peer_cons = r->rx_cons;
+	ch->peer_placed = r->rx_bytes;
+	ch->peer_rx_addr = r->rx_addr;
+	ch->peer_rx_rkey = r->rx_rkey;
+	ch->peer_credit_addr = r->credit_addr;
+	ch->peer_credit_rkey = r->credit_rkey;
+	ch->posted_chunks = ch->credit_writes = 0;
+	ch->next_qp = 0; /* the peer's receive window starts afresh: so does the striping */
+	if (ch->eof_sent && !r->eof_known)
+		ch->eof_sent = false; /* lost with the link: sent again once the bytes before it are */
+	ch->resume_tx_done = true;
+	channel_resume_check(ch);
+	channel_pump(ch);
 }
 
 void channel_on_kick(struct mesh *m, uint32_t id)
@@ -1039,6 +1255,16 @@ void channel_tick(struct mesh *m, uint64_t t)
 						  NULL, NULL);
 			ch->reply_fd = -1;
 			ch->app_gone = true;
+		}
+		if (ch->resuming && t >= ch->resume_deadline_ms) {
+			struct link *l = ch->link;
+			bool up = l->phase == LINK_UP;
+
+			/* With the link UP (the peer never answered our resume) the close tells the peer. */
+			if (!up)
+				channel_detach(ch);
+			channel_break(ch, -MESH_ERESUMETIMEO, "link to node %u not back within %u ms (cluster.resume_timeout_ms)",
+				      l->peer->id, m->cfg->resume_timeout_ms);
 		}
 		channel_pump(ch);
 	}

@@ -22,7 +22,7 @@
 
 #define CH_WINDOW 256u          /* chunks in flight per direction (sender); < 2^16 for the sequence numbers */
 #define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
-#define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping */
+#define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: [0..1] in (peer writes), [2..3] out */
 
 struct mesh;
 struct link;
@@ -32,6 +32,9 @@ enum ch_state {
 	CH_OPEN,
 	CH_CLOSING, /* no more data moves; the close handshake or the application is pending */
 };
+/* An OPEN channel whose link went DOWN stays CH_OPEN with `resuming` set (shown RESUMING): nothing
+ * moves until the link is UP again to the same peer meshd and both halves resumed (ChannelResume),
+ * or resume_timeout_ms passed. */
 
 struct channel {
 	uint32_t id; /* node-wide, shown by meshctl */
@@ -57,12 +60,12 @@ struct channel {
 
 	/* registered memory: TX (local), RX (peer writes), credit word in (peer writes), credit out */
 	xport_mr_t *mr_tx, *mr_rx, *mr_cin, *mr_cout;
-	uint64_t *credit; /* credit[0]: the peer's rx_cons, written by the peer; credit[8]: our source */
+	uint64_t *credit; /* credit[0..1]: the peer's rx_cons and placed, written by the peer; [2..3]: ours */
 	uint64_t peer_rx_addr, peer_credit_addr;
 	uint32_t peer_rx_rkey, peer_credit_rkey;
 
 	/* TX: app published app_tx_prod; we posted tx_sent; writes done up to tx_done */
-	uint64_t app_tx_prod, tx_sent, tx_done, peer_cons;
+	uint64_t app_tx_prod, tx_sent, tx_done, peer_cons, peer_placed;
 	uint16_t tx_seq, tx_done_seq;
 	uint32_t tx_len[CH_WINDOW];
 	bool tx_ok[CH_WINDOW];
@@ -83,6 +86,15 @@ struct channel {
 	uint64_t imm_chunks_seen, imm_credits_seen, credit_writes;
 	bool peer_final;
 	uint64_t peer_final_chunks, peer_final_credits;
+
+	/* Resuming: each side tells the other where its receiving half stands (resume_rx_sent) and
+	 * rewinds its sending half to what the other said (resume_tx_done). */
+	bool resuming, resume_rx_sent, resume_tx_done;
+	uint64_t resume_deadline_ms;
+	uint64_t peer_boot; /* the peer meshd's boot epoch when the channel opened */
+	uint8_t xp;         /* the provider its rings are registered with (the link's when it opened) */
+	uint64_t resumes, rewritten_bytes;
+	uint64_t posted_chunks; /* data writes posted since the last resume: what Close counts */
 
 	/* lifecycle */
 	uint32_t inflight; /* data and credit writes posted, not completed */
@@ -139,8 +151,13 @@ void channel_client_gone(struct mesh *m, int client_fd);
 int channel_on_message(struct link *l, const PeerMsg *msg);
 int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status);
 int channel_on_imm(struct link *l, uint32_t imm, uint32_t len);
-/* The link went DOWN: every channel on it breaks (-ECONNRESET); registered memory goes with the QPs. */
-void channel_link_down(struct link *l);
+/* The link went DOWN: open channels wait for it (RESUMING, when may_resume, cluster.resume_timeout_ms
+ * and the peer allow), the others break (-ECONNRESET) and leave the link. may_resume is false when
+ * the peer said Goodbye or we stop: that meshd's state is going away. */
+void channel_link_down(struct link *l, bool may_resume);
+/* The link is UP again: waiting channels resume if the peer meshd is the same process (boot epoch),
+ * else fail with -MESH_EPEERRESTART. */
+void channel_link_up(struct link *l);
 
 /* From meshd's loop: the application kicked, or its lifeline closed. */
 void channel_on_kick(struct mesh *m, uint32_t id);

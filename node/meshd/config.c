@@ -56,6 +56,9 @@ static const struct config_key config_keys[] = {
 		 "rdma_cm address and route resolution timeout (>= 2000 under emulation)"),
 	KEY_UINT(handshake_timeout_ms, "15000", 100, 600000,
 		 "a link attempt not UP within this time is abandoned and retried"),
+	KEY_UINT(resume_timeout_ms, "30000", 0, 3600000,
+		 "open channels of a link that goes DOWN wait this long for it to come back UP to the same peer "
+		 "meshd, then resume where they stood (nothing lost); 0: they break at once (-ECONNRESET)"),
 	KEY_UINT(backoff_initial_ms, "100", 1, 600000,
 		 "first re-dial delay after a failed attempt; doubles per failure, jittered"),
 	KEY_UINT(backoff_max_ms, "5000", 1, 3600000, "upper bound of the re-dial delay"),

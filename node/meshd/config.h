@@ -41,6 +41,7 @@ struct mesh_config {
 	uint32_t keepalive_timeout_ms;
 	uint32_t connect_timeout_ms;
 	uint32_t handshake_timeout_ms;
+	uint32_t resume_timeout_ms;
 	uint32_t backoff_initial_ms;
 	uint32_t backoff_max_ms;
 	uint32_t max_handshakes;

@@ -220,7 +220,9 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	else
 		log_debug("link to node %u: attempt epoch %llu failed: %s", l->peer->id,
 			  (unsigned long long)l->epoch, l->last_error);
-	channel_link_down(l);
+	if (was_up)
+		m->link_flaps++;
+	channel_link_down(l, err != -MESH_ESHUTDOWN && !m->stopping);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
 	l->n_rejects = 0;
 	for (uint32_t i = 0; i < LINK_CONNS_MAX; i++) {
@@ -437,6 +439,7 @@ static void link_progress(struct link *l)
 		l->last_rx_ms = t;
 		l->next_ka_ms = t;
 		l->last_error[0] = '\0';
+		channel_link_up(l);
 		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
 			 l->peer->id, (unsigned long long)l->epoch, l->n_est, (unsigned long long)l->peer_mb_addr,
 			 l->peer_mb_len, l->peer_mb_rkey, (unsigned long long)(t - l->attempt_ms));

@@ -159,6 +159,8 @@ struct mesh {
 	struct link *links; /* one per peer, sorted by peer id */
 	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
 	uint64_t peer_rejects;
+	uint64_t link_flaps;      /* UP links that went DOWN */
+	uint64_t channel_resumes; /* channels that resumed after their link came back */
 	bool stopping;
 	struct mesh_graveyard grave;
 

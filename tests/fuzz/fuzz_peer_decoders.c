@@ -91,6 +91,12 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
 		FUZZ_CHECK(m->channel_close_ack != NULL && m->channel_close_ack->slot < MESH_CHANNEL_SLOTS);
 		break;
+	case PEER_MSG__BODY_CHANNEL_RESUME:
+		FUZZ_CHECK(m->channel_resume != NULL);
+		FUZZ_CHECK(m->channel_resume->slot < MESH_CHANNEL_SLOTS && m->channel_resume->peer_slot < MESH_CHANNEL_SLOTS);
+		FUZZ_CHECK(m->channel_resume->rx_seq <= 65535 && m->channel_resume->rx_cons <= m->channel_resume->rx_bytes);
+		FUZZ_CHECK(m->channel_resume->rx_addr && m->channel_resume->credit_addr);
+		break;
 	default:
 		FUZZ_CHECK(!"decoded peer message has no known body");
 	}
@@ -163,6 +169,15 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 		FUZZ_CHECK(a->channel_close_ack->chunks == b->channel_close_ack->chunks);
 		FUZZ_CHECK(a->channel_close_ack->credits == b->channel_close_ack->credits);
 		break;
+	case PEER_MSG__BODY_CHANNEL_RESUME: {
+		const ChannelResume *x = a->channel_resume, *y = b->channel_resume;
+
+		FUZZ_CHECK(x->slot == y->slot && x->peer_slot == y->peer_slot && x->rx_bytes == y->rx_bytes);
+		FUZZ_CHECK(x->rx_seq == y->rx_seq && x->rx_cons == y->rx_cons && x->eof_known == y->eof_known);
+		FUZZ_CHECK(x->rx_addr == y->rx_addr && x->rx_rkey == y->rx_rkey && x->credit_addr == y->credit_addr);
+		FUZZ_CHECK(x->credit_rkey == y->credit_rkey);
+		break;
+	}
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
 	}
@@ -185,6 +200,7 @@ struct peer_msg_copy {
 	ChannelEof channel_eof;
 	ChannelClose channel_close;
 	ChannelCloseAck channel_close_ack;
+	ChannelResume channel_resume;
 };
 
 static void peer_msg_copy_init(struct peer_msg_copy *c)
@@ -202,6 +218,7 @@ static void peer_msg_copy_init(struct peer_msg_copy *c)
 		.channel_eof = CHANNEL_EOF__INIT,
 		.channel_close = CHANNEL_CLOSE__INIT,
 		.channel_close_ack = CHANNEL_CLOSE_ACK__INIT,
+		.channel_resume = CHANNEL_RESUME__INIT,
 	};
 }
 
@@ -284,6 +301,22 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 		c->channel_close_ack.credits = m->channel_close_ack->credits;
 		c->msg.channel_close_ack = &c->channel_close_ack;
 		break;
+	case PEER_MSG__BODY_CHANNEL_RESUME: {
+		const ChannelResume *r = m->channel_resume;
+
+		c->channel_resume.slot = r->slot;
+		c->channel_resume.peer_slot = r->peer_slot;
+		c->channel_resume.rx_bytes = r->rx_bytes;
+		c->channel_resume.rx_seq = r->rx_seq;
+		c->channel_resume.rx_cons = r->rx_cons;
+		c->channel_resume.eof_known = r->eof_known;
+		c->channel_resume.rx_addr = r->rx_addr;
+		c->channel_resume.rx_rkey = r->rx_rkey;
+		c->channel_resume.credit_addr = r->credit_addr;
+		c->channel_resume.credit_rkey = r->credit_rkey;
+		c->msg.channel_resume = &c->channel_resume;
+		break;
+	}
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
 	}

@@ -1,10 +1,11 @@
 /*
  * chan_test: one end of a verified stream through libmesh, for the channel integration tests.
  *
- *   chan_test [-s SOCK] send NODE PORT BYTES [-r RING] [-q QPS] [-S SEED] [-z]
+ *   chan_test [-s SOCK] send NODE PORT BYTES [-r RING] [-q QPS] [-S SEED] [-R BYTES_PER_S] [-z]
  *       connects, sends a 24-byte header (magic, seed, length) and BYTES bytes of a pseudo-random
  *       stream derived from SEED, shuts its side, waits for the peer to close; -z uses zero-copy
- *       reserve/commit instead of mesh_send.
+ *       reserve/commit instead of mesh_send; -R paces the stream (a slow producer, so that it
+ *       outlasts the faults a test makes under it).
  *   chan_test [-s SOCK] recv PORT COUNT [-p PAUSE_MS] [-a AFTER_BYTES] [-z]
  *       accepts COUNT channels and serves them together (poll over non-blocking channels); checks
  *       every byte against the stream its header announces, and the length at EOF, then closes;
@@ -72,7 +73,7 @@ static uint64_t now_ms(void)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: chan_test [-s SOCK] send NODE PORT BYTES [-r RING] [-q QPS] [-S SEED] [-z]\n"
+	fprintf(stderr, "usage: chan_test [-s SOCK] send NODE PORT BYTES [-r RING] [-q QPS] [-S SEED] [-R BYTES_PER_S] [-z]\n"
 			"       chan_test [-s SOCK] recv PORT COUNT [-p PAUSE_MS] [-a AFTER_BYTES] [-z]\n");
 	return 2;
 }
@@ -82,7 +83,8 @@ static int do_send(mesh_session_t *s, int argc, char **argv)
 	struct mesh_channel_opts o = {0};
 	uint32_t node;
 	uint16_t port;
-	uint64_t len, seed = 1, off = 0;
+	uint64_t len, seed = 1, off = 0, rate = 0;
+	struct timespec t0;
 	bool zc = false;
 	mesh_channel_t *c;
 	struct hdr h;
@@ -97,8 +99,11 @@ static int do_send(mesh_session_t *s, int argc, char **argv)
 	port = (uint16_t)strtoul(argv[2], NULL, 0);
 	len = strtoull(argv[3], NULL, 0);
 	optind = 4;
-	while ((opt = getopt(argc, argv, "r:q:S:z")) != -1) {
+	while ((opt = getopt(argc, argv, "r:q:S:R:z")) != -1) {
 		switch (opt) {
+		case 'R':
+			rate = strtoull(optarg, NULL, 0);
+			break;
 		case 'r':
 			o.mask |= MESH_OPT_RING_SIZE;
 			o.ring_size = strtoull(optarg, NULL, 0);
@@ -122,6 +127,7 @@ static int do_send(mesh_session_t *s, int argc, char **argv)
 		printf("FAIL connect to node %u port %u: %s\n", node, port, mesh_strerror(ret));
 		return 1;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	h = (struct hdr){.magic = HDR_MAGIC, .seed = seed, .len = len};
 	while (hoff < sizeof(h)) {
 		n = mesh_send(c, (uint8_t *)&h + hoff, sizeof(h) - hoff, 0);
@@ -130,6 +136,15 @@ static int do_send(mesh_session_t *s, int argc, char **argv)
 		hoff += (size_t)n;
 	}
 	while (off < len) {
+		if (rate) {
+			struct timespec t;
+			double ahead;
+
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			ahead = (double)off / (double)rate - ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9);
+			if (ahead > 0)
+				usleep((useconds_t)(ahead * 1e6));
+		}
 		if (zc) {
 			void *p;
 

@@ -198,7 +198,7 @@ void establish_qp(struct mt *t, struct link *l, uint32_t i)
 		.src_node = l->peer->id,
 		.dst_node = t->m.self->id,
 		.link_epoch = l->epoch,
-		.boot_epoch = 4242,
+		.boot_epoch = t->peer_boot ? t->peer_boot : 4242,
 	};
 	uint8_t buf[XPORT_PDATA_MAX];
 	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
@@ -257,7 +257,7 @@ Hello peer_hello(struct mt *t, struct link *l)
 
 	h.node_id = l->peer->id;
 	h.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name);
-	h.boot_epoch = 4242;
+	h.boot_epoch = t->peer_boot ? t->peer_boot : 4242;
 	h.link_epoch = l->epoch;
 	h.features = MESH_FEAT_ALL;
 	h.qp_count = t->cfg.qps_per_link;

@@ -32,6 +32,7 @@ struct mt {
 	struct mesh m;
 	bool inited;
 	uint32_t qps; /* 0: MT_QPS */
+	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
 	/* The peer's mailbox: its address and PEER_RKEY are what the test's Hello announces. */
 	uint8_t peer_mb[PEER_MB_LEN] __attribute__((aligned(64)));
 };

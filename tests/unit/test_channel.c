@@ -370,6 +370,11 @@ static struct channel *chn(struct ct *c, const struct chan *h)
 	return ch;
 }
 
+static struct channel *link_channel_of(struct ct *c, uint32_t slot)
+{
+	return slot < c->l->ch_cap ? c->l->ch_slots[slot] : NULL;
+}
+
 static struct chan *chan_new(struct ct *c, uint64_t size, uint32_t peer_slot)
 {
 	struct chan *h;
@@ -383,7 +388,7 @@ static struct chan *chan_new(struct ct *c, uint64_t size, uint32_t peer_slot)
 	h->peer_credit = aligned_alloc(64, 64);
 	assert_non_null(h->peer_rx);
 	assert_non_null(h->peer_credit);
-	*h->peer_credit = 0;
+	memset(h->peer_credit, 0, 64);
 	return h;
 }
 
@@ -481,8 +486,8 @@ static void complete_write(struct ct *c, struct chan *h, struct fake_post *p)
 	if (is_credit(p)) {
 		assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
 		assert_true(p->raddr == (uintptr_t)h->peer_credit);
-		assert_int_equal(p->len, 8);
-		memcpy(h->peer_credit, p->buf, 8);
+		assert_int_equal(p->len, MESH_CREDIT_LEN);
+		memcpy(h->peer_credit, p->buf, MESH_CREDIT_LEN);
 	} else {
 		uint64_t off = p->raddr - (uintptr_t)h->peer_rx;
 
@@ -538,11 +543,21 @@ static void peer_data(struct ct *c, const struct chan *h, uint32_t qp, uint16_t 
 	peer_imm(c, qp, MESH_IMM(0, h->slot, seq), len);
 }
 
-/* The peer's reader consumed up to cons: the credit lands in our credit word, then its immediate. */
+/* The peer's reader consumed up to cons and its meshd has placed up to placed: the credit lands in
+ * our credit words, then its immediate. */
+static void peer_credit_placed(struct ct *c, const struct chan *h, uint64_t cons, uint64_t placed)
+{
+	__atomic_store_n(&h->our_credit[0], cons, __ATOMIC_RELEASE);
+	__atomic_store_n(&h->our_credit[1], placed, __ATOMIC_RELEASE);
+	peer_imm(c, 0, MESH_IMM(1, h->slot, 0), MESH_CREDIT_LEN);
+}
+
+/* The same, placed as far as it said before, or the reader. */
 static void peer_credit(struct ct *c, const struct chan *h, uint64_t cons)
 {
-	__atomic_store_n(h->our_credit, cons, __ATOMIC_RELEASE);
-	peer_imm(c, 0, MESH_IMM(1, h->slot, 0), 8);
+	struct channel *ch = channel_find(&c->t.m, h->id);
+
+	peer_credit_placed(c, h, cons, MAX(cons, ch ? ch->peer_placed : 0));
 }
 
 static void peer_open(struct ct *c, const struct chan *h, uint16_t src_port, uint16_t dst_port, uint32_t qps)
@@ -754,9 +769,9 @@ static struct ch_regs find_regs(struct ct *c, uint64_t size)
 			r.tx = g;
 		else if (g->access == ACCESS_RW && g->len == size)
 			r.rx = g;
-		else if (g->access == ACCESS_RW && g->len == 8)
+		else if (g->access == ACCESS_RW && g->len == MESH_CREDIT_LEN)
 			r.cin = g;
-		else if (g->access == XPORT_ACCESS_LOCAL && g->len == 8)
+		else if (g->access == XPORT_ACCESS_LOCAL && g->len == MESH_CREDIT_LEN)
 			r.cout = g;
 	}
 	assert_non_null(r.tx);
@@ -1292,6 +1307,10 @@ static void channel_on_kick__app_wrote__chunks_striped_round_robin(void **state)
 	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 3000);
 	assert_int_equal(chn(c, h)->inflight, 3);
 	complete_data(c, h, from);
+	/* Written is not reusable yet: only what the peer's meshd says it placed (lost with the link,
+	 * a written chunk is written again from this ring). */
+	assert_true(ring_tx_cons(h) == 0);
+	peer_credit_placed(c, h, 0, 3000);
 	assert_true(ring_tx_cons(h) == 3000);
 	check_peer_ring(h, 0, 3000);
 	assert_true(chn(c, h)->tx_bytes == 3000);
@@ -1306,6 +1325,7 @@ static void channel_on_kick__app_wrote__chunks_striped_round_robin(void **state)
 	assert_true(check_data_posts(c, h, from, 0, 3, 3000, CHUNK) == 2000);
 	assert_int_equal(write_post(c, h, from, false, 1)->len, RING - 4024);
 	complete_data(c, h, from);
+	peer_credit_placed(c, h, 3000, 5000);
 	assert_true(ring_tx_cons(h) == 5000);
 	check_peer_ring(h, 5000 - RING, 5000);
 	mt_finish(&c->t);
@@ -1346,8 +1366,10 @@ static void channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit(void
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, false), 4);
 	complete_data(c, h, from);
+	peer_credit_placed(c, h, 0, RING);
 	assert_true(ring_tx_cons(h) == RING);
-	assert_true(chn(c, h)->credit_stalls == 0);
+	/* A whole ring the reader has not consumed: the sender waits for it (once counted). */
+	assert_true(chn(c, h)->credit_stalls == 1);
 
 	/* The ring is free again, but the peer's reader has not consumed anything: nothing may go. */
 	from = c->t.fx->n_posts;
@@ -1360,16 +1382,17 @@ static void channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit(void
 	assert_int_equal(write_count(c, h, from, false), 0);
 	assert_true(chn(c, h)->credit_stalls == 1);
 
-	/* 1000 bytes of credit: exactly 1000 bytes go, then it stalls again. */
+	/* 1000 bytes of credit: exactly 1000 bytes go; a ring is still unconsumed: the same wait. */
 	peer_credit(c, h, 1000);
 	assert_int_equal(write_count(c, h, from, false), 1);
 	assert_true(check_data_posts(c, h, from, 0, 4, RING, CHUNK) == 1000);
-	assert_true(chn(c, h)->credit_stalls == 2);
+	assert_true(chn(c, h)->credit_stalls == 1);
 
 	/* Everything credited: the rest. */
 	peer_credit(c, h, RING);
 	assert_true(check_data_posts(c, h, from, 0, 4, RING, CHUNK) == 1500);
 	complete_data(c, h, from);
+	peer_credit_placed(c, h, RING, RING + 1500);
 	assert_true(ring_tx_cons(h) == RING + 1500);
 	check_peer_ring(h, 1500, RING + 1500);
 	mt_finish(&c->t);
@@ -1387,6 +1410,8 @@ static void channel_on_completion__out_of_order__tx_cons_over_completed_prefix(v
 	app_write(h, 3000);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, false), 3);
+	/* The peer's meshd saw all of it placed (its immediates can beat our completions). */
+	peer_credit_placed(c, h, 0, 3000);
 	complete_write(c, h, write_post(c, h, from, false, 2));
 	assert_true(ring_tx_cons(h) == 0);
 	assert_int_equal(chn(c, h)->inflight, 2);
@@ -1630,12 +1655,13 @@ static void channel_on_kick__quarter_consumed__one_credit_then_next_after_comple
 	assert_int_equal(write_count(c, h, from, true), 1);
 	p = write_post(c, h, from, true, 0);
 	assert_int_equal(p->conn_id, conn_id(c->l->conns[0]));
-	assert_int_equal(p->len, 8);
+	assert_int_equal(p->len, MESH_CREDIT_LEN);
 	assert_true(p->raddr == (uintptr_t)h->peer_credit);
 	assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
 	assert_int_equal(p->imm, MESH_IMM(1, PEER_SLOT, 0));
 	assert_ptr_equal(p->mr->addr, r.cout->addr);
-	assert_true(*(const uint64_t *)p->buf == CHUNK);
+	assert_true(((const uint64_t *)p->buf)[0] == CHUNK);
+	assert_true(((const uint64_t *)p->buf)[1] == 3 * CHUNK); /* placed */
 	assert_int_equal(write_count(c, h, from, false), 0);
 	/* Everything read, but a credit is in flight: the next waits for its completion. */
 	app_read(h, 2 * CHUNK);
@@ -1751,6 +1777,7 @@ static void channel_on_kick__tx_prod_beyond_ring__error_others_unaffected(void *
 	p = write_post(c, good, from, false, 0);
 	assert_int_equal(p->imm, MESH_IMM(0, PEER_SLOT + 1, 0));
 	complete_write(c, good, p);
+	peer_credit_placed(c, good, 0, 100);
 	assert_true(ring_tx_cons(good) == 100);
 	assert_int_equal(ring_state(good), MESH_STATE_OPEN);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
@@ -1810,6 +1837,7 @@ static void channel_on_kick__shut_wr__eof_once_all_bytes_posted(void **state)
 	app_write(h, RING);
 	app_kick(c, h);
 	complete_data(c, h, from);
+	peer_credit_placed(c, h, 0, RING);
 	/* 1000 more and the write side shut, but no credit for them yet: no EOF. */
 	from = c->t.fx->n_posts;
 	app_write(h, 1000);
@@ -1957,6 +1985,7 @@ static void channel_on_message__peer_close__ack_once_our_writes_completed(void *
 	app_write(h, 2 * CHUNK);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, false), 2);
+	peer_credit_placed(c, h, 0, 2 * CHUNK);
 	peer_eof(c, h, 0);
 	peer_close(c, h, 0);
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK), 0);
@@ -2058,6 +2087,322 @@ static void channel_on_imm__more_than_close_counted__channel_error_eproto(void *
 	assert_string_equal(chn(c, h)->why, "peer wrote after its close: 1 chunks and 0 credits, it counted 0 and 0");
 	assert_true(ring_rx_prod(h) == 0);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+/* ---- resuming across a lost link (cluster.resume_timeout_ms) ----------------------------------- */
+
+#define RESUME_MS 30000u
+
+/* The link's QP 1 dies: the link goes DOWN (the QPs and what was in flight on them are gone). */
+static void link_lost(struct ct *c)
+{
+	struct xport_event ev = cm_event(XPORT_EV_DISCONNECTED, c->l->conns[1], NULL, 0);
+
+	ev.status = -ECONNRESET;
+	deliver(&c->t, &ev);
+	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
+}
+
+/* We re-dial (after the backoff, `after_ms` from now) and the link comes UP again. */
+static void link_back(struct ct *c, uint64_t after_ms)
+{
+	tick_at(&c->t, util_now_ms() + after_ms);
+	assert_int_equal(c->l->phase, LINK_QPS);
+	drive_to_up(&c->t, c->l);
+}
+
+/* Our ChannelResume to channel h (the first since from), decoded; free it. */
+static PeerMsg *sent_resume(struct ct *c, const struct chan *h, size_t from)
+{
+	PeerMsg *m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_RESUME, 0);
+
+	if (!m)
+		fail_msg("no ChannelResume was sent");
+	assert_int_equal(m->channel_resume->slot, h->peer_slot);
+	assert_int_equal(m->channel_resume->peer_slot, h->slot);
+	return m;
+}
+
+static void peer_resume(struct ct *c, const struct chan *h, uint64_t rx_bytes, uint16_t rx_seq, uint64_t rx_cons,
+			bool eof_known)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelResume r = CHANNEL_RESUME__INIT;
+
+	r.slot = h->slot;
+	r.peer_slot = h->peer_slot;
+	r.rx_bytes = rx_bytes;
+	r.rx_seq = rx_seq;
+	r.rx_cons = rx_cons;
+	r.eof_known = eof_known;
+	r.rx_addr = (uintptr_t)h->peer_rx;
+	r.rx_rkey = PEER_RX_RKEY;
+	r.credit_addr = (uintptr_t)h->peer_credit;
+	r.credit_rkey = PEER_CREDIT_RKEY;
+	m.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
+	m.channel_resume = &r;
+	peer_msg(c, &m);
+	/* What the peer's receiving half forgot is written again: its immediates count afresh. */
+	memset(c->peer_imms[h->slot], 0, sizeof(c->peer_imms[h->slot]));
+}
+
+static void ct_init_resume(struct ct *c, uint32_t qps)
+{
+	ct_init(c, qps);
+	c->t.cfg.resume_timeout_ms = RESUME_MS;
+}
+
+/* Both directions in flight when the link goes: each side tells the other where its receiving
+ * half stands, and each sender writes again from there, at the same ring offsets and sequence
+ * numbers; nothing is lost or duplicated, the application saw only a pause. */
+static void channel_link_down__open_channel__resumes_and_rewrites_what_was_not_placed(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 3000); /* chunks 0, 1, 2: 1024 + 1024 + 952 */
+	app_kick(c, h);
+	complete_write(c, h, write_post(c, h, from, false, 0));
+	complete_write(c, h, write_post(c, h, from, false, 1));
+	peer_credit_placed(c, h, 0, CHUNK); /* its meshd saw chunk 0 only */
+	assert_true(ring_tx_cons(h) == CHUNK);
+	/* The peer's chunks 0 and 2 arrived; 1 was lost with the link. */
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	peer_data(c, h, 0, 2, 2 * CHUNK, 500);
+	assert_true(ring_rx_prod(h) == CHUNK);
+
+	link_lost(c);
+	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN); /* the application sees a pause, no error */
+	assert_int_equal(c->t.m.n_channels, 1);
+	from = c->t.fx->n_posts;
+	app_write(h, 500);
+	app_kick(c, h);
+	tick(&c->t);
+	assert_int_equal(write_count(c, h, from, false), 0);
+
+	link_back(c, 5000);
+	m = sent_resume(c, h, from);
+	assert_true(m->channel_resume->rx_bytes == CHUNK);
+	assert_int_equal(m->channel_resume->rx_seq, 1);
+	assert_true(m->channel_resume->rx_cons == 0);
+	assert_false(m->channel_resume->eof_known);
+	assert_true(m->channel_resume->rx_addr == (uintptr_t)h->our_rx);
+	assert_int_equal(m->channel_resume->rx_rkey, h->our_rx_rkey);
+	assert_true(m->channel_resume->credit_addr == (uintptr_t)h->our_credit);
+	mesh_peer_msg_free(m);
+	/* Nothing goes before the peer said where it stands. */
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
+	complete_sends(c);
+
+	from = c->t.fx->n_posts;
+	peer_resume(c, h, CHUNK, 1, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	/* From byte 1024, chunk 1, on QP 0 again (striping starts afresh): 1024 + 1024 + 428. */
+	assert_true(check_data_posts(c, h, from, 0, 1, CHUNK, CHUNK) == 2476);
+	complete_data(c, h, from);
+	check_peer_ring(h, 0, 3500);
+	assert_true(chn(c, h)->rewritten_bytes == 3000 - CHUNK);
+	assert_true(chn(c, h)->resumes == 1);
+	assert_true(c->t.m.channel_resumes == 1);
+	assert_true(c->t.m.link_flaps == 1);
+
+	/* Our receiving half: the peer writes again from byte 1024, chunk 1; chunk 2 comes again too. */
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	peer_data(c, h, 0, 2, 2 * CHUNK, 500);
+	assert_true(ring_rx_prod(h) == 2 * CHUNK + 500);
+	app_read(h, 2 * CHUNK + 500);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	mt_finish(&c->t);
+}
+
+/* The link comes back to another meshd process (a restart: another boot epoch): the channel's state
+ * is gone there, so it fails at once with its own error, and leaves the link. */
+static void channel_link_up__peer_restarted__epeerrestart_at_once(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	uint32_t id;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	link_lost(c);
+	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
+	c->t.peer_boot = 9999;
+	from = c->t.fx->n_posts;
+	link_back(c, 5000);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_RESUME), 0);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -MESH_EPEERRESTART);
+	assert_null(link_channel_of(c, h->slot));
+	app_hangup(c, h);
+	assert_null(channel_find(&c->t.m, id));
+	mt_finish(&c->t);
+}
+
+/* The link stays DOWN past resume_timeout_ms: the channel fails with the timeout's own error. */
+static void channel_tick__down_past_resume_timeout__eresumetimeo(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	uint32_t id;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	link_lost(c);
+	tick_at(&c->t, util_now_ms() + RESUME_MS - 1000);
+	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	tick_at(&c->t, util_now_ms() + RESUME_MS + 1000);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -MESH_ERESUMETIMEO);
+	assert_non_null(strstr(chn(c, h)->why, "cluster.resume_timeout_ms"));
+	app_hangup(c, h);
+	assert_null(channel_find(&c->t.m, id));
+	mt_finish(&c->t);
+}
+
+/* A peer that resumes at an offset we never sent breaks that channel (-EPROTO, told with a Close);
+ * the link and the other channel go on. */
+static void channel_on_message__resume_beyond_sent__eproto_others_resume(void **state)
+{
+	struct ct *c = *state;
+	struct chan *bad, *good;
+	size_t from;
+
+	ct_init_resume(c, 2);
+	bad = open_out(c, RING, 2, PEER_SLOT);
+	good = open_out(c, RING, 2, PEER_SLOT + 1);
+	app_write(bad, 100);
+	app_kick(c, bad);
+	link_lost(c);
+	link_back(c, 5000);
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	peer_resume(c, bad, 101, 1, 0, false);
+	assert_true(ring_state(bad) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(bad), -EPROTO);
+	assert_non_null(strstr(chn(c, bad)->why, "outside what was sent"));
+	assert_int_equal(sent_close_reason(c, bad, from), -EPROTO);
+	peer_resume(c, good, 0, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, good)), "OPEN");
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+/* A resume naming a slot we do not have: the peer's channel is refused with a Close. */
+static void channel_on_message__resume_unknown_slot__refused_with_close(void **state)
+{
+	struct ct *c = *state;
+	struct chan h = {.slot = 9, .peer_slot = 3, .size = RING};
+	size_t from;
+	PeerMsg *m;
+	uint8_t ring[16];
+	uint64_t credit[2];
+
+	ct_init_resume(c, 2);
+	h.peer_rx = ring;
+	h.peer_credit = credit;
+	from = c->t.fx->n_posts;
+	peer_resume(c, &h, 0, 0, 0, false);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_CLOSE, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_close->slot, 3);
+	assert_int_equal(m->channel_close->reason, -ECONNRESET);
+	mesh_peer_msg_free(m);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	mt_finish(&c->t);
+}
+
+/* The link goes again while a resume is half done (ours sent, the peer's not yet): the next UP
+ * resumes it once. */
+static void channel_link_down__during_resume__resumes_on_next_up(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	link_lost(c);
+	link_back(c, 5000);
+	complete_sends(c);
+	link_lost(c);
+	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
+	from = c->t.fx->n_posts;
+	link_back(c, 10000);
+	mesh_peer_msg_free(sent_resume(c, h, from));
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_true(chn(c, h)->resumes == 1);
+	assert_true(c->t.m.link_flaps == 2);
+	mt_finish(&c->t);
+}
+
+/* The application shuts down and closes while the channel waits: after the resume its last bytes,
+ * the EOF and the Close still go, in that order. */
+static void channel_on_lifeline__while_resuming__bytes_eof_close_after_resume(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	uint32_t id;
+	PeerMsg *m;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	link_lost(c);
+	app_write(h, 700);
+	app_shut_wr(h);
+	app_hangup(c, h);
+	assert_non_null(channel_find(&c->t.m, id));
+	link_back(c, 5000);
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_EOF, 0);
+	assert_true(m->channel_eof->total == 700);
+	mesh_peer_msg_free(m);
+	complete_data(c, h, from);
+	assert_int_equal(sent_close_reason(c, h, from), 0);
+	complete_sends(c);
+	peer_close_ack(c, h);
+	assert_null(channel_find(&c->t.m, id));
+	mt_finish(&c->t);
+}
+
+/* A Goodbye (the peer meshd stops) leaves nothing to wait for: channels break at once. */
+static void channel_link_down__goodbye__econnreset_at_once(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	PeerMsg m = PEER_MSG__INIT;
+	Goodbye g = GOODBYE__INIT;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	g.reason = MESH_ESHUTDOWN;
+	m.body_case = PEER_MSG__BODY_GOODBYE;
+	m.goodbye = &g;
+	peer_msg(c, &m);
+	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -ECONNRESET);
+	app_hangup(c, h);
 	mt_finish(&c->t);
 }
 
@@ -2263,6 +2608,14 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_message__close_overtakes_data__slot_kept_until_counted_chunks_land),
 	T(channel_on_message__close_ack_overtakes_credit__freed_once_it_lands),
 	T(channel_on_imm__more_than_close_counted__channel_error_eproto),
+	T(channel_link_down__open_channel__resumes_and_rewrites_what_was_not_placed),
+	T(channel_link_up__peer_restarted__epeerrestart_at_once),
+	T(channel_tick__down_past_resume_timeout__eresumetimeo),
+	T(channel_on_message__resume_beyond_sent__eproto_others_resume),
+	T(channel_on_message__resume_unknown_slot__refused_with_close),
+	T(channel_link_down__during_resume__resumes_on_next_up),
+	T(channel_on_lifeline__while_resuming__bytes_eof_close_after_resume),
+	T(channel_link_down__goodbye__econnreset_at_once),
 	cmocka_unit_test(channel_rx_window__every_qp_count__covers_lag_and_below_half_seq_space),
 	T(channel_on_imm__zero_length__channel_error_eproto),
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),

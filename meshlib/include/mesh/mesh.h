@@ -52,7 +52,9 @@ enum mesh_errno {
 	MESH_ESHUTDOWN = 2014,    /* peer is shutting down */
 	MESH_EDUPQP = 2015,       /* the same QP index was connected twice */
 	MESH_EPDATA = 2016,       /* connect private data missing, truncated or of the wrong kind */
-	MESH_ERRNO_LAST = 2017
+	MESH_EPEERRESTART = 2017, /* the peer's meshd restarted while the link was down: the channel is gone there */
+	MESH_ERESUMETIMEO = 2018, /* the link stayed DOWN longer than cluster.resume_timeout_ms */
+	MESH_ERRNO_LAST = 2019
 };
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */

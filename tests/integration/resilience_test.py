@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Resilient channels over the tcp provider between two hosts: two network namespaces joined by one
+veth pair per rail (nothing is changed in the root namespace; the 10.198.x.0/24 addresses exist only
+inside the test's namespaces). Needs root and `ip netns`; otherwise prints 'skip: <reason>', exits 77.
+
+What it asserts, in order:
+  1. Node 1 (host A) and node 2 (host B), one meshd each, rails on every veth pair: the link is UP.
+  2. A paced stream from node 1 to node 2 (chan_test: every byte checked at the receiver, the length
+     at EOF) lives through OUTAGES whole-link outages: every veth of host A down for longer than the
+     keepalive timeout, then up. Each time both meshd take the link DOWN and the channel waits
+     (RESUMING, the sender paused, not failed), then resumes; in the end the stream is intact (0
+     bytes lost or duplicated), meshctl counts OUTAGES resumes on the channel at both ends and the
+     link flaps and channel resumes of each node.
+  3. Node 2's meshd killed (SIGKILL) under a channel and started again: the channel fails as soon as
+     the link is UP to the new process, with "the peer's meshd restarted".
+  4. A link down for longer than cluster.resume_timeout_ms: both ends of a channel fail with the
+     timeout's error, not a hang.
+  5. SIGTERM: both meshd exit 0; no error lines or sanitizer reports in their logs.
+Every namespace and process is removed on every path. Prints one line per check and a closing
+'N passed, M failed' line.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mesh_test  # noqa: E402
+from mesh_test import check, wait_until  # noqa: E402
+from netns_test import Interrupted, ip, on_signal, preflight  # noqa: E402,F401
+
+
+def reap_stale():
+    """Namespaces of earlier runs whose process is gone (names mtr<pid>x<hex>-*)."""
+    for line in ip("netns", "list", check_rc=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = re.fullmatch(r"mtr(\d+)x[0-9a-f]{4}-(a|b|probe)", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            for pid in ip("netns", "pids", name, check_rc=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ValueError, ProcessLookupError):
+                    pass
+            ip("netns", "del", name, check_rc=False)
+
+
+class Hosts:
+    """Host A (node 1) and host B (node 2); rail r is the veth pair rR between them."""
+
+    def __init__(self, tag, rails, subnet):
+        self.ns = {1: f"{tag}-a", 2: f"{tag}-b"}
+        self.rails = rails
+        self.addr = {i: [f"10.198.{subnet + r}.{i}" for r in range(rails)] for i in (1, 2)}
+        self.created = []
+
+    def setup(self):
+        for ns in self.ns.values():
+            self.created.append(ns)
+            ip("netns", "add", ns)
+            ip("-n", ns, "link", "set", "lo", "up")
+        for r in range(self.rails):
+            ip("-n", self.ns[1], "link", "add", f"r{r}", "type", "veth", "peer", "name", f"r{r}", "netns", self.ns[2])
+            for i in (1, 2):
+                ip("-n", self.ns[i], "addr", "add", f"{self.addr[i][r]}/24", "dev", f"r{r}")
+                ip("-n", self.ns[i], "link", "set", f"r{r}", "up")
+
+    def set_rail(self, r, up):
+        """Host A's end of rail r: down is a cable pulled (host B sees only the carrier go)."""
+        ip("-n", self.ns[1], "link", "set", f"r{r}", "up" if up else "down")
+
+    def cleanup(self):
+        for ns in reversed(self.created):
+            for pid in ip("netns", "pids", ns, check_rc=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ValueError, ProcessLookupError):
+                    pass
+        for ns in reversed(self.created):
+            ip("netns", "del", ns, check_rc=False)
+        listed = ip("netns", "list", check_rc=False).stdout
+        return [ns for ns in self.created if any(line.split()[0] == ns for line in listed.splitlines() if line)]
+
+
+class Pair:
+    def __init__(self, args, workdir, hosts):
+        self.a = args
+        self.hosts = hosts
+        self.dir = workdir
+        self.nodes = {i: dict(ns=hosts.ns[i], sock=os.path.join(workdir, f"meshd{i}.sock"),
+                              log=os.path.join(workdir, f"meshd{i}.log"), proc=None) for i in (1, 2)}
+        self.conf = os.path.join(workdir, "mesh.conf")
+        with open(self.conf, "w") as f:
+            f.write('cluster = {\n  name = "resilience";\n  transport = "tcp";\n'
+                    f'  qps_per_link = {args.qps};\n'
+                    f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
+                    f'  resume_timeout_ms = {args.resume_timeout};\n'
+                    '  connect_timeout_ms = 1000;\n  handshake_timeout_ms = 5000;\n'
+                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n};\n')
+            rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
+            f.write("nodes = (\n" + ",\n".join(
+                f'  {{ id = {i}; addr = "{hosts.addr[i][0]}"; port = {args.port};'
+                + (f" rails = [ {rails(i)} ];" if hosts.rails > 1 else "") + " }" for i in (1, 2)) + "\n);\n")
+
+    def bin(self, name):
+        return os.path.join(self.a.build, "node", name)
+
+    def start(self, i):
+        nd = self.nodes[i]
+        with open(nd["log"], "a") as logf:
+            nd["proc"] = subprocess.Popen(["ip", "netns", "exec", nd["ns"], self.bin("meshd"), "-c", self.conf,
+                                           "-n", str(i), "-s", nd["sock"]],
+                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+
+    def ctl(self, i, *what):
+        try:
+            r = subprocess.run([self.bin("meshctl"), "-j", "-s", self.nodes[i]["sock"], *what],
+                               capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def link(self, i):
+        j = self.ctl(i, "links")
+        return j["links"][0] if j and j["links"] else {}
+
+    def state(self, i):
+        return self.link(i).get("state")
+
+    def up(self):
+        return self.state(1) == "UP" and self.state(2) == "UP"
+
+    def channels(self, i, port=None):
+        j = self.ctl(i, "channels") or {}
+        return [c for c in j.get("channels", []) if port is None or port in (c["local_port"], c["peer_port"])]
+
+    def log(self, i):
+        try:
+            with open(self.nodes[i]["log"]) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def dump_logs(self):
+        for i in self.nodes:
+            text = self.log(i)
+            if text:
+                print(f"--- meshd {i} log (last 40 lines)")
+                print("".join(line + "\n" for line in text.splitlines()[-40:]), end="")
+
+
+def chan_test(p, node, *args):
+    """chan_test against node's meshd; applications need no network, only the control socket."""
+    return subprocess.Popen([os.path.join(p.a.build, "tests", "integration", "chan_test"), "-s",
+                             p.nodes[node]["sock"], *map(str, args)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def receiver(p, node, port):
+    """chan_test recv on node, once it listens (its first line says so)."""
+    r = chan_test(p, node, "recv", port, 1)
+    line = r.stdout.readline()
+    if "listening" not in line:
+        raise RuntimeError(f"chan_test recv on node {node} port {port}: {line.strip()}")
+    return r
+
+
+def finish(proc, timeout):
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return "hung", ""
+    return rc, proc.stdout.read().strip()
+
+
+def set_all_rails(p, up):
+    for r in range(p.hosts.rails):
+        p.hosts.set_rail(r, up)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rails", type=int, default=2)
+    ap.add_argument("--qps", type=int, default=2)
+    ap.add_argument("--port", type=int, default=7481)
+    ap.add_argument("--ka-interval", type=int, default=200)
+    ap.add_argument("--ka-timeout", type=int, default=1000)
+    ap.add_argument("--resume-timeout", type=int, default=6000)
+    ap.add_argument("--outages", type=int, default=20)
+    ap.add_argument("--rate", type=int, default=4 << 20, help="bytes per second of the paced stream")
+    ap.add_argument("--up-timeout", type=float, default=30)
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+
+    tag = f"mtr{os.getpid()}x{random.randrange(16 ** 4):04x}"
+    preflight(tag)
+    reap_stale()
+    hosts = Hosts(tag, args.rails, random.randrange(1, 250 - args.rails))
+    workdir = p = None
+    ka_s = args.ka_timeout / 1000
+    down_s = ka_s + 0.5
+    print(f"# hosts {tag}-a (node 1) and {tag}-b (node 2), {args.rails} rails (veth pairs), tcp, {args.qps} QPs "
+          f"per rail, keepalive {args.ka_interval}/{args.ka_timeout} ms, resume_timeout {args.resume_timeout} ms")
+    try:
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, on_signal)
+        workdir = tempfile.mkdtemp(prefix=f"mesh-resilience-{tag}-")
+        hosts.setup()
+        p = Pair(args, workdir, hosts)
+        for i in (1, 2):
+            p.start(i)
+        if not check(wait_until(p.up, args.up_timeout, 0.05), "the link between the two hosts is UP"):
+            raise RuntimeError("no link")
+
+        # 2. whole-link outages under a paced stream
+        period = down_s + 1.5
+        total = int(args.rate * (args.outages * period + 6))
+        rx = receiver(p, 2, 7500)
+        tx = chan_test(p, 1, "send", 2, 7500, total, "-R", args.rate, "-r", 1 << 20)
+        ok = wait_until(lambda: len(p.channels(1, 7500)) == 1 and len(p.channels(2, 7500)) == 1, 10)
+        check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
+        t_down, t_back, seen = [], [], set()
+        for k in range(args.outages):
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            set_all_rails(p, False)
+            went = wait_until(lambda: p.state(1) != "UP" and p.state(2) != "UP", ka_s + 5, 0.05)
+            t_down.append(time.monotonic() - t0)
+            if went:
+                seen.update(c["state"] for i in (1, 2) for c in p.channels(i, 7500))
+            if not went or tx.poll() is not None or rx.poll() is not None:
+                set_all_rails(p, True)
+                check(False, f"outage {k + 1}: both ends take the link DOWN and the stream waits",
+                      f"link {p.state(1)}/{p.state(2)}, sender {tx.poll()}, receiver {rx.poll()}")
+                break
+            time.sleep(max(0.0, down_s - (time.monotonic() - t0)))
+            set_all_rails(p, True)
+            t1 = time.monotonic()
+            if not wait_until(p.up, args.up_timeout, 0.05):
+                check(False, f"outage {k + 1}: the link comes back UP", f"{p.state(1)}/{p.state(2)}")
+                break
+            t_back.append(time.monotonic() - t1)
+        else:
+            check(True, f"{args.outages} whole-link outages of {down_s:.1f} s (every rail down, past the keepalive "
+                  f"timeout): each time both ends took the link DOWN (median {sorted(t_down)[len(t_down) // 2]:.2f} s) "
+                  f"and it came back UP (median {sorted(t_back)[len(t_back) // 2]:.2f} s)")
+        check("RESUMING" in seen, f"meshctl showed the channel RESUMING while the link was DOWN ({sorted(seen)})")
+        chans = {i: p.channels(i, 7500) for i in (1, 2)}
+        resumes = [c[0]["resumes"] if c else None for c in chans.values()]
+        check(resumes == [args.outages] * 2,
+              f"the channel resumed after every outage, at both ends (meshctl resumes {resumes}; rewritten bytes "
+              f"{[c[0]['rewritten_bytes'] if c else None for c in chans.values()]})")
+        nodes = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+        check(all(nodes[i].get("link_flaps", 0) >= args.outages and nodes[i].get("channel_resumes", 0) >= args.outages
+                  for i in (1, 2)),
+              f"meshctl node counts the link flaps and channel resumes "
+              f"({[(nodes[i].get('link_flaps'), nodes[i].get('channel_resumes')) for i in (1, 2)]})")
+        rc_tx, out_tx = finish(tx, total / args.rate + 60)
+        rc_rx, out_rx = finish(rx, 30)
+        check(rc_tx == 0 and rc_rx == 0 and "ok" in out_rx,
+              f"the stream is intact after {args.outages} outages: {total} bytes, every byte checked, "
+              f"none lost or duplicated", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
+
+        # 3. the peer's meshd killed and started again: the channel cannot resume, and says why
+        rx = receiver(p, 2, 7501)
+        tx = chan_test(p, 1, "send", 2, 7501, 1 << 40, "-R", args.rate)
+        wait_until(lambda: len(p.channels(1, 7501)) == 1, 10)
+        p.nodes[2]["proc"].send_signal(signal.SIGKILL)
+        p.nodes[2]["proc"].wait()
+        rx.kill()
+        rx.wait()
+        wait_until(lambda: p.state(1) != "UP", ka_s + 5, 0.05)
+        check(tx.poll() is None, "node 2's meshd killed: the sender on node 1 waits for the link")
+        p.start(2)
+        t0 = time.monotonic()
+        rc, out = finish(tx, args.up_timeout + 10)
+        t_fail = time.monotonic() - t0
+        check(rc not in (0, "hung") and "restarted" in out,
+              f"node 2's meshd started again: the channel fails with the peer-restarted error "
+              f"{t_fail:.2f} s after the restart", f"{rc} {out}")
+        check(wait_until(p.up, args.up_timeout, 0.05), "the link is UP to the new meshd")
+
+        # 4. down for longer than resume_timeout_ms: both ends fail with the timeout's error
+        rx = receiver(p, 2, 7502)
+        tx = chan_test(p, 1, "send", 2, 7502, 1 << 40, "-R", args.rate)
+        wait_until(lambda: len(p.channels(1, 7502)) == 1 and len(p.channels(2, 7502)) == 1, 10)
+        set_all_rails(p, False)
+        t0 = time.monotonic()
+        rc_tx, out_tx = finish(tx, args.resume_timeout / 1000 + ka_s + 20)
+        t_tx = time.monotonic() - t0
+        rc_rx, out_rx = finish(rx, 20)
+        set_all_rails(p, True)
+        check(rc_tx not in (0, "hung") and "resume_timeout_ms" in out_tx and rc_rx not in (0, "hung")
+              and "resume_timeout_ms" in out_rx,
+              f"a link DOWN past resume_timeout_ms ({args.resume_timeout} ms): both ends fail with its error "
+              f"({t_tx:.1f} s after the cut)", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
+        check(wait_until(p.up, args.up_timeout, 0.05) and not p.channels(1) and not p.channels(2),
+              "the link comes back UP and no channel is left at either end")
+
+        # 5. clean stop
+        for nd in p.nodes.values():
+            nd["proc"].send_signal(signal.SIGTERM)
+        codes = [nd["proc"].wait(timeout=15) for nd in p.nodes.values()]
+        check(codes == [0, 0], "SIGTERM: both meshd exit 0", str(codes))
+    except (Exception, Interrupted) as e:
+        check(False, "test aborted", repr(e))
+    finally:
+        try:
+            if p:
+                for nd in p.nodes.values():
+                    if nd["proc"] and nd["proc"].poll() is None:
+                        nd["proc"].kill()
+                        nd["proc"].wait()
+                if mesh_test.failed:
+                    p.dump_logs()
+                bad = [line for i in p.nodes for line in p.log(i).splitlines()
+                       if "ERROR" in line or "AddressSanitizer" in line or "runtime error" in line]
+                check(not bad, "no error lines or sanitizer reports in the meshd logs", "\n".join(bad[:10]))
+            left = hosts.cleanup()
+            check(not left, "every test namespace removed", str(left))
+        finally:
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
+    return 1 if mesh_test.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
