@@ -960,6 +960,7 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		}
 		ch->close_rcvd = true;
 		ch->state = CH_CLOSING;
+		ch->resuming = false; /* the peer ended it (it may refuse our resume so): nothing to wait for */
 		channel_note_peer_final(ch, msg->channel_close->chunks, msg->channel_close->credits);
 		if (msg->channel_close->reason && !ch->error) {
 			ch->error = msg->channel_close->reason;

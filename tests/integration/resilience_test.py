@@ -18,6 +18,14 @@ What it asserts, in order:
   5. SIGTERM: both meshd exit 0; no error lines or sanitizer reports in their logs.
 Every namespace and process is removed on every path. Prints one line per check and a closing
 'N passed, M failed' line.
+
+With --devices (the Soft-RoCE VM: `rxe-vm -r "10.78.0.1/24" -r ...`) both meshd run in this
+namespace on the given addresses (--addrs1, --addrs2: one per rail): the same checks over real verbs.
+There `--outage stop` makes each outage by stopping node 2's meshd (SIGSTOP) past the keepalive timeout:
+in the VM a rail NIC set down while QPs send on it does not carry rxe traffic between the guest's own
+addresses again after it is set up (even new processes cannot connect), a limit of the emulated NICs
+that a real network does not have; a stopped meshd is an outage of the whole link all the same (both
+ends take it DOWN, the QPs are destroyed, the link re-forms with new QPs).
 """
 import argparse
 import json
@@ -88,6 +96,29 @@ class Hosts:
         return [ns for ns in self.created if any(line.split()[0] == ns for line in listed.splitlines() if line)]
 
 
+class LocalHosts:
+    """Both nodes in this namespace (the VM): rail r is device devs[r], which carries an address of
+    each node; down takes the rail away from both."""
+
+    def __init__(self, devs, addrs1, addrs2):
+        self.ns = {1: None, 2: None}
+        self.devs = devs
+        self.rails = len(devs)
+        self.addr = {1: addrs1, 2: addrs2}
+
+    def setup(self):
+        if not (len(self.addr[1]) == len(self.addr[2]) == self.rails):
+            raise RuntimeError("--devices, --addrs1 and --addrs2 must name as many rails")
+
+    def set_rail(self, r, up):
+        ip("link", "set", self.devs[r], "up" if up else "down")
+
+    def cleanup(self):
+        for d in self.devs:
+            ip("link", "set", d, "up", check_rc=False)
+        return []
+
+
 class Pair:
     def __init__(self, args, workdir, hosts):
         self.a = args
@@ -97,7 +128,8 @@ class Pair:
                               log=os.path.join(workdir, f"meshd{i}.log"), proc=None) for i in (1, 2)}
         self.conf = os.path.join(workdir, "mesh.conf")
         with open(self.conf, "w") as f:
-            f.write('cluster = {\n  name = "resilience";\n  transport = "tcp";\n'
+            f.write('cluster = {\n  name = "resilience";\n'
+                    f'  transport = "{args.transport}";\n'
                     f'  qps_per_link = {args.qps};\n'
                     f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
                     f'  resume_timeout_ms = {args.resume_timeout};\n'
@@ -105,7 +137,7 @@ class Pair:
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n};\n')
             rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
             f.write("nodes = (\n" + ",\n".join(
-                f'  {{ id = {i}; addr = "{hosts.addr[i][0]}"; port = {args.port};'
+                f'  {{ id = {i}; addr = "{hosts.addr[i][0]}"; port = {args.port + i - 1};'
                 + (f" rails = [ {rails(i)} ];" if hosts.rails > 1 else "") + " }" for i in (1, 2)) + "\n);\n")
 
     def bin(self, name):
@@ -113,9 +145,9 @@ class Pair:
 
     def start(self, i):
         nd = self.nodes[i]
+        enter = ["ip", "netns", "exec", nd["ns"]] if nd["ns"] else []
         with open(nd["log"], "a") as logf:
-            nd["proc"] = subprocess.Popen(["ip", "netns", "exec", nd["ns"], self.bin("meshd"), "-c", self.conf,
-                                           "-n", str(i), "-s", nd["sock"]],
+            nd["proc"] = subprocess.Popen(enter + [self.bin("meshd"), "-c", self.conf, "-n", str(i), "-s", nd["sock"]],
                                           stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
 
     def ctl(self, i, *what):
@@ -182,6 +214,9 @@ def finish(proc, timeout):
 
 
 def set_all_rails(p, up):
+    if p.a.outage == "stop":
+        p.nodes[2]["proc"].send_signal(signal.SIGCONT if up else signal.SIGSTOP)
+        return
     for r in range(p.hosts.rails):
         p.hosts.set_rail(r, up)
 
@@ -198,17 +233,28 @@ def main():
     ap.add_argument("--outages", type=int, default=20)
     ap.add_argument("--rate", type=int, default=4 << 20, help="bytes per second of the paced stream")
     ap.add_argument("--up-timeout", type=float, default=30)
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--outage", choices=("link", "stop"), default="link",
+                    help="how a whole-link outage is made: every rail's device down, or node 2's meshd stopped")
+    ap.add_argument("--devices", default="", help="run both nodes here, rails on these devices (the VM)")
+    ap.add_argument("--addrs1", default="", help="with --devices: node 1's address on each rail")
+    ap.add_argument("--addrs2", default="", help="with --devices: node 2's address on each rail")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
 
     tag = f"mtr{os.getpid()}x{random.randrange(16 ** 4):04x}"
-    preflight(tag)
-    reap_stale()
-    hosts = Hosts(tag, args.rails, random.randrange(1, 250 - args.rails))
+    if args.devices:
+        hosts = LocalHosts(args.devices.split(), args.addrs1.split(), args.addrs2.split())
+        args.rails = hosts.rails
+    else:
+        preflight(tag)
+        reap_stale()
+        hosts = Hosts(tag, args.rails, random.randrange(1, 250 - args.rails))
     workdir = p = None
     ka_s = args.ka_timeout / 1000
     down_s = ka_s + 0.5
-    print(f"# hosts {tag}-a (node 1) and {tag}-b (node 2), {args.rails} rails (veth pairs), tcp, {args.qps} QPs "
+    where = f"devices {args.devices}" if args.devices else f"hosts {tag}-a (node 1) and {tag}-b (node 2)"
+    print(f"# {where}, {args.rails} rails, {args.transport}, {args.qps} QPs "
           f"per rail, keepalive {args.ka_interval}/{args.ka_timeout} ms, resume_timeout {args.resume_timeout} ms")
     try:
         for s in (signal.SIGTERM, signal.SIGHUP):
@@ -233,10 +279,12 @@ def main():
             time.sleep(0.5)
             t0 = time.monotonic()
             set_all_rails(p, False)
-            went = wait_until(lambda: p.state(1) != "UP" and p.state(2) != "UP", ka_s + 5, 0.05)
+            went = wait_until(lambda: p.state(1) != "UP" and (args.outage == "stop" or p.state(2) != "UP"),
+                              ka_s + 5, 0.05)
             t_down.append(time.monotonic() - t0)
             if went:
-                seen.update(c["state"] for i in (1, 2) for c in p.channels(i, 7500))
+                seen.update(c["state"] for i in (1, 2) if args.outage != "stop" or i == 1
+                            for c in p.channels(i, 7500))
             if not went or tx.poll() is not None or rx.poll() is not None:
                 set_all_rails(p, True)
                 check(False, f"outage {k + 1}: both ends take the link DOWN and the stream waits",
@@ -250,7 +298,8 @@ def main():
                 break
             t_back.append(time.monotonic() - t1)
         else:
-            check(True, f"{args.outages} whole-link outages of {down_s:.1f} s (every rail down, past the keepalive "
+            how = "node 2's meshd stopped" if args.outage == "stop" else "every rail down"
+            check(True, f"{args.outages} whole-link outages of {down_s:.1f} s ({how}, past the keepalive "
                   f"timeout): each time both ends took the link DOWN (median {sorted(t_down)[len(t_down) // 2]:.2f} s) "
                   f"and it came back UP (median {sorted(t_back)[len(t_back) // 2]:.2f} s)")
         check("RESUMING" in seen, f"meshctl showed the channel RESUMING while the link was DOWN ({sorted(seen)})")
@@ -297,14 +346,20 @@ def main():
         t0 = time.monotonic()
         rc_tx, out_tx = finish(tx, args.resume_timeout / 1000 + ka_s + 20)
         t_tx = time.monotonic() - t0
+        if args.outage == "stop":
+            set_all_rails(p, True)  # node 2's meshd runs again: its receiver can hear the end
         rc_rx, out_rx = finish(rx, 20)
         set_all_rails(p, True)
-        check(rc_tx not in (0, "hung") and "resume_timeout_ms" in out_tx and rc_rx not in (0, "hung")
-              and "resume_timeout_ms" in out_rx,
+        # A stopped node 2 (--outage stop) finds its link UP again when it runs: node 1 refuses its
+        # resume (the channel is gone there), so its receiver hears a reset instead of the timeout.
+        rx_ok = "resume_timeout_ms" in out_rx or (args.outage == "stop" and "reset" in out_rx)
+        check(rc_tx not in (0, "hung") and "resume_timeout_ms" in out_tx and rc_rx not in (0, "hung") and rx_ok,
               f"a link DOWN past resume_timeout_ms ({args.resume_timeout} ms): both ends fail with its error "
               f"({t_tx:.1f} s after the cut)", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
-        check(wait_until(p.up, args.up_timeout, 0.05) and not p.channels(1) and not p.channels(2),
-              "the link comes back UP and no channel is left at either end")
+        check(wait_until(p.up, args.up_timeout, 0.05)
+              and wait_until(lambda: not p.channels(1) and not p.channels(2), 10, 0.1),
+              "the link comes back UP and no channel is left at either end",
+              f"{[(c['state'], c['error']) for i in (1, 2) for c in p.channels(i)]}")
 
         # 5. clean stop
         for nd in p.nodes.values():

@@ -2385,6 +2385,31 @@ static void channel_on_lifeline__while_resuming__bytes_eof_close_after_resume(vo
 	mt_finish(&c->t);
 }
 
+/* Our resume is refused (the peer timed the channel out meanwhile): its Close ends the wait, the
+ * close completes at once, and the slot is free when the application closes. */
+static void channel_on_message__close_while_resuming__acked_and_freed(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	uint32_t id;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	id = h->id;
+	link_lost(c);
+	link_back(c, 5000);
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	peer_close_n(c, h, -ECONNRESET, 0, 0);
+	assert_int_equal(ring_error(h), -ECONNRESET);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK), 1);
+	complete_sends(c);
+	app_hangup(c, h);
+	assert_null(channel_find(&c->t.m, id));
+	mt_finish(&c->t);
+}
+
 /* A Goodbye (the peer meshd stops) leaves nothing to wait for: channels break at once. */
 static void channel_link_down__goodbye__econnreset_at_once(void **state)
 {
@@ -2616,6 +2641,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_link_down__during_resume__resumes_on_next_up),
 	T(channel_on_lifeline__while_resuming__bytes_eof_close_after_resume),
 	T(channel_link_down__goodbye__econnreset_at_once),
+	T(channel_on_message__close_while_resuming__acked_and_freed),
 	cmocka_unit_test(channel_rx_window__every_qp_count__covers_lag_and_below_half_seq_space),
 	T(channel_on_imm__zero_length__channel_error_eproto),
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),
