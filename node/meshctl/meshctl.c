@@ -33,7 +33,8 @@ static void usage(FILE *out)
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
 		"  channels  one row per open channel: ports, QPs, rail and device, ring, bytes and chunks\n"
-		"            each way, writes in flight, credit stalls, NUMA node of the ring pages\n"
+		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
+		"            again, NUMA node of the ring pages\n"
 		"\n"
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
@@ -44,6 +45,8 @@ static void usage(FILE *out)
 		"\n"
 		"Link states: UP (all QPs connected, keys exchanged and proven), CONNECTING (the peer\n"
 		"answered, handshake in progress), DOWN (no connection; the higher id re-dials).\n"
+		"Channel states: OPENING, OPEN, HALF_CLOSED (one side shut), RESUMING (its link is DOWN:\n"
+		"it waits up to cluster.resume_timeout_ms and resumes where it stood), CLOSING, ERROR.\n"
 		"Exit status: 0 on success, 1 on a usage error, 2 when meshd cannot be reached or fails.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
 }

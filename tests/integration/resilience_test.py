@@ -274,7 +274,7 @@ def main():
         tx = chan_test(p, 1, "send", 2, 7500, total, "-R", args.rate, "-r", 1 << 20)
         ok = wait_until(lambda: len(p.channels(1, 7500)) == 1 and len(p.channels(2, 7500)) == 1, 10)
         check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
-        t_down, t_back, seen = [], [], set()
+        t_down, t_back, t_moving, seen = [], [], [], set()
         for k in range(args.outages):
             time.sleep(0.5)
             t0 = time.monotonic()
@@ -297,11 +297,19 @@ def main():
                 check(False, f"outage {k + 1}: the link comes back UP", f"{p.state(1)}/{p.state(2)}")
                 break
             t_back.append(time.monotonic() - t1)
+            # The failover figure: from the link UP again to the receiver's meshd placing new bytes.
+            base = (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0)
+            if wait_until(lambda: (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0) > base, 10, 0.01):
+                t_moving.append(time.monotonic() - t1)
         else:
             how = "node 2's meshd stopped" if args.outage == "stop" else "every rail down"
             check(True, f"{args.outages} whole-link outages of {down_s:.1f} s ({how}, past the keepalive "
                   f"timeout): each time both ends took the link DOWN (median {sorted(t_down)[len(t_down) // 2]:.2f} s) "
                   f"and it came back UP (median {sorted(t_back)[len(t_back) // 2]:.2f} s)")
+        if t_moving:
+            print(f"# failover: link UP again -> the channel's bytes move again: median "
+                  f"{sorted(t_moving)[len(t_moving) // 2] * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-"
+                  f"{max(t_moving) * 1000:.0f} ms over {len(t_moving)} outages (sampled every 10 ms)")
         check("RESUMING" in seen, f"meshctl showed the channel RESUMING while the link was DOWN ({sorted(seen)})")
         chans = {i: p.channels(i, 7500) for i in (1, 2)}
         resumes = [c[0]["resumes"] if c else None for c in chans.values()]
