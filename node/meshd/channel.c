@@ -298,17 +298,26 @@ static int channel_send(struct channel *ch, PeerMsg *msg)
 	return ret;
 }
 
-static void channel_send_close(struct channel *ch, int reason)
+/* A ChannelClose to the peer's slot: reason, and how many data and credit writes we posted. */
+static PeerMsg channel_close_msg(ChannelClose *c, uint32_t peer_slot, int reason, uint64_t chunks, uint64_t credits)
 {
 	PeerMsg msg = PEER_MSG__INIT;
-	ChannelClose c = CHANNEL_CLOSE__INIT;
 
-	c.slot = ch->peer_slot;
-	c.reason = reason;
-	c.chunks = ch->posted_chunks;
-	c.credits = ch->credit_writes;
+	channel_close__init(c);
+	c->slot = peer_slot;
+	c->reason = reason;
+	c->chunks = chunks;
+	c->credits = credits;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
-	msg.channel_close = &c;
+	msg.channel_close = c;
+	return msg;
+}
+
+static void channel_send_close(struct channel *ch, int reason)
+{
+	ChannelClose c;
+	PeerMsg msg = channel_close_msg(&c, ch->peer_slot, reason, ch->posted_chunks, ch->credit_writes);
+
 	if (!channel_send(ch, &msg))
 		ch->close_sent = true;
 }
@@ -825,13 +834,9 @@ static void channel_reject(struct link *l, uint32_t slot, int reason)
 /* The peer resumed a channel we do not have (any more): its channel fails with reason. */
 static void channel_refuse_resume(struct link *l, uint32_t peer_slot, int reason)
 {
-	PeerMsg msg = PEER_MSG__INIT;
-	ChannelClose c = CHANNEL_CLOSE__INIT;
+	ChannelClose c;
+	PeerMsg msg = channel_close_msg(&c, peer_slot, reason, 0, 0);
 
-	c.slot = peer_slot;
-	c.reason = reason;
-	msg.body_case = PEER_MSG__BODY_CHANNEL_CLOSE;
-	msg.channel_close = &c;
 	if (mesh_link_send(l, &msg))
 		log_warn("node %u: cannot refuse the resume of its slot %u now; it times out", l->peer->id, peer_slot);
 }

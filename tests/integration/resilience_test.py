@@ -42,7 +42,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mesh_test  # noqa: E402
 from mesh_test import check, wait_until  # noqa: E402
-from netns_test import Interrupted, ip, on_signal, preflight  # noqa: E402,F401
+import netns_test  # noqa: E402
+from netns_test import Interrupted, ip, on_signal, preflight  # noqa: E402
 
 
 def reap_stale():
@@ -119,8 +120,10 @@ class LocalHosts:
         return []
 
 
-class Pair:
-    def __init__(self, args, workdir, hosts):
+class Pair(netns_test.Cluster):
+    """Node 1 on host A, node 2 on host B; bin, ctl, log and dump_logs as netns_test's cluster."""
+
+    def __init__(self, args, workdir, hosts):  # pylint: disable=super-init-not-called
         self.a = args
         self.hosts = hosts
         self.dir = workdir
@@ -140,23 +143,12 @@ class Pair:
                 f'  {{ id = {i}; addr = "{hosts.addr[i][0]}"; port = {args.port + i - 1};'
                 + (f" rails = [ {rails(i)} ];" if hosts.rails > 1 else "") + " }" for i in (1, 2)) + "\n);\n")
 
-    def bin(self, name):
-        return os.path.join(self.a.build, "node", name)
-
     def start(self, i):
         nd = self.nodes[i]
         enter = ["ip", "netns", "exec", nd["ns"]] if nd["ns"] else []
         with open(nd["log"], "a") as logf:
             nd["proc"] = subprocess.Popen(enter + [self.bin("meshd"), "-c", self.conf, "-n", str(i), "-s", nd["sock"]],
                                           stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
-
-    def ctl(self, i, *what):
-        try:
-            r = subprocess.run([self.bin("meshctl"), "-j", "-s", self.nodes[i]["sock"], *what],
-                               capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            return None
-        return json.loads(r.stdout) if r.returncode == 0 else None
 
     def link(self, i):
         j = self.ctl(i, "links")
@@ -171,20 +163,6 @@ class Pair:
     def channels(self, i, port=None):
         j = self.ctl(i, "channels") or {}
         return [c for c in j.get("channels", []) if port is None or port in (c["local_port"], c["peer_port"])]
-
-    def log(self, i):
-        try:
-            with open(self.nodes[i]["log"]) as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def dump_logs(self):
-        for i in self.nodes:
-            text = self.log(i)
-            if text:
-                print(f"--- meshd {i} log (last 40 lines)")
-                print("".join(line + "\n" for line in text.splitlines()[-40:]), end="")
 
 
 def chan_test(p, node, *args):
