@@ -21,12 +21,13 @@ enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h
 #define WR_KIND(id) ((uint32_t)((id) >> 32))
 #define WR_IDX(id) ((uint32_t)(id))
 
-/* Layout of link->buf. */
+/* Layout of link->buf: receive slots of every rail (rail r's are r * LINK_RECV_BUFS ...), send
+ * slots, proof scratch, token. */
 #define BUF_RECV_OFF 0
-#define BUF_SEND_OFF (BUF_RECV_OFF + LINK_RECV_BUFS * MESH_PEER_MSG_MAX)
-#define BUF_PROOF_OFF (BUF_SEND_OFF + LINK_SEND_BUFS * MESH_PEER_MSG_MAX)
-#define BUF_TOKEN_OFF (BUF_PROOF_OFF + MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
-#define BUF_LEN (BUF_TOKEN_OFF + MESH_PROOF_LEN)
+#define BUF_SEND_OFF(m) (BUF_RECV_OFF + (size_t)LINK_RECV_BUFS * (m)->n_rails * MESH_PEER_MSG_MAX)
+#define BUF_PROOF_OFF(m) (BUF_SEND_OFF(m) + LINK_SEND_BUFS * MESH_PEER_MSG_MAX)
+#define BUF_TOKEN_OFF(m) (BUF_PROOF_OFF(m) + MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
+#define BUF_LEN(m) (BUF_TOKEN_OFF(m) + MESH_PROOF_LEN)
 
 static uint64_t now_ms(void)
 {
@@ -235,9 +236,13 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	mesh_bury_mr(m, l->mr_local);
 	mesh_bury_mr(m, l->mr_mailbox);
 	l->mr_local = l->mr_mailbox = NULL;
+	for (uint32_t r = 1; r < MESH_RAILS_MAX; r++) {
+		mesh_bury_mr(m, l->mr_rails[r]);
+		l->mr_rails[r] = NULL;
+	}
 	l->n_est = 0;
 	l->send_busy = 0;
-	l->recvs_posted = false;
+	l->recvs_posted = 0;
 	l->have_peer_hello = false;
 	l->peer_ready = false;
 	l->proofs_done = 0;
@@ -259,13 +264,38 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	}
 }
 
-/* Registers the link's memory on rail 0's device, with the first of its connections of an attempt
- * (the other rails' QPs carry only data, into channel memory registered on their own device). */
+/* The rail of a QP of the link, and whether it is its rail's first (buffered receives: control on
+ * rail 0, keepalives on every rail). */
+static uint32_t link_qp_rail(const struct link *l, uint32_t qp)
+{
+	return qp / l->mesh->cfg->qps_per_link;
+}
+
+static bool link_qp_first(const struct link *l, uint32_t qp)
+{
+	return qp % l->mesh->cfg->qps_per_link == 0;
+}
+
+/* The registration of link->buf usable on rail r's device. */
+static xport_mr_t *link_buf_mr(const struct link *l, uint32_t r)
+{
+	return r ? l->mr_rails[r] : l->mr_local;
+}
+
+/* Registers the link's memory on rail 0's device, with the first of its connections of an attempt,
+ * and the send and receive buffers again on every other rail's device with that rail's first QP
+ * (which carries the rail's keepalives; the rest of those rails' QPs carry only data, into channel
+ * memory registered on their own device). */
 static int link_register(struct link *l, xport_conn_t *c)
 {
+	uint32_t r = link_qp_rail(l, c->index);
 	int ret;
 
-	if (l->mr_local || c->index >= l->mesh->cfg->qps_per_link)
+	if (!link_qp_first(l, c->index))
+		return 0;
+	if (r)
+		return l->mr_rails[r] ? 0 : xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_rails[r]);
+	if (l->mr_local)
 		return 0;
 	memset(l->mailbox, 0, l->mesh->cfg->mailbox_size);
 	ret = xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_local);
@@ -280,22 +310,24 @@ static int link_register(struct link *l, xport_conn_t *c)
 	return ret;
 }
 
-/* Control messages use QP 0 only; its receives (with buffers) are posted as soon as it exists.
- * The other QPs get receives without a buffer, for the immediates of the data path. */
+/* Control messages use QP 0 only, keepalives the first QP of every rail: those get receives with
+ * buffers (rail r's slots r * LINK_RECV_BUFS ...) as soon as they exist. The other QPs get receives
+ * without a buffer, for the immediates of the data path. */
 static int link_post_recvs(struct link *l, xport_conn_t *c)
 {
+	uint32_t r = link_qp_rail(l, c->index);
 	int ret;
 
-	if (c->index == 0) {
-		if (l->recvs_posted || !l->mr_local)
+	if (link_qp_first(l, c->index)) {
+		if ((l->recvs_posted & (1u << r)) || !link_buf_mr(l, r))
 			return 0;
-		for (uint32_t i = 0; i < LINK_RECV_BUFS; i++) {
-			ret = xport_post_recv(c, l->mr_local, l->buf + BUF_RECV_OFF + i * MESH_PEER_MSG_MAX,
+		for (uint32_t i = r * LINK_RECV_BUFS; i < (r + 1) * LINK_RECV_BUFS; i++) {
+			ret = xport_post_recv(c, link_buf_mr(l, r), l->buf + BUF_RECV_OFF + i * MESH_PEER_MSG_MAX,
 					      MESH_PEER_MSG_MAX, WR_ID(WR_RECV, i));
 			if (ret)
 				return ret;
 		}
-		l->recvs_posted = true;
+		l->recvs_posted |= 1u << r;
 		return 0;
 	}
 	for (uint32_t i = 0; i < LINK_DATA_RECVS; i++) {
@@ -316,29 +348,35 @@ void mesh_link_sq_take(struct link *l, uint32_t qp)
 	l->sq_used[qp]++;
 }
 
-int mesh_link_send(struct link *l, const PeerMsg *msg)
+/* A message on QP qp (the first of its rail): control on QP 0, a rail's keepalives on its own. */
+static int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg)
 {
 	uint32_t slot;
 	uint8_t *p;
 	int len, ret;
 
-	if (!l->conns[0])
+	if (!l->conns[qp] || !link_buf_mr(l, link_qp_rail(l, qp)))
 		return -ENOTCONN;
 	for (slot = 0; slot < LINK_SEND_BUFS && (l->send_busy & (1u << slot)); slot++)
 		;
-	if (slot == LINK_SEND_BUFS || l->sq_used[0] >= LINK_SQ_DEPTH)
+	if (slot == LINK_SEND_BUFS || l->sq_used[qp] >= LINK_SQ_DEPTH)
 		return -ENOBUFS;
-	p = l->buf + BUF_SEND_OFF + slot * MESH_PEER_MSG_MAX;
+	p = l->buf + BUF_SEND_OFF(l->mesh) + slot * MESH_PEER_MSG_MAX;
 	len = mesh_peer_msg_encode(msg, p, MESH_PEER_MSG_MAX);
 	if (len < 0)
 		return len;
-	ret = xport_post_send(l->conns[0], l->mr_local, p, (uint32_t)len, WR_ID(WR_SEND, slot));
+	ret = xport_post_send(l->conns[qp], link_buf_mr(l, link_qp_rail(l, qp)), p, (uint32_t)len, WR_ID(WR_SEND, slot));
 	if (ret)
 		return ret;
-	l->sq_used[0]++;
+	l->sq_used[qp]++;
 	l->send_busy |= 1u << slot;
 	l->tx_msgs++;
 	return 0;
+}
+
+int mesh_link_send(struct link *l, const PeerMsg *msg)
+{
+	return link_send_on(l, 0, msg);
 }
 
 static int link_send_hello(struct link *l)
@@ -366,7 +404,7 @@ static int link_send_hello(struct link *l)
 static int link_start_proof(struct link *l)
 {
 	uint32_t q = l->mesh->cfg->qps_per_link;
-	uint8_t *token = l->buf + BUF_TOKEN_OFF; /* the WRITE's source must be registered memory */
+	uint8_t *token = l->buf + BUF_TOKEN_OFF(l->mesh); /* the WRITE's source must be registered memory */
 	int ret;
 
 	for (uint32_t i = 0; i < MESH_PROOF_LEN; i += 8) {
@@ -379,7 +417,7 @@ static int link_start_proof(struct link *l)
 	token[1] = (uint8_t)l->mesh->self->id;
 	for (uint32_t i = 0; i < q; i++) {
 		uint64_t raddr = l->peer_mb_addr + (uint64_t)i * MESH_PROOF_LEN;
-		uint8_t *scratch = l->buf + BUF_PROOF_OFF + i * MESH_PROOF_LEN;
+		uint8_t *scratch = l->buf + BUF_PROOF_OFF(l->mesh) + i * MESH_PROOF_LEN;
 
 		memset(scratch, 0, MESH_PROOF_LEN);
 		ret = xport_post_write(l->conns[i], l->mr_local, token, MESH_PROOF_LEN, raddr, l->peer_mb_rkey,
@@ -437,6 +475,8 @@ static void link_progress(struct link *l)
 		l->ups++;
 		l->failures = 0;
 		l->last_rx_ms = t;
+		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+			l->rail_rx_ms[r] = t;
 		l->next_ka_ms = t;
 		l->last_error[0] = '\0';
 		channel_link_up(l);
@@ -694,7 +734,9 @@ static void link_on_hello(struct link *l, const Hello *h)
 	link_progress(l);
 }
 
-static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
+/* A message on QP qp: the control QP (0) carries every kind, another rail's first QP only that
+ * rail's keepalives. */
+static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uint32_t len)
 {
 	PeerMsg *msg;
 	const char *why;
@@ -706,6 +748,11 @@ static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
 	}
 	l->rx_msgs++;
 	l->last_rx_ms = now_ms();
+	if (qp && msg->body_case != PEER_MSG__BODY_KEEPALIVE && msg->body_case != PEER_MSG__BODY_KEEPALIVE_ACK) {
+		link_fail(l, -MESH_EPEERMSG, "message kind %d on QP %u, which carries only keepalives", msg->body_case, qp);
+		mesh_peer_msg_free(msg);
+		return;
+	}
 	switch (msg->body_case) {
 	case PEER_MSG__BODY_HELLO:
 		link_on_hello(l, msg->hello);
@@ -728,7 +775,7 @@ static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
 			a.sent_us = msg->keepalive->sent_us;
 			reply.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
 			reply.keepalive_ack = &a;
-			ret = mesh_link_send(l, &reply);
+			ret = link_send_on(l, qp, &reply); /* on the rail it came by: that rail is alive */
 			if (ret && ret != -ENOBUFS)
 				link_fail(l, ret, "cannot answer a keepalive");
 		}
@@ -736,7 +783,7 @@ static void link_on_message(struct link *l, const uint8_t *buf, uint32_t len)
 	case PEER_MSG__BODY_KEEPALIVE_ACK: {
 		uint64_t t = util_now_us();
 
-		if (msg->keepalive_ack->sent_us <= t)
+		if (qp == 0 && msg->keepalive_ack->sent_us <= t)
 			l->rtt_us = t - msg->keepalive_ack->sent_us;
 		break;
 	}
@@ -774,11 +821,13 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	case WR_RECV_DATA: {
 		xport_conn_t *c = ev->conn;
 		bool buffered = kind == WR_RECV;
+		uint32_t rail = link_qp_rail(l, c->index);
 
-		if (idx >= (buffered ? LINK_RECV_BUFS : LINK_DATA_RECVS) || (c->index == 0) != buffered) {
+		if (buffered ? idx / LINK_RECV_BUFS != rail : idx >= LINK_DATA_RECVS || link_qp_first(l, c->index) != buffered) {
 			link_fail(l, -EPROTO, "receive completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
 			return;
 		}
+		l->rail_rx_ms[rail] = now_ms();
 		if (ev->has_imm) {
 			/* The data path: the immediate names the channel, nothing landed in our buffer. */
 			if (l->phase != LINK_UP || !(l->features & MESH_FEAT_CHANNELS)) {
@@ -797,12 +846,12 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 			link_fail(l, -MESH_EPEERMSG, "message of %u bytes", ev->byte_len);
 			return;
 		} else {
-			link_on_message(l, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
+			link_on_message(l, c->index, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
 		}
 		if (l->phase == LINK_IDLE || c->ctx != l)
 			return; /* the message ended the attempt */
 		if (buffered)
-			ret = xport_post_recv(c, l->mr_local, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
+			ret = xport_post_recv(c, link_buf_mr(l, rail), l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
 					      MESH_PEER_MSG_MAX, ev->wr_id);
 		else
 			ret = xport_post_recv(c, l->mr_local, NULL, 0, ev->wr_id);
@@ -813,7 +862,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	case WR_SEND:
 		if (idx < LINK_SEND_BUFS)
 			l->send_busy &= ~(1u << idx);
-		l->sq_used[0]--;
+		l->sq_used[ev->conn->index]--;
 		return;
 	case WR_CH_DATA:
 	case WR_CH_CREDIT:
@@ -832,7 +881,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 			link_fail(l, -EPROTO, "unexpected proof completion for QP %u", idx);
 			return;
 		}
-		if (memcmp(l->buf + BUF_PROOF_OFF + idx * MESH_PROOF_LEN, l->buf + BUF_TOKEN_OFF, MESH_PROOF_LEN)) {
+		if (memcmp(l->buf + BUF_PROOF_OFF(l->mesh) + idx * MESH_PROOF_LEN, l->buf + BUF_TOKEN_OFF(l->mesh), MESH_PROOF_LEN)) {
 			link_fail(l, -MESH_EPROOF, "QP %u read back other bytes than it wrote to 0x%llx rkey 0x%x", idx,
 				  (unsigned long long)(l->peer_mb_addr + idx * MESH_PROOF_LEN), l->peer_mb_rkey);
 			return;
@@ -905,6 +954,14 @@ static void link_tick(struct link *l, uint64_t t)
 				  (unsigned long long)(t - l->last_rx_ms));
 			return;
 		}
+		/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
+		for (uint32_t r = 1; r < m->n_rails && (l->features & MESH_FEAT_KEEPALIVE); r++) {
+			if (t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
+				link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms", l->peer->id, r,
+					  mesh_node_addr(l->peer, r), (unsigned long long)(t - l->rail_rx_ms[r]));
+				return;
+			}
+		}
 		if (t >= l->next_ka_ms && (l->features & MESH_FEAT_KEEPALIVE)) {
 			Keepalive k = KEEPALIVE__INIT;
 			PeerMsg msg = PEER_MSG__INIT;
@@ -914,11 +971,13 @@ static void link_tick(struct link *l, uint64_t t)
 			k.sent_us = util_now_us();
 			msg.body_case = PEER_MSG__BODY_KEEPALIVE;
 			msg.keepalive = &k;
-			ret = mesh_link_send(l, &msg);
-			/* All slots busy means the peer is not completing our sends: the timeout decides. */
-			if (ret && ret != -ENOBUFS) {
-				link_fail(l, ret, "cannot send a keepalive");
-				return;
+			for (uint32_t r = 0; r < m->n_rails; r++) {
+				ret = link_send_on(l, r * cfg->qps_per_link, &msg);
+				/* All slots busy means the peer is not completing our sends: the timeout decides. */
+				if (ret && ret != -ENOBUFS) {
+					link_fail(l, ret, "cannot send a keepalive on rail %u", r);
+					return;
+				}
 			}
 			l->next_ka_ms = t + cfg->keepalive_interval_ms;
 		}
@@ -1018,8 +1077,8 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 		l->shown_ms = m->start_ms;
 		l->next_dial_ms = m->start_ms;
 		m->n_links = n;
-		l->buf_len = BUF_LEN;
-		l->buf = aligned_alloc(4096, (BUF_LEN + 4095) & ~(size_t)4095);
+		l->buf_len = BUF_LEN(m);
+		l->buf = aligned_alloc(4096, (BUF_LEN(m) + 4095) & ~(size_t)4095);
 		l->mailbox = aligned_alloc(4096, (cfg->mailbox_size + 4095) & ~(size_t)4095);
 		if (!l->buf || !l->mailbox) {
 			mesh_cleanup(m);

@@ -36,8 +36,9 @@ enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
 #define MESH_XPORT_INSTANCES (MESH_XPORTS_MAX * MESH_RAILS_MAX)
 /* QPs of a link: qps_per_link on every rail; QP r * qps_per_link + i is QP i of rail r. */
 #define LINK_CONNS_MAX (MESH_QPS_PER_LINK_MAX * MESH_RAILS_MAX)
-#define LINK_RECV_BUFS 64   /* QP 0: buffered receives (control messages and data immediates) */
-#define LINK_DATA_RECVS 256 /* QPs 1..: receives without a buffer, for data immediates */
+#define LINK_RECV_BUFS 64   /* the first QP of each rail: buffered receives (control messages on rail 0,
+			     * every rail's keepalives, data immediates) */
+#define LINK_DATA_RECVS 256 /* the other QPs: receives without a buffer, for data immediates */
 #define LINK_SEND_BUFS 16
 #define LINK_SQ_DEPTH 256   /* send queue depth of every QP */
 #define LINK_SQ_CONTROL 16  /* of which the data path leaves this many for control messages */
@@ -60,16 +61,19 @@ struct link {
 	xport_conn_t *conns[LINK_CONNS_MAX];
 	uint32_t n_est; /* established QPs of the current attempt */
 
-	/* Registered memory: receive and send slots plus proof scratch (local), and the mailbox the
-	 * peer may write and read (remote). Allocated once, registered per attempt on rail 0, whose
-	 * QP 0 carries the control messages and whose QPs prove the mailbox key. */
+	/* Registered memory: receive slots (LINK_RECV_BUFS per rail), send slots and proof scratch
+	 * (local), and the mailbox the peer may write and read (remote). Allocated once, registered per
+	 * attempt on rail 0, whose QP 0 carries the control messages and whose QPs prove the mailbox
+	 * key; the buffers again on every other rail's device (mr_rails), whose first QP carries that
+	 * rail's keepalives. */
 	uint8_t *buf;
 	size_t buf_len;
 	uint8_t *mailbox;
 	xport_mr_t *mr_local;
 	xport_mr_t *mr_mailbox;
-	uint32_t send_busy; /* bitmap of send slots in flight */
-	bool recvs_posted;
+	xport_mr_t *mr_rails[MESH_RAILS_MAX]; /* [0] unused: rail 0 uses mr_local */
+	uint32_t send_busy;    /* bitmap of send slots in flight */
+	uint32_t recvs_posted; /* bitmap of rails whose first QP has its buffered receives */
 	uint32_t sq_used[LINK_CONNS_MAX]; /* work requests in flight per QP */
 
 	/* Channels of this link by slot (MESH_IMM slot of the data path). */
@@ -93,6 +97,7 @@ struct link {
 
 	/* Liveness and re-dial. */
 	uint64_t last_rx_ms;
+	uint64_t rail_rx_ms[MESH_RAILS_MAX]; /* anything received on the rail's QPs: a silent rail is dead */
 	uint64_t next_ka_ms;
 	uint64_t ka_seq;
 	uint64_t rtt_us;

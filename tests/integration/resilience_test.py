@@ -5,6 +5,9 @@ inside the test's namespaces). Needs root and `ip netns`; otherwise prints 'skip
 
 What it asserts, in order:
   1. Node 1 (host A) and node 2 (host B), one meshd each, rails on every veth pair: the link is UP.
+  1b. (rails, outages by device) Rail 1 alone down on an idle link: keepalives travel on every rail,
+     so it is noticed within the keepalive timeout (the error names the rail) and the link comes back
+     UP after. (A rail's loss still takes the whole link DOWN: rail failover is not built yet.)
   2. A paced stream from node 1 to node 2 (chan_test: every byte checked at the receiver, the length
      at EOF) lives through OUTAGES whole-link outages: every veth of host A down for longer than the
      keepalive timeout, then up. Each time both meshd take the link DOWN and the channel waits
@@ -244,6 +247,22 @@ def main():
             p.start(i)
         if not check(wait_until(p.up, args.up_timeout, 0.05), "the link between the two hosts is UP"):
             raise RuntimeError("no link")
+
+        # 1b. a rail that dies while no channel writes on it: its own keepalives find it
+        if args.outage == "link" and args.rails > 1:
+            last = args.rails - 1
+            t0 = time.monotonic()
+            p.hosts.set_rail(last, False)
+            went = wait_until(lambda: p.state(1) != "UP" and p.state(2) != "UP", ka_s + 5, 0.05)
+            t_rail = time.monotonic() - t0
+            errs = [p.link(i).get("last_error", "") for i in (1, 2)]
+            p.hosts.set_rail(last, True)
+            # The first end to notice names the rail; the other hears the disconnect that follows.
+            check(went and any(f"rail {last}" in e for e in errs),
+                  f"rail {last} alone down on an idle link: both ends take the link DOWN in {t_rail:.2f} s "
+                  f"(keepalive timeout {args.ka_timeout} ms), the one that noticed names the rail",
+                  f"{p.state(1)}/{p.state(2)} {errs}")
+            check(wait_until(p.up, args.up_timeout, 0.05), f"rail {last} back: the link is UP again")
 
         # 2. whole-link outages under a paced stream
         period = down_s + 1.5
