@@ -1185,7 +1185,9 @@ static void channel_on_resume(struct link *l, const ChannelResume *r)
 		channel_pump(ch);
 		return;
 	}
-	if (r->rx_bytes < ch->peer_placed || r->rx_bytes > ch->tx_sent || r->rx_cons < ch->peer_cons) {
+	/* Its reader may be ahead of the message: a credit it wrote after it (on another rail's QP)
+	 * can arrive first, so the larger of the two positions stands. */
+	if (r->rx_bytes < ch->peer_placed || r->rx_bytes > ch->tx_sent) {
 		channel_break(ch, -EPROTO,
 			      "node %u resumes at %llu (reader at %llu), outside what was sent [%llu, %llu]", l->peer->id,
 			      (unsigned long long)r->rx_bytes, (unsigned long long)r->rx_cons,
@@ -1197,7 +1199,7 @@ static void channel_on_resume(struct link *l, const ChannelResume *r)
 	ch->tx_sent = ch->tx_done = r->rx_bytes;
 	ch->tx_seq = ch->tx_done_seq = (uint16_t)r->rx_seq;
 	memset(ch->tx_ok, 0, sizeof(ch->tx_ok));
-	ch->peer_cons = r->rx_cons;
+	ch->peer_cons = MAX(ch->peer_cons, r->rx_cons);
 	ch->peer_placed = r->rx_bytes;
 	ch->peer_rx_addr = r->rx_addr;
 	ch->peer_rx_rkey = r->rx_rkey;

@@ -2385,6 +2385,32 @@ static void channel_on_lifeline__while_resuming__bytes_eof_close_after_resume(vo
 	mt_finish(&c->t);
 }
 
+/* The peer's first credit after its resume can overtake the resume (another rail's QP): its reader's
+ * position never goes back for it, and nothing the application was given back is taken away. */
+static void channel_on_message__credit_overtakes_resume__positions_never_go_back(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	app_write(h, 2 * CHUNK);
+	app_kick(c, h);
+	complete_data(c, h, 0);
+	peer_credit_placed(c, h, 0, 2 * CHUNK);
+	assert_true(ring_tx_cons(h) == 2 * CHUNK);
+	link_lost(c);
+	link_back(c, 5000);
+	complete_sends(c);
+	peer_credit_placed(c, h, CHUNK, 2 * CHUNK); /* its reader went on meanwhile */
+	peer_resume(c, h, 2 * CHUNK, 2, 0, false);  /* says where it stood when it sent this */
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_true(chn(c, h)->peer_cons == CHUNK);
+	assert_true(ring_tx_cons(h) == 2 * CHUNK);
+	mt_finish(&c->t);
+}
+
 /* Our resume is refused (the peer timed the channel out meanwhile): its Close ends the wait, the
  * close completes at once, and the slot is free when the application closes. */
 static void channel_on_message__close_while_resuming__acked_and_freed(void **state)
@@ -2642,6 +2668,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_lifeline__while_resuming__bytes_eof_close_after_resume),
 	T(channel_link_down__goodbye__econnreset_at_once),
 	T(channel_on_message__close_while_resuming__acked_and_freed),
+	T(channel_on_message__credit_overtakes_resume__positions_never_go_back),
 	cmocka_unit_test(channel_rx_window__every_qp_count__covers_lag_and_below_half_seq_space),
 	T(channel_on_imm__zero_length__channel_error_eproto),
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),
