@@ -142,6 +142,8 @@ static const struct field link_fields[] = {
 	LF("dialer", "ROLE", -6, F_ROLE, dialer),
 	LF("qps", "QPS", 3, F_U32, qps),
 	LF("qps_configured", NULL, 0, F_U32, qps_configured),
+	LF("rails_up", "RAILS", 5, F_U32, rails_up),
+	LF("rails", NULL, 0, F_U32, rails),
 	LF("epoch", "EPOCH", 16, F_U64, epoch),
 	LF("rtt_us", "RTT_US", 7, F_U64, rtt_us),
 	LF("mailbox", "MAILBOX(ADDR:LEN:RKEY)", -30, F_MAILBOX, mailbox),

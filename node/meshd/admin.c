@@ -227,6 +227,12 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 	li->dialer = l->dialer;
 	li->qps = l->n_est;
 	li->qps_configured = mesh_link_qps(m); /* on every rail */
+	li->rails = m->n_rails;
+	for (uint32_t r = 0; r < m->n_rails; r++) {
+		uint64_t rail_qps = ((1ull << m->cfg->qps_per_link) - 1) << (r * m->cfg->qps_per_link);
+
+		li->rails_up += (l->est_mask & rail_qps) == rail_qps;
+	}
 	li->epoch = l->epoch;
 	li->rtt_us = l->rtt_us;
 	if (l->phase >= LINK_PROOF) {

@@ -241,6 +241,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 		l->mr_rails[r] = NULL;
 	}
 	l->n_est = 0;
+	l->est_mask = 0;
 	l->send_busy = 0;
 	l->recvs_posted = 0;
 	l->have_peer_hello = false;
@@ -492,6 +493,7 @@ static void link_begin(struct link *l, uint64_t epoch)
 	l->epoch = epoch;
 	l->attempt_ms = now_ms();
 	l->n_est = 0;
+	l->est_mask = 0;
 	link_set_phase(l, LINK_QPS);
 }
 
@@ -699,6 +701,7 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 		}
 	}
 	l->n_est++;
+	l->est_mask |= 1ull << ev->conn->index;
 	link_note_state(l);
 	link_progress(l);
 }

@@ -36,6 +36,7 @@ enum link_state { LINK_STATE_DOWN_, LINK_STATE_CONNECTING_, LINK_STATE_UP_ };
 #define MESH_XPORT_INSTANCES (MESH_XPORTS_MAX * MESH_RAILS_MAX)
 /* QPs of a link: qps_per_link on every rail; QP r * qps_per_link + i is QP i of rail r. */
 #define LINK_CONNS_MAX (MESH_QPS_PER_LINK_MAX * MESH_RAILS_MAX)
+_Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define LINK_RECV_BUFS 64   /* the first QP of each rail: buffered receives (control messages on rail 0,
 			     * every rail's keepalives, data immediates) */
 #define LINK_DATA_RECVS 256 /* the other QPs: receives without a buffer, for data immediates */
@@ -59,7 +60,8 @@ struct link {
 	uint64_t shown_ms;     /* do not reset it */
 	uint64_t attempt_ms; /* when the current attempt began */
 	xport_conn_t *conns[LINK_CONNS_MAX];
-	uint32_t n_est; /* established QPs of the current attempt */
+	uint32_t n_est;    /* established QPs of the current attempt */
+	uint64_t est_mask; /* which of them (bit i: QP i), for the rails meshctl counts */
 
 	/* Registered memory: receive slots (LINK_RECV_BUFS per rail), send slots and proof scratch
 	 * (local), and the mailbox the peer may write and read (remote). Allocated once, registered per

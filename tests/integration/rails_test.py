@@ -102,6 +102,9 @@ def main():
                     return False
             return True
         ok &= check(wait_until(up, 90), f"3 meshd, every link UP with {args.qps} QPs on each of {nr} rails")
+        bad = [(i, p, l.get("rails"), l.get("rails_up")) for i in c.nodes for p, l in (c.links(i) or {}).items()
+               if l.get("rails") != nr or l.get("rails_up") != nr]
+        ok &= check(not bad, f"meshctl links: every link has {nr} rails, {nr} of them up", str(bad))
 
         # ---- a device per rail ----
         devs = {}
