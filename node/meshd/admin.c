@@ -225,7 +225,7 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 		    : s == LINK_STATE_CONNECTING_ ? LINK_STATE__LINK_STATE_CONNECTING
 						   : LINK_STATE__LINK_STATE_DOWN;
 	li->dialer = l->dialer;
-	li->qps = l->n_est;
+	li->qps = link_qps_established(l);
 	li->qps_configured = mesh_link_qps(m); /* on every rail */
 	li->rails = m->n_rails;
 	for (uint32_t r = 0; r < m->n_rails; r++) {

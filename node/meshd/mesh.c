@@ -46,7 +46,7 @@ enum link_state link_state(const struct link *l)
 	if (l->phase == LINK_UP)
 		return LINK_STATE_UP_;
 	/* A dial nobody has answered yet is still DOWN; CONNECTING means the peer is talking to us. */
-	if (l->phase == LINK_IDLE || (l->phase == LINK_QPS && l->dialer && l->n_est == 0))
+	if (l->phase == LINK_IDLE || (l->phase == LINK_QPS && l->dialer && link_qps_established(l) == 0))
 		return LINK_STATE_DOWN_;
 	return LINK_STATE_CONNECTING_;
 }
@@ -202,7 +202,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	va_list ap;
 	bool was_up = l->phase == LINK_UP;
 
-	bool unanswered = !was_up && l->n_est == 0;
+	bool unanswered = !was_up && link_qps_established(l) == 0;
 
 	if (l->phase == LINK_IDLE)
 		return;
@@ -240,7 +240,6 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 		mesh_bury_mr(m, l->mr_rails[r]);
 		l->mr_rails[r] = NULL;
 	}
-	l->n_est = 0;
 	l->est_mask = 0;
 	l->send_busy = 0;
 	l->recvs_posted = 0;
@@ -439,7 +438,7 @@ static void link_progress(struct link *l)
 	struct mesh *m = l->mesh;
 	int ret;
 
-	if (l->phase == LINK_QPS && l->n_est == mesh_link_qps(m)) {
+	if (l->phase == LINK_QPS && link_qps_established(l) == mesh_link_qps(m)) {
 		ret = link_send_hello(l);
 		if (ret) {
 			link_fail(l, ret, "cannot send Hello");
@@ -482,7 +481,7 @@ static void link_progress(struct link *l)
 		l->last_error[0] = '\0';
 		channel_link_up(l);
 		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
-			 l->peer->id, (unsigned long long)l->epoch, l->n_est, (unsigned long long)l->peer_mb_addr,
+			 l->peer->id, (unsigned long long)l->epoch, link_qps_established(l), (unsigned long long)l->peer_mb_addr,
 			 l->peer_mb_len, l->peer_mb_rkey, (unsigned long long)(t - l->attempt_ms));
 	}
 }
@@ -492,7 +491,6 @@ static void link_begin(struct link *l, uint64_t epoch)
 {
 	l->epoch = epoch;
 	l->attempt_ms = now_ms();
-	l->n_est = 0;
 	l->est_mask = 0;
 	link_set_phase(l, LINK_QPS);
 }
@@ -700,7 +698,6 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 			return;
 		}
 	}
-	l->n_est++;
 	l->est_mask |= 1ull << ev->conn->index;
 	link_note_state(l);
 	link_progress(l);
@@ -990,7 +987,7 @@ static void link_tick(struct link *l, uint64_t t)
 		/* A dial nobody answers (no listener, or an address RDMA cannot reach, where the CM
 		 * would retry for long) is given up after twice the resolve timeout, so that with
 		 * several providers the next one gets its turn soon. */
-		if (l->dialer && l->phase == LINK_QPS && l->n_est == 0 && t - l->attempt_ms > 2ull * cfg->connect_timeout_ms)
+		if (l->dialer && l->phase == LINK_QPS && link_qps_established(l) == 0 && t - l->attempt_ms > 2ull * cfg->connect_timeout_ms)
 			link_fail(l, -ETIMEDOUT, "no answer from %s:%u over %s within %llu ms", l->peer->addr, l->peer->port,
 				  link_transport(l), (unsigned long long)(t - l->attempt_ms));
 		else if (t - l->attempt_ms > cfg->handshake_timeout_ms)

@@ -60,8 +60,7 @@ struct link {
 	uint64_t shown_ms;     /* do not reset it */
 	uint64_t attempt_ms; /* when the current attempt began */
 	xport_conn_t *conns[LINK_CONNS_MAX];
-	uint32_t n_est;    /* established QPs of the current attempt */
-	uint64_t est_mask; /* which of them (bit i: QP i), for the rails meshctl counts */
+	uint64_t est_mask; /* established QPs of the current attempt (bit i: QP i): link_qps_established() */
 
 	/* Registered memory: receive slots (LINK_RECV_BUFS per rail), send slots and proof scratch
 	 * (local), and the mailbox the peer may write and read (remote). Allocated once, registered per
@@ -207,6 +206,12 @@ void mesh_bury_map(struct mesh *m, void *addr, size_t len);
 enum link_state link_state(const struct link *l);
 const char *link_state_name(enum link_state s);
 uint32_t mesh_links_up(const struct mesh *m);
+
+/* How many QPs of the current attempt are established. */
+static inline uint32_t link_qps_established(const struct link *l)
+{
+	return (uint32_t)__builtin_popcountll(l->est_mask);
+}
 
 /* The instance of provider p on rail r. */
 static inline xport_t *mesh_xport(const struct mesh *m, size_t p, uint32_t r)

@@ -186,7 +186,7 @@ static void mesh_link__three_nodes__all_up_with_proven_keys(void **state)
 				continue;
 			l = link_of(w, i, p);
 			back = link_of(w, p, i);
-			assert_int_equal(l->n_est, 2);
+			assert_int_equal(link_qps_established(l), 2);
 			assert_true(l->epoch == back->epoch);
 			assert_int_equal(l->dialer, w->nodes[i].id > w->nodes[p].id);
 			/* Each side holds the other's mailbox key, and proved it. */

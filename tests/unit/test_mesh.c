@@ -244,7 +244,7 @@ static void mesh_handshake__dialler__up_then_keepalive_timeout_down(void **state
 	/* QP 1 established: our Hello goes out on QP 0. */
 	from = t->fx->n_posts;
 	establish_qp(t, l, 1);
-	assert_int_equal(l->n_est, QPS);
+	assert_int_equal(link_qps_established(l), QPS);
 	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, 0), 1);
 	check_our_hello(t, l, from);
 	hello_send = fake_post_find(t->fx, from, XPORT_OP_SEND, c0, 0);
@@ -1306,7 +1306,7 @@ static void mesh_event__detached_conn__ignored(void **state)
 	assert_int_equal(l->failures, failures);
 	assert_true(l->next_dial_ms == next_dial);
 	assert_int_equal(l->phase, LINK_IDLE);
-	assert_int_equal(l->n_est, 0);
+	assert_int_equal(link_qps_established(l), 0);
 	assert_int_equal(t->fx->n_posts, posts);
 	assert_int_equal(t->fx->n_regs, 0);
 	assert_int_equal(t->m.handshakes, 0);
