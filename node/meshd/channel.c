@@ -542,7 +542,6 @@ static void channel_send_resume(struct channel *ch)
 	memset(ch->rx_len, 0, ch->rx_window * sizeof(*ch->rx_len));
 	ch->imm_chunks_seen = ch->imm_credits_seen = 0;
 	ch->credit_sent = ch->app_rx_cons; /* the peer takes our reader's position from the message */
-	ch->credit_busy = false;
 	r.slot = ch->peer_slot;
 	r.peer_slot = ch->slot;
 	r.rx_bytes = ch->rx_bytes;
