@@ -21,6 +21,8 @@ int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len)
 	w.qp_count = pd->qp_count;
 	w.rail = pd->rail;
 	w.rail_count = pd->rail_count;
+	w.flags = pd->flags;
+	w.rail_gen = htobe16(pd->rail_gen);
 	w.cluster_hash = htobe32(pd->cluster_hash);
 	w.src_node = htobe16(pd->src_node);
 	w.dst_node = htobe16(pd->dst_node);
@@ -53,6 +55,8 @@ int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
 		w.rail_count = 1;
 	if (w.rail_count > MESH_RAILS_MAX || w.rail >= w.rail_count)
 		return -EPROTO;
+	if (w.flags & ~MESH_CM_F_RAIL_JOIN)
+		return -EPROTO;
 	memset(&pd, 0, sizeof(pd));
 	pd.version = w.version;
 	pd.kind = w.kind;
@@ -60,6 +64,8 @@ int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
 	pd.qp_count = w.qp_count;
 	pd.rail = w.rail;
 	pd.rail_count = w.rail_count;
+	pd.flags = w.flags;
+	pd.rail_gen = be16toh(w.rail_gen);
 	pd.cluster_hash = be32toh(w.cluster_hash);
 	pd.src_node = be16toh(w.src_node);
 	pd.dst_node = be16toh(w.dst_node);
@@ -161,8 +167,17 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_resume.rx_cons beyond rx_bytes";
 		if (!r->rx_addr || !r->credit_addr || r->credit_addr + MESH_CREDIT_LEN < r->credit_addr)
 			return "channel_resume: bad ring or credit address";
+		if (r->rail >= MESH_RAILS_MAX)
+			return "channel_resume.rail out of range";
 		return NULL;
 	}
+	case PEER_MSG__BODY_RAIL_DOWN:
+		return m->rail_down->rail >= MESH_RAILS_MAX || m->rail_down->gen > 65535 ? "rail_down: rail or gen out of range"
+											: NULL;
+	case PEER_MSG__BODY_RAIL_UP:
+		return m->rail_up->rail >= MESH_RAILS_MAX || m->rail_up->gen > 65535 ? "rail_up: rail or gen out of range" : NULL;
+	case PEER_MSG__BODY_LINK_ACK:
+		return NULL;
 	default:
 		return "message has no known body";
 	}

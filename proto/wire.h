@@ -36,7 +36,11 @@
 #define MESH_FEAT_GOODBYE (1ull << 1)
 #define MESH_FEAT_CHANNELS (1ull << 2)
 #define MESH_FEAT_RESUME (1ull << 3) /* channels wait for a link that went DOWN and resume (ChannelResume) */
-#define MESH_FEAT_ALL (MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME)
+/* a link stays UP while one rail is: control messages are sequenced and fail over (PeerMsg.seq/ack),
+ * a lost rail's channels move (ChannelResume.rail), the rail rejoins (RailDown, RailUp, MESH_CM_F_RAIL_JOIN) */
+#define MESH_FEAT_RAILS (1ull << 4)
+#define MESH_FEAT_ALL \
+	(MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME | MESH_FEAT_RAILS)
 
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update
@@ -78,8 +82,12 @@ struct mesh_cm_wire {
 	uint16_t reason; /* MESH_E* code without its base, reject only */
 	uint8_t rail;       /* the rail (device) of this QP: 0..rail_count-1 */
 	uint8_t rail_count; /* rails of the sender; 0 from senders that have only one (read as 1) */
-	uint8_t reserved[4];
+	uint8_t flags;      /* MESH_CM_F_* */
+	uint8_t reserved;
+	uint16_t rail_gen;  /* MESH_CM_F_RAIL_JOIN: the rail's incarnation (RailDown, RailUp) */
 };
+/* The QPs of one rail of an UP link (link_epoch), dialled again after that rail failed. */
+#define MESH_CM_F_RAIL_JOIN 0x01u
 _Static_assert(sizeof(struct mesh_cm_wire) == 40, "cm private data layout changed");
 _Static_assert(sizeof(struct mesh_cm_wire) <= MESH_CM_PDATA_MAX, "cm private data exceeds the RC limit");
 
@@ -91,6 +99,8 @@ struct mesh_cm_pdata {
 	uint8_t qp_count; /* per rail */
 	uint8_t rail;
 	uint8_t rail_count; /* 1.. */
+	uint8_t flags;      /* MESH_CM_F_* */
+	uint16_t rail_gen;
 	uint32_t cluster_hash;
 	uint16_t src_node;
 	uint16_t dst_node;

@@ -155,6 +155,7 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->peer_rejects = m->peer_rejects;
 	n->link_flaps = m->link_flaps;
 	n->channel_resumes = m->channel_resumes;
+	n->rail_failovers = m->rail_failovers;
 }
 
 /* Storage for the NUMA part of NodeInfo, on the caller's stack. */
@@ -228,11 +229,18 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 	li->qps = link_qps_established(l);
 	li->qps_configured = mesh_link_qps(m); /* on every rail */
 	li->rails = m->n_rails;
-	for (uint32_t r = 0; r < m->n_rails; r++) {
-		uint64_t rail_qps = ((1ull << m->cfg->qps_per_link) - 1) << (r * m->cfg->qps_per_link);
+	if (l->phase == LINK_UP) {
+		li->rails_up = (uint32_t)__builtin_popcount(l->rails_up);
+	} else {
+		for (uint32_t r = 0; r < m->n_rails; r++) {
+			uint64_t rail_qps = ((1ull << m->cfg->qps_per_link) - 1) << (r * m->cfg->qps_per_link);
 
-		li->rails_up += (l->est_mask & rail_qps) == rail_qps;
+			li->rails_up += (l->est_mask & rail_qps) == rail_qps;
+		}
 	}
+	li->rail_failovers = l->rail_failovers;
+	li->rail_error = l->rail_last_error;
+	li->ctl_rail = l->ctl_rail;
 	li->epoch = l->epoch;
 	li->rtt_us = l->rtt_us;
 	if (l->phase >= LINK_PROOF) {
@@ -314,6 +322,7 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->credit_stalls = ch->credit_stalls;
 	ci->resumes = ch->resumes;
 	ci->rewritten_bytes = ch->rewritten_bytes;
+	ci->rail_moves = ch->rail_moves;
 	ci->tx_pending = ch->app_tx_prod - ch->tx_sent;
 	ci->rx_unread = ch->rx_bytes - ch->app_rx_cons;
 	ci->error = (char *)ch->why;

@@ -398,7 +398,7 @@ static int channel_read_app(struct channel *ch)
 static bool channel_may_post(const struct channel *ch)
 {
 	return ch->state == CH_OPEN && !ch->error && !ch->close_rcvd && !ch->close_sent && !ch->resuming && ch->link &&
-	       ch->link->phase == LINK_UP;
+	       mesh_link_rail_up(ch->link, ch->rail);
 }
 
 static void channel_post_data(struct channel *ch)
@@ -483,6 +483,8 @@ static void channel_post_credit(struct channel *ch)
 }
 
 static void channel_pump(struct channel *ch);
+static void channel_rail_lost(struct channel *ch);
+static void channel_move(struct channel *ch, uint32_t k);
 
 /* The acceptor's answer; pending (retried by the pump) while the link's send buffers are busy. */
 static void channel_send_accept(struct channel *ch)
@@ -552,6 +554,7 @@ static void channel_send_resume(struct channel *ch)
 	r.rx_rkey = ch->mr_rx->rkey;
 	r.credit_addr = (uintptr_t)ch->credit;
 	r.credit_rkey = ch->mr_cin->rkey;
+	r.rail = ch->rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 	msg.channel_resume = &r;
 	if (mesh_link_send(ch->link, &msg))
@@ -566,8 +569,8 @@ static void channel_send_resume(struct channel *ch)
  * slot (after a reuse, on another channel). */
 static bool channel_peer_drained(const struct channel *ch)
 {
-	return ch->peer_final && ch->imm_chunks_seen >= ch->peer_final_chunks &&
-	       ch->imm_credits_seen >= ch->peer_final_credits;
+	return ch->peer_final && (ch->imm_void || (ch->imm_chunks_seen >= ch->peer_final_chunks &&
+						    ch->imm_credits_seen >= ch->peer_final_credits));
 }
 
 static bool channel_done(struct channel *ch)
@@ -627,8 +630,14 @@ static void channel_pump(struct channel *ch)
 			      ch->link ? ch->link->peer->id : 0);
 	if (ch->accept_pending)
 		channel_send_accept(ch);
-	if (ch->resuming && !ch->resume_rx_sent && ch->link && ch->link->phase == LINK_UP)
-		channel_send_resume(ch);
+	if (ch->resuming && !ch->resume_rx_sent && ch->link && ch->link->phase == LINK_UP) {
+		/* Off a lost rail: the opener picks the next one, the acceptor follows its resume. */
+		if (ch->opener && !mesh_link_rail_up(ch->link, ch->rail))
+			channel_move(ch, (uint32_t)mesh_link_pick_rail(ch->link, -1));
+		if (ch->resuming && mesh_link_rail_up(ch->link, ch->rail) && !ch->accept_pending &&
+		    !ch->link->raildown_pending)
+			channel_send_resume(ch);
+	}
 	if (ch->state == CH_OPEN) {
 		channel_post_data(ch);
 		channel_note_stall(ch);
@@ -723,6 +732,8 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	/* The device nearest the hint, else nearest the connecting thread; its node takes the rings. */
 	rail = rail_req >= 0 ? (uint32_t)rail_req
 			     : numa_rail_pick(m->numa.rail_node, m->n_rails, numa_hint >= 0 ? numa_hint : caller_node);
+	/* A rail that failed (the link is UP on others) is not used until it is back. */
+	rail = (uint32_t)mesh_link_pick_rail(l, (int)rail);
 	numa_node = mesh_rail_node(m, rail, numa_hint);
 	if (numa_node == -EINVAL) {
 		*why = "the NUMA hint names no online node of this machine (meshctl node lists them)";
@@ -870,6 +881,12 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_reject(l, o->slot, -EINVAL);
 		return;
 	}
+	if (!mesh_link_rail_up(l, o->rail)) {
+		/* It failed here and the peer has not heard yet: its connect fails, a retry takes another. */
+		log_info("node %u opened a channel on rail %u, which is DOWN here", l->peer->id, o->rail);
+		channel_reject(l, o->slot, -ENETDOWN);
+		return;
+	}
 	ch = channel_new(l, o->ring_size, o->qps, o->rail, mesh_rail_node(m, o->rail, -1), &why, &ret);
 	if (!ch) {
 		channel_reject(l, o->slot, ret);
@@ -924,6 +941,8 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		ch->peer_credit_addr = a->credit_addr;
 		ch->peer_credit_rkey = a->credit_rkey;
 		ch->state = CH_OPEN;
+		if (!mesh_link_rail_up(l, ch->rail))
+			channel_rail_lost(ch); /* its rail failed while it opened: it moves at once */
 		channel_publish(ch);
 		/* Nobody waits for it any more (timeout, client gone): it closes right away. */
 		if (ch->reply_fd < 0 || channel_hand_over(ch, ch->reply_fd))
@@ -1034,7 +1053,8 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 		ch->imm_credits_seen++;
 	else
 		ch->imm_chunks_seen++;
-	if (ch->peer_final && (ch->imm_chunks_seen > ch->peer_final_chunks || ch->imm_credits_seen > ch->peer_final_credits)) {
+	if (ch->peer_final && !ch->imm_void &&
+	    (ch->imm_chunks_seen > ch->peer_final_chunks || ch->imm_credits_seen > ch->peer_final_credits)) {
 		channel_break(ch, -EPROTO, "peer wrote after its close: %llu chunks and %llu credits, it counted %llu and %llu",
 			      (unsigned long long)ch->imm_chunks_seen, (unsigned long long)ch->imm_credits_seen,
 			      (unsigned long long)ch->peer_final_chunks, (unsigned long long)ch->peer_final_credits);
@@ -1141,6 +1161,89 @@ void channel_link_down(struct link *l, bool may_resume)
 	}
 }
 
+/* The channel's rail is gone while the link stays UP: an open channel waits and moves (the resume
+ * rewinds past what its rail's QPs lost); one whose close is under way finishes it without the rail
+ * (nothing of the peer can land on its slot any more: the counts of a Close no longer matter). */
+static void channel_rail_lost(struct channel *ch)
+{
+	struct link *l = ch->link;
+	bool open = ch->state == CH_OPEN && !ch->error && !ch->close_sent && !ch->close_rcvd;
+
+	ch->inflight = 0;
+	ch->credit_busy = false;
+	ch->stalled = false;
+	if (open && l->mesh->cfg->resume_timeout_ms && (l->features & MESH_FEAT_RESUME)) {
+		if (!ch->resuming) {
+			ch->resuming = true;
+			ch->resume_deadline_ms = now_ms() + l->mesh->cfg->resume_timeout_ms;
+			log_info("channel %u (node %u port %u): rail %u lost, moving to another rail", ch->id, l->peer->id,
+				 ch->peer_port, ch->rail);
+		}
+		ch->resume_rx_sent = ch->resume_tx_done = false;
+		return;
+	}
+	ch->imm_void = true;
+	if (open)
+		channel_break(ch, -ECONNRESET, "rail %u to node %u failed (resuming is off)", ch->rail, l->peer->id);
+	else if (ch->close_rcvd && !ch->app_gone && !ch->error && (!ch->eof_known || ch->rx_bytes < ch->eof_total))
+		/* The peer's last writes may have died with the rail: say so rather than cut the stream. */
+		channel_break(ch, -ECONNRESET, "rail %u to node %u failed while the channel closed; bytes after %llu lost",
+			      ch->rail, l->peer->id, (unsigned long long)ch->rx_bytes);
+}
+
+void channel_rail_down(struct link *l, uint32_t r)
+{
+	for (uint32_t i = 0; i < l->ch_cap; i++) {
+		struct channel *ch = l->ch_slots[i];
+
+		if (!ch || ch->rail != r || ch->state == CH_OPENING)
+			continue; /* an opening channel moves when its Accept comes */
+		channel_rail_lost(ch);
+	}
+	for (uint32_t i = 0; i < l->ch_cap; i++)
+		if (l->ch_slots[i] && l->ch_slots[i]->rail == r)
+			channel_pump(l->ch_slots[i]); /* may free it */
+}
+
+/* Registers the rings and credit words again on rail k's device (the same memory: a second
+ * registration) and moves the channel there; the old registrations go after the batch. */
+static void channel_move(struct channel *ch, uint32_t k)
+{
+	struct link *l = ch->link;
+	struct mesh *m = ch->mesh;
+	xport_conn_t *c = l->conns[k * m->cfg->qps_per_link];
+	xport_mr_t *tx = NULL, *rx = NULL, *cin = NULL, *cout = NULL;
+	int ret;
+
+	if (k == ch->rail)
+		return;
+	if (!c || (ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, &tx)) ||
+	    (ret = xport_mr_reg(c, ch->rx, ch->size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &rx)) ||
+	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &cin)) ||
+	    (ret = xport_mr_reg(c, ch->credit + 2, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &cout))) {
+		mesh_bury_mr(m, tx);
+		mesh_bury_mr(m, rx);
+		mesh_bury_mr(m, cin);
+		channel_break(ch, c ? ret : -ENETDOWN, "cannot move from rail %u to rail %u: registration failed", ch->rail, k);
+		return;
+	}
+	mesh_bury_mr(m, ch->mr_tx);
+	mesh_bury_mr(m, ch->mr_rx);
+	mesh_bury_mr(m, ch->mr_cin);
+	mesh_bury_mr(m, ch->mr_cout);
+	ch->mr_tx = tx;
+	ch->mr_rx = rx;
+	ch->mr_cin = cin;
+	ch->mr_cout = cout;
+	log_info("channel %u (node %u port %u): moved from rail %u to rail %u", ch->id, l->peer->id, ch->peer_port,
+		 ch->rail, k);
+	ch->rail = k;
+	ch->qp0 = k * m->cfg->qps_per_link;
+	ch->next_qp = 0;
+	ch->rail_moves++;
+	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[k] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
+}
+
 void channel_link_up(struct link *l)
 {
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
@@ -1178,6 +1281,30 @@ static void channel_on_resume(struct link *l, const ChannelResume *r)
 			 l->peer->id, r->slot, r->peer_slot);
 		channel_refuse_resume(l, r->peer_slot, ch ? -EPROTO : -ECONNRESET);
 		return;
+	}
+	if (r->rail != ch->rail && (l->features & MESH_FEAT_RAILS)) {
+		if (ch->opener || !ch->resuming) {
+			/* The acceptor resumed before it heard where we moved: its next resume will say. */
+			log_debug("channel %u: node %u resumed it on rail %u, it is on rail %u here", ch->id, l->peer->id,
+				  r->rail, ch->rail);
+			if (!ch->resuming)
+				channel_break(ch, -EPROTO, "node %u moved the channel to rail %u while it was not waiting",
+					      l->peer->id, r->rail);
+			channel_pump(ch);
+			return;
+		}
+		if (!mesh_link_rail_up(l, r->rail)) {
+			/* Down here: the opener hears our RailDown and moves it again. */
+			log_info("channel %u: node %u moves it to rail %u, which is DOWN here; waiting", ch->id, l->peer->id,
+				 r->rail);
+			return;
+		}
+		channel_move(ch, r->rail);
+		if (!ch->resuming) {
+			channel_pump(ch);
+			return;
+		}
+		ch->resume_rx_sent = false; /* ours goes again, with the keys of the new rail */
 	}
 	if (!ch->resuming || ch->resume_tx_done) {
 		channel_break(ch, -EPROTO, "node %u sent ChannelResume for a channel that was not waiting", l->peer->id);

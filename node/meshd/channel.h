@@ -95,6 +95,8 @@ struct channel {
 	uint8_t xp;         /* the provider its rings are registered with (the link's when it opened) */
 	uint64_t resumes, rewritten_bytes;
 	uint64_t posted_chunks; /* data writes posted since the last resume: what Close counts */
+	uint64_t rail_moves;    /* times it moved off a failed rail */
+	bool imm_void;          /* its rail failed during its close: the counts of the peer's Close are moot */
 
 	/* lifecycle */
 	uint32_t inflight; /* data and credit writes posted, not completed */
@@ -155,6 +157,10 @@ int channel_on_imm(struct link *l, uint32_t imm, uint32_t len);
  * and the peer allow), the others break (-ECONNRESET) and leave the link. may_resume is false when
  * the peer said Goodbye or we stop: that meshd's state is going away. */
 void channel_link_down(struct link *l, bool may_resume);
+/* Rail r of an UP link failed (the link stays UP on its other rails): the rail's open channels
+ * move to another rail and resume there (the opener picks it, ChannelResume.rail); closing ones
+ * finish their close without it. */
+void channel_rail_down(struct link *l, uint32_t r);
 /* The link is UP again: waiting channels resume if the peer meshd is the same process (boot epoch),
  * else fail with -MESH_EPEERRESTART. */
 void channel_link_up(struct link *l);

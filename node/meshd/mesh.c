@@ -241,8 +241,12 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 		l->mr_rails[r] = NULL;
 	}
 	l->est_mask = 0;
-	l->send_busy = 0;
+	l->send_busy = l->send_unacked = 0;
 	l->recvs_posted = 0;
+	l->rails_up = l->rails_joining = l->rails_peer_up = l->raildown_pending = 0;
+	l->ctl_rail = 0;
+	l->ctl_seq = l->ctl_acked = l->ctl_rcvd = l->ctl_ack_sent = l->ctl_resend = 0;
+	memset(l->rail_gen, 0, sizeof(l->rail_gen));
 	l->have_peer_hello = false;
 	l->peer_ready = false;
 	l->proofs_done = 0;
@@ -348,35 +352,373 @@ void mesh_link_sq_take(struct link *l, uint32_t qp)
 	l->sq_used[qp]++;
 }
 
-/* A message on QP qp (the first of its rail): control on QP 0, a rail's keepalives on its own. */
-static int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg)
+/* Control messages are sequenced (PeerMsg.seq) on an UP link whose peer fails rails over: they can
+ * then be sent again on another rail when theirs fails, and the receiver drops what it had. */
+static bool link_sequenced(const struct link *l)
 {
-	uint32_t slot;
-	uint8_t *p;
-	int len, ret;
+	return l->phase == LINK_UP && (l->features & MESH_FEAT_RAILS) && l->mesh->n_rails > 1;
+}
+
+static bool msg_sequenced(PeerMsg__BodyCase k)
+{
+	return (k >= PEER_MSG__BODY_CHANNEL_OPEN && k <= PEER_MSG__BODY_CHANNEL_RESUME) || k == PEER_MSG__BODY_RAIL_DOWN;
+}
+
+bool mesh_link_rail_up(const struct link *l, uint32_t r)
+{
+	return l->phase == LINK_UP && r < l->mesh->n_rails && (l->rails_up & (1u << r));
+}
+
+int mesh_link_pick_rail(const struct link *l, int want)
+{
+	if (want >= 0 && mesh_link_rail_up(l, (uint32_t)want))
+		return want;
+	for (uint32_t r = 0; r < l->mesh->n_rails; r++)
+		if (mesh_link_rail_up(l, r))
+			return (int)r;
+	return -1;
+}
+
+/* The first QP of the rail that carries our control messages. */
+static uint32_t link_ctl_qp(const struct link *l)
+{
+	return l->ctl_rail * l->mesh->cfg->qps_per_link;
+}
+
+static int link_post_slot(struct link *l, uint32_t qp, uint32_t slot)
+{
+	int ret;
 
 	if (!l->conns[qp] || !link_buf_mr(l, link_qp_rail(l, qp)))
 		return -ENOTCONN;
-	for (slot = 0; slot < LINK_SEND_BUFS && (l->send_busy & (1u << slot)); slot++)
-		;
-	if (slot == LINK_SEND_BUFS || l->sq_used[qp] >= LINK_SQ_DEPTH)
+	if (l->sq_used[qp] >= LINK_SQ_DEPTH)
 		return -ENOBUFS;
-	p = l->buf + BUF_SEND_OFF(l->mesh) + slot * MESH_PEER_MSG_MAX;
-	len = mesh_peer_msg_encode(msg, p, MESH_PEER_MSG_MAX);
-	if (len < 0)
-		return len;
-	ret = xport_post_send(l->conns[qp], link_buf_mr(l, link_qp_rail(l, qp)), p, (uint32_t)len, WR_ID(WR_SEND, slot));
+	ret = xport_post_send(l->conns[qp], link_buf_mr(l, link_qp_rail(l, qp)),
+			      l->buf + BUF_SEND_OFF(l->mesh) + slot * MESH_PEER_MSG_MAX, l->send_len[slot],
+			      WR_ID(WR_SEND, slot));
 	if (ret)
 		return ret;
 	l->sq_used[qp]++;
 	l->send_busy |= 1u << slot;
+	l->send_qp[slot] = (uint8_t)qp;
 	l->tx_msgs++;
+	return 0;
+}
+
+/* A message on QP qp (the first of its rail): control on the control rail's, a rail's keepalives on
+ * its own. A sequenced message keeps its slot until the peer acks it; while messages are being sent
+ * again after a control failover, new ones wait (-ENOBUFS) so that the order holds. */
+static int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg)
+{
+	PeerMsg m = *msg;
+	bool seqd = link_sequenced(l) && msg_sequenced(msg->body_case);
+	uint32_t slot;
+	int len, ret;
+
+	if (seqd && l->ctl_resend)
+		return -ENOBUFS;
+	for (slot = 0; slot < LINK_SEND_BUFS && ((l->send_busy | l->send_unacked) & (1u << slot)); slot++)
+		;
+	if (slot == LINK_SEND_BUFS)
+		return -ENOBUFS;
+	m.seq = seqd ? l->ctl_seq + 1 : 0;
+	m.ack = link_sequenced(l) ? l->ctl_rcvd : 0;
+	len = mesh_peer_msg_encode(&m, l->buf + BUF_SEND_OFF(l->mesh) + slot * MESH_PEER_MSG_MAX, MESH_PEER_MSG_MAX);
+	if (len < 0)
+		return len;
+	l->send_len[slot] = (uint16_t)len;
+	ret = link_post_slot(l, qp, slot);
+	if (ret)
+		return ret;
+	l->send_seq[slot] = m.seq;
+	if (seqd) {
+		l->ctl_seq++;
+		l->send_unacked |= 1u << slot;
+	}
+	l->ctl_ack_sent = MAX(l->ctl_ack_sent, m.ack);
 	return 0;
 }
 
 int mesh_link_send(struct link *l, const PeerMsg *msg)
 {
-	return link_send_on(l, 0, msg);
+	return link_send_on(l, link_ctl_qp(l), msg);
+}
+
+/* After a control failover: the messages the peer has not acked go again, oldest first, on the new
+ * control rail (the send slots still hold them). Stops when the send queue is full; the tick goes on. */
+static void link_ctl_resend(struct link *l)
+{
+	while (l->ctl_resend && l->ctl_resend <= l->ctl_seq) {
+		uint32_t slot;
+
+		for (slot = 0; slot < LINK_SEND_BUFS; slot++)
+			if ((l->send_unacked & (1u << slot)) && l->send_seq[slot] == l->ctl_resend)
+				break;
+		if (slot < LINK_SEND_BUFS) {
+			int ret;
+
+			if (l->send_busy & (1u << slot))
+				return; /* still posted on a live QP: wait for its completion */
+			ret = link_post_slot(l, link_ctl_qp(l), slot);
+			if (ret == -ENOBUFS)
+				return;
+			if (ret) {
+				link_fail(l, ret, "cannot send control message %llu again on rail %u",
+					  (unsigned long long)l->ctl_resend, l->ctl_rail);
+				return;
+			}
+		}
+		/* not found: acked meanwhile */
+		l->ctl_resend++;
+	}
+	l->ctl_resend = 0;
+}
+
+/* The peer's cumulative ack: slots of messages it has are free again. */
+static int link_on_ack(struct link *l, uint64_t ack)
+{
+	if (ack <= l->ctl_acked)
+		return 0;
+	if (ack > l->ctl_seq)
+		return -MESH_EPEERMSG;
+	l->ctl_acked = ack;
+	for (uint32_t slot = 0; slot < LINK_SEND_BUFS; slot++)
+		if ((l->send_unacked & (1u << slot)) && l->send_seq[slot] <= ack)
+			l->send_unacked &= ~(1u << slot);
+	return 0;
+}
+
+static void link_send_ack(struct link *l)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	LinkAck a = LINK_ACK__INIT;
+
+	msg.body_case = PEER_MSG__BODY_LINK_ACK;
+	msg.link_ack = &a;
+	link_send_on(l, link_ctl_qp(l), &msg); /* -ENOBUFS: the tick sends it */
+}
+
+/* ---- rails ---- */
+
+static uint64_t link_rail_mask(const struct link *l, uint32_t r)
+{
+	uint32_t q = l->mesh->cfg->qps_per_link;
+
+	return ((q == 64 ? 0 : (1ull << q)) - 1) << (r * q);
+}
+
+/* Releases everything of rail r's current incarnation: its QPs (with whatever their CQs still
+ * hold), their send-queue counts, the send slots posted on them and the rail's buffer registration.
+ * Rail 0's registrations of the link stay: they live as long as the link. */
+static void link_rail_bury(struct link *l, uint32_t r)
+{
+	struct mesh *m = l->mesh;
+	uint32_t q = m->cfg->qps_per_link;
+
+	for (uint32_t i = r * q; i < (r + 1) * q; i++) {
+		if (l->conns[i]) {
+			xport_disconnect(l->conns[i]);
+			mesh_bury_conn(m, l->conns[i]);
+			l->conns[i] = NULL;
+		}
+		l->sq_used[i] = 0;
+	}
+	l->est_mask &= ~link_rail_mask(l, r);
+	for (uint32_t slot = 0; slot < LINK_SEND_BUFS; slot++)
+		if ((l->send_busy & (1u << slot)) && link_qp_rail(l, l->send_qp[slot]) == r)
+			l->send_busy &= ~(1u << slot);
+	l->recvs_posted &= ~(1u << r);
+	l->rails_joining &= ~(1u << r);
+	l->rails_peer_up &= ~(1u << r);
+	l->rails_railup_sent &= ~(1u << r);
+	if (r) {
+		mesh_bury_mr(m, l->mr_rails[r]);
+		l->mr_rails[r] = NULL;
+	}
+}
+
+static void link_send_raildowns(struct link *l)
+{
+	for (uint32_t r = 0; r < l->mesh->n_rails && l->raildown_pending; r++) {
+		PeerMsg msg = PEER_MSG__INIT;
+		RailDown d = RAIL_DOWN__INIT;
+		int ret;
+
+		if (!(l->raildown_pending & (1u << r)))
+			continue;
+		d.rail = r;
+		d.gen = l->rail_gen[r];
+		d.reason = l->raildown_reason[r];
+		msg.body_case = PEER_MSG__BODY_RAIL_DOWN;
+		msg.rail_down = &d;
+		ret = mesh_link_send(l, &msg);
+		if (ret == -ENOBUFS)
+			return; /* the tick sends it */
+		if (ret) {
+			link_fail(l, ret, "cannot send RailDown for rail %u", r);
+			return;
+		}
+		l->raildown_pending &= ~(1u << r);
+	}
+}
+
+/* Rail r failed (a QP error or disconnect, a silent rail, the peer's RailDown) or its join did. The
+ * link stays UP on its other rails when the peer fails rails over: the rail's QPs are released,
+ * control moves to the next rail with what the peer has not acked, the peer hears RailDown, the
+ * rail's channels move (channel_rail_down), and the dialler dials the rail again with backoff.
+ * Without another UP rail, or without the feature, the link fails. */
+static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...)
+{
+	struct mesh *m = l->mesh;
+	char why[LINK_ERR_MAX - 32];
+	bool was_up = l->rails_up & (1u << r);
+	uint64_t backoff = m->cfg->backoff_initial_ms;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (!link_sequenced(l) || (was_up && !(l->rails_up & ~(1u << r)))) {
+		link_fail(l, err, "%s", why);
+		return;
+	}
+	if (!was_up && !(l->rails_joining & (1u << r)))
+		return; /* nothing of the rail is there */
+	snprintf(l->rail_error[r], sizeof(l->rail_error[r]), "%s (%s)", why, mesh_strerror(err));
+	snprintf(l->rail_last_error, sizeof(l->rail_last_error), "rail %u: %s", r, l->rail_error[r]);
+	link_rail_bury(l, r);
+	if (was_up) {
+		l->rails_up &= ~(1u << r);
+		l->rail_failovers++;
+		m->rail_failovers++;
+		l->rail_failures[r] = 0;
+		log_warn("link to node %u: rail %u (%s) DOWN: %s; the link stays UP on %u rail%s", l->peer->id, r,
+			 mesh_node_addr(l->peer, r), l->rail_error[r], __builtin_popcount(l->rails_up),
+			 __builtin_popcount(l->rails_up) > 1 ? "s" : "");
+		if (r == l->ctl_rail) {
+			l->ctl_rail = (uint32_t)__builtin_ctz(l->rails_up);
+			l->ctl_resend = l->ctl_acked + 1;
+			log_info("link to node %u: control messages move to rail %u; %llu sent again", l->peer->id, l->ctl_rail,
+				 (unsigned long long)(l->ctl_seq - l->ctl_acked));
+			link_ctl_resend(l);
+			if (l->phase != LINK_UP)
+				return;
+		}
+		l->raildown_pending |= 1u << r;
+		l->raildown_reason[r] = err;
+		link_send_raildowns(l);
+		if (l->phase != LINK_UP)
+			return;
+		channel_rail_down(l, r);
+	} else {
+		if (!(l->rail_failures[r] & (l->rail_failures[r] - 1)))
+			log_info("link to node %u: rail %u join (gen %u) failed (%u before it): %s", l->peer->id, r,
+				 l->rail_gen[r], l->rail_failures[r], l->rail_error[r]);
+		l->rail_failures[r]++;
+	}
+	if (l->dialer) {
+		for (uint32_t i = 0; i < l->rail_failures[r] && backoff < m->cfg->backoff_max_ms; i++)
+			backoff *= 2;
+		backoff = MIN(backoff, m->cfg->backoff_max_ms);
+		l->rail_next_dial_ms[r] = now_ms() + backoff / 2 + util_rand_below(backoff / 2 + 1);
+	}
+}
+
+/* A transport failure on one QP: with rails failing over, only its rail is lost. */
+static void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...)
+{
+	char why[LINK_ERR_MAX - 32];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (l->phase == LINK_UP && link_sequenced(l))
+		link_rail_fail(l, link_qp_rail(l, c->index), err, "%s", why);
+	else
+		link_fail(l, err, "%s", why);
+}
+
+/* The dialler dials the QPs of a failed rail of an UP link again, as a new incarnation (gen). */
+static void link_rail_dial(struct link *l, uint32_t r)
+{
+	struct mesh *m = l->mesh;
+	uint8_t pdata[XPORT_PDATA_MAX];
+	uint32_t q = m->cfg->qps_per_link;
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_CONNECT,
+		.qp_count = (uint8_t)q,
+		.rail = (uint8_t)r,
+		.rail_count = (uint8_t)m->n_rails,
+		.flags = MESH_CM_F_RAIL_JOIN,
+		.rail_gen = ++l->rail_gen[r],
+		.cluster_hash = m->cluster_hash,
+		.src_node = m->self->id,
+		.dst_node = l->peer->id,
+		.link_epoch = l->epoch,
+		.boot_epoch = m->boot_epoch,
+	};
+
+	l->rails_joining |= 1u << r;
+	l->rails_peer_up &= ~(1u << r);
+	l->rail_attempt_ms[r] = now_ms();
+	log_debug("node %u: dialling rail %u again (gen %u)", l->peer->id, r, pd.rail_gen);
+	for (uint32_t i = 0; i < q; i++) {
+		int len, ret;
+
+		pd.qp_index = (uint8_t)i;
+		len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
+		ret = xport_connect(mesh_xport(m, l->xp, r), mesh_node_addr(m->self, r), mesh_node_addr(l->peer, r),
+				    l->peer->port, pdata, (size_t)len, l, r * q + i, &l->conns[r * q + i]);
+		if (ret) {
+			l->conns[r * q + i] = NULL;
+			link_rail_fail(l, r, ret, "cannot dial %s:%u (rail %u)", mesh_node_addr(l->peer, r), l->peer->port, r);
+			return;
+		}
+	}
+}
+
+/* A joining rail is UP once all its QPs are connected and both sides sent RailUp on it. */
+static void link_rail_progress(struct link *l, uint32_t r)
+{
+	uint64_t mask = link_rail_mask(l, r);
+
+	if (!(l->rails_joining & (1u << r)) || (l->est_mask & mask) != mask)
+		return;
+	if (!(l->rails_railup_sent & (1u << r))) {
+		PeerMsg msg = PEER_MSG__INIT;
+		RailUp u = RAIL_UP__INIT;
+		int ret;
+
+		u.rail = r;
+		u.gen = l->rail_gen[r];
+		u.link_epoch = l->epoch;
+		msg.body_case = PEER_MSG__BODY_RAIL_UP;
+		msg.rail_up = &u;
+		ret = link_send_on(l, r * l->mesh->cfg->qps_per_link, &msg);
+		if (ret == -ENOBUFS)
+			return; /* the tick tries again */
+		if (ret) {
+			link_rail_fail(l, r, ret, "cannot send RailUp");
+			return;
+		}
+		l->rails_railup_sent |= 1u << r;
+	}
+	if (!(l->rails_peer_up & (1u << r)))
+		return;
+	l->rails_joining &= ~(1u << r);
+	l->rails_peer_up &= ~(1u << r);
+	l->rails_railup_sent &= ~(1u << r);
+	l->rails_up |= 1u << r;
+	l->rail_failures[r] = 0;
+	l->rail_rx_ms[r] = now_ms();
+	log_info("link to node %u: rail %u (%s) UP again (gen %u), %llu ms after it was dialled", l->peer->id, r,
+		 mesh_node_addr(l->peer, r), l->rail_gen[r], (unsigned long long)(now_ms() - l->rail_attempt_ms[r]));
 }
 
 static int link_send_hello(struct link *l)
@@ -479,6 +821,11 @@ static void link_progress(struct link *l)
 			l->rail_rx_ms[r] = t;
 		l->next_ka_ms = t;
 		l->last_error[0] = '\0';
+		l->rails_up = (1u << m->n_rails) - 1;
+		l->ctl_rail = 0;
+		memset(l->rail_failures, 0, sizeof(l->rail_failures));
+		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+			l->rail_error[r][0] = '\0';
 		channel_link_up(l);
 		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
 			 l->peer->id, (unsigned long long)l->epoch, link_qps_established(l), (unsigned long long)l->peer_mb_addr,
@@ -621,6 +968,57 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		return;
 	}
 	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
+	if (pd.flags & MESH_CM_F_RAIL_JOIN) {
+		/* A failed rail of the UP link, dialled again: only by the same peer process, for this
+		 * link epoch, over the link's provider, and only once the rail is down here too. */
+		const char *bad = NULL;
+		int reason = -MESH_ESTALE;
+		uint32_t bit = 1u << rail;
+
+		if (!link_sequenced(l) || pd.link_epoch != l->epoch || pd.boot_epoch != l->peer_boot_epoch || xp != l->xp)
+			bad = "it is not of the UP link";
+		else if ((l->rails_up | l->raildown_pending) & bit)
+			bad = "the rail is still UP here", reason = -MESH_EBUSY;
+		else if ((l->rails_joining & bit) && pd.rail_gen != l->rail_gen[rail]) {
+			if ((int16_t)(pd.rail_gen - l->rail_gen[rail]) > 0)
+				link_rail_bury(l, rail); /* a newer join replaces the one in flight */
+			else
+				bad = "an older join";
+		}
+		if (!bad && l->conns[idx])
+			bad = "that QP is already there", reason = -MESH_EDUPQP;
+		if (bad) {
+			log_info("rejecting %s (node %u): rail %u join gen %u of epoch %llu: %s", c->peer_addr, pd.src_node,
+				 rail, pd.rail_gen, (unsigned long long)pd.link_epoch, bad);
+			mesh_reject(m, c, &pd, reason);
+			return;
+		}
+		if (!(l->rails_joining & bit)) {
+			l->rails_joining |= bit;
+			l->rails_peer_up &= ~bit;
+			l->rails_railup_sent &= ~bit;
+			l->rail_gen[rail] = pd.rail_gen;
+			l->rail_attempt_ms[rail] = now_ms();
+		}
+		c->ctx = l;
+		c->index = idx;
+		l->conns[idx] = c;
+		ret = link_register(l, c);
+		if (!ret)
+			ret = link_post_recvs(l, c);
+		if (!ret) {
+			rep = pd;
+			rep.kind = MESH_CM_ACCEPT;
+			rep.src_node = m->self->id;
+			rep.dst_node = pd.src_node;
+			rep.boot_epoch = m->boot_epoch;
+			len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
+			ret = xport_accept(c, pdata, (size_t)len);
+		}
+		if (ret)
+			link_rail_fail(l, rail, ret, "cannot accept QP %u of the rail's join", idx);
+		return;
+	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
 	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
@@ -673,6 +1071,29 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 	struct mesh_cm_pdata pd;
 	int ret;
 
+	if (l->phase == LINK_UP && (l->rails_joining & (1u << link_qp_rail(l, ev->conn->index)))) {
+		uint32_t r = link_qp_rail(l, ev->conn->index);
+
+		if (l->dialer) {
+			ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
+			if (!ret && (pd.kind != MESH_CM_ACCEPT || pd.src_node != l->peer->id || pd.dst_node != m->self->id ||
+				     pd.link_epoch != l->epoch || pd.rail_count != m->n_rails || !(pd.flags & MESH_CM_F_RAIL_JOIN) ||
+				     pd.rail_gen != l->rail_gen[r] || pd.cluster_hash != m->cluster_hash ||
+				     pd.rail * m->cfg->qps_per_link + pd.qp_index != ev->conn->index))
+				ret = -MESH_EPEERMSG;
+			if (!ret)
+				ret = link_register(l, ev->conn);
+			if (!ret)
+				ret = link_post_recvs(l, ev->conn);
+			if (ret) {
+				link_rail_fail(l, r, ret, "QP %u of the rail's join: bad accept or cannot post", ev->conn->index);
+				return;
+			}
+		}
+		l->est_mask |= 1ull << ev->conn->index;
+		link_rail_progress(l, r);
+		return;
+	}
 	if (l->phase != LINK_QPS) {
 		link_fail(l, -EPROTO, "QP %u established in phase %s", ev->conn->index, phase_names[l->phase]);
 		return;
@@ -748,7 +1169,32 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 	}
 	l->rx_msgs++;
 	l->last_rx_ms = now_ms();
-	if (qp && msg->body_case != PEER_MSG__BODY_KEEPALIVE && msg->body_case != PEER_MSG__BODY_KEEPALIVE_ACK) {
+	if (link_on_ack(l, msg->ack)) {
+		link_fail(l, -MESH_EPEERMSG, "ack %llu of control messages, of %llu sent", (unsigned long long)msg->ack,
+			  (unsigned long long)l->ctl_seq);
+		mesh_peer_msg_free(msg);
+		return;
+	}
+	if (msg->seq || (link_sequenced(l) && msg_sequenced(msg->body_case))) {
+		/* Sent again after a control failover: drop what we had; a gap is a broken peer. */
+		if (!link_sequenced(l) || !msg_sequenced(msg->body_case) || msg->seq > l->ctl_rcvd + 1 || !msg->seq) {
+			link_fail(l, -MESH_EPEERMSG, "control message kind %d with sequence number %llu, expected %llu",
+				  msg->body_case, (unsigned long long)msg->seq, (unsigned long long)(l->ctl_rcvd + 1));
+			mesh_peer_msg_free(msg);
+			return;
+		}
+		if (msg->seq <= l->ctl_rcvd) {
+			mesh_peer_msg_free(msg);
+			return;
+		}
+		l->ctl_rcvd = msg->seq;
+		if (l->ctl_rcvd - l->ctl_ack_sent >= LINK_SEND_BUFS / 4)
+			link_send_ack(l);
+	}
+	/* Before the link is UP, and from peers that do not fail rails over, only QP 0 carries control;
+	 * the other rails' first QPs carry their keepalives (and a joining rail its RailUp). */
+	if (qp && !link_sequenced(l) && msg->body_case != PEER_MSG__BODY_KEEPALIVE &&
+	    msg->body_case != PEER_MSG__BODY_KEEPALIVE_ACK && msg->body_case != PEER_MSG__BODY_LINK_ACK) {
 		link_fail(l, -MESH_EPEERMSG, "message kind %d on QP %u, which carries only keepalives", msg->body_case, qp);
 		mesh_peer_msg_free(msg);
 		return;
@@ -777,19 +1223,47 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 			reply.keepalive_ack = &a;
 			ret = link_send_on(l, qp, &reply); /* on the rail it came by: that rail is alive */
 			if (ret && ret != -ENOBUFS)
-				link_fail(l, ret, "cannot answer a keepalive");
+				link_rail_fail(l, link_qp_rail(l, qp), ret, "cannot answer a keepalive on QP %u", qp);
 		}
 		break;
 	case PEER_MSG__BODY_KEEPALIVE_ACK: {
 		uint64_t t = util_now_us();
 
-		if (qp == 0 && msg->keepalive_ack->sent_us <= t)
+		if (qp == link_ctl_qp(l) && msg->keepalive_ack->sent_us <= t)
 			l->rtt_us = t - msg->keepalive_ack->sent_us;
 		break;
 	}
 	case PEER_MSG__BODY_GOODBYE:
 		link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
 		break;
+	case PEER_MSG__BODY_LINK_ACK:
+		break; /* its ack is all it says */
+	case PEER_MSG__BODY_RAIL_DOWN: {
+		const RailDown *d = msg->rail_down;
+
+		if (!link_sequenced(l) || d->rail >= l->mesh->n_rails) {
+			link_fail(l, -MESH_EPEERMSG, "RailDown for rail %u", d->rail);
+			break;
+		}
+		/* Of the rail's current incarnation only: not a late one about a rail that rejoined since. */
+		if (d->gen == l->rail_gen[d->rail])
+			link_rail_fail(l, d->rail, d->reason < 0 ? d->reason : -MESH_EPEERMSG, "node %u lost rail %u",
+				       l->peer->id, d->rail);
+		break;
+	}
+	case PEER_MSG__BODY_RAIL_UP: {
+		const RailUp *u = msg->rail_up;
+
+		if (!link_sequenced(l) || u->rail != link_qp_rail(l, qp) || !link_qp_first(l, qp) ||
+		    !(l->rails_joining & (1u << u->rail)) || u->gen != l->rail_gen[u->rail] || u->link_epoch != l->epoch) {
+			link_fail(l, -MESH_EPEERMSG, "RailUp for rail %u gen %u on QP %u, not a rail joining here", u->rail,
+				  u->gen, qp);
+			break;
+		}
+		l->rails_peer_up |= 1u << u->rail;
+		link_rail_progress(l, u->rail);
+		break;
+	}
 	default:
 		if (l->phase != LINK_UP) {
 			link_fail(l, -MESH_EPEERMSG, "channel message before the link was UP");
@@ -812,8 +1286,8 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 		static const char *const kinds[] = {"?",          "receive",      "send",          "proof write",
 						    "proof read", "channel data", "channel credit", "data receive"};
 
-		link_fail(l, ev->status, "QP %u: %s %u failed: %s", ev->conn->index, kind < ARRAY_SIZE(kinds) ? kinds[kind] : "?",
-			  idx, ev->status_str ? ev->status_str : "?");
+		link_conn_fail(l, ev->conn, ev->status, "QP %u: %s %u failed: %s", ev->conn->index,
+			       kind < ARRAY_SIZE(kinds) ? kinds[kind] : "?", idx, ev->status_str ? ev->status_str : "?");
 		return;
 	}
 	switch (kind) {
@@ -923,15 +1397,15 @@ void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
 		mesh_on_established(l, ev);
 		break;
 	case XPORT_EV_REJECTED:
-		link_fail(l, ev->status, "node %u at %s rejected QP %u: %s", l->peer->id, ev->conn->peer_addr,
+		link_conn_fail(l, ev->conn, ev->status, "node %u at %s rejected QP %u: %s", l->peer->id, ev->conn->peer_addr,
 			  ev->conn->index, reject_reason(ev));
 		break;
 	case XPORT_EV_CONNECT_ERROR:
-		link_fail(l, ev->status, "QP %u to %s: %s", ev->conn->index, ev->conn->peer_addr,
+		link_conn_fail(l, ev->conn, ev->status, "QP %u to %s: %s", ev->conn->index, ev->conn->peer_addr,
 			  ev->status_str ? ev->status_str : "connect failed");
 		break;
 	case XPORT_EV_DISCONNECTED:
-		link_fail(l, ev->status, "QP %u disconnected: %s", ev->conn->index,
+		link_conn_fail(l, ev->conn, ev->status, "QP %u disconnected: %s", ev->conn->index,
 			  ev->status_str ? ev->status_str : "connection lost");
 		break;
 	case XPORT_EV_COMPLETION:
@@ -955,11 +1429,37 @@ static void link_tick(struct link *l, uint64_t t)
 			return;
 		}
 		/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
-		for (uint32_t r = 1; r < m->n_rails && (l->features & MESH_FEAT_KEEPALIVE); r++) {
-			if (t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
-				link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms", l->peer->id, r,
-					  mesh_node_addr(l->peer, r), (unsigned long long)(t - l->rail_rx_ms[r]));
+		for (uint32_t r = 0; r < m->n_rails && (l->features & MESH_FEAT_KEEPALIVE) && m->n_rails > 1; r++) {
+			if ((l->rails_up & (1u << r)) && t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
+				link_rail_fail(l, r, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms",
+					       l->peer->id, r, mesh_node_addr(l->peer, r),
+					       (unsigned long long)(t - l->rail_rx_ms[r]));
+				if (l->phase != LINK_UP)
+					return;
+			}
+		}
+		if (link_sequenced(l)) {
+			link_ctl_resend(l);
+			link_send_raildowns(l);
+			if (l->phase != LINK_UP)
 				return;
+			if (l->ctl_rcvd != l->ctl_ack_sent)
+				link_send_ack(l);
+			for (uint32_t r = 0; r < m->n_rails; r++) {
+				if (!(l->rails_joining & (1u << r))) {
+					/* The dialler brings a failed rail back; not while the peer has yet to hear
+					 * that it failed. */
+					if (l->dialer && !(l->rails_up & (1u << r)) && !(l->raildown_pending & (1u << r)) &&
+					    t >= l->rail_next_dial_ms[r])
+						link_rail_dial(l, r);
+				} else if (t - l->rail_attempt_ms[r] > cfg->handshake_timeout_ms) {
+					link_rail_fail(l, r, -MESH_EHANDSHAKE, "rail %u not UP %llu ms after it was dialled", r,
+						       (unsigned long long)(t - l->rail_attempt_ms[r]));
+				} else {
+					link_rail_progress(l, r); /* a RailUp that found no send slot */
+				}
+				if (l->phase != LINK_UP)
+					return;
 			}
 		}
 		if (t >= l->next_ka_ms && (l->features & MESH_FEAT_KEEPALIVE)) {
@@ -972,11 +1472,14 @@ static void link_tick(struct link *l, uint64_t t)
 			msg.body_case = PEER_MSG__BODY_KEEPALIVE;
 			msg.keepalive = &k;
 			for (uint32_t r = 0; r < m->n_rails; r++) {
+				if (!(l->rails_up & (1u << r)))
+					continue;
 				ret = link_send_on(l, r * cfg->qps_per_link, &msg);
 				/* All slots busy means the peer is not completing our sends: the timeout decides. */
 				if (ret && ret != -ENOBUFS) {
-					link_fail(l, ret, "cannot send a keepalive on rail %u", r);
-					return;
+					link_rail_fail(l, r, ret, "cannot send a keepalive on rail %u", r);
+					if (l->phase != LINK_UP)
+						return;
 				}
 			}
 			l->next_ka_ms = t + cfg->keepalive_interval_ms;

@@ -40,7 +40,7 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define LINK_RECV_BUFS 64   /* the first QP of each rail: buffered receives (control messages on rail 0,
 			     * every rail's keepalives, data immediates) */
 #define LINK_DATA_RECVS 256 /* the other QPs: receives without a buffer, for data immediates */
-#define LINK_SEND_BUFS 16
+#define LINK_SEND_BUFS 32   /* send slots; a sequenced control message keeps its slot until the peer acks it */
 #define LINK_SQ_DEPTH 256   /* send queue depth of every QP */
 #define LINK_SQ_CONTROL 16  /* of which the data path leaves this many for control messages */
 #define LINK_REJECTS_PENDING 32
@@ -74,6 +74,10 @@ struct link {
 	xport_mr_t *mr_mailbox;
 	xport_mr_t *mr_rails[MESH_RAILS_MAX]; /* [0] unused: rail 0 uses mr_local */
 	uint32_t send_busy;    /* bitmap of send slots in flight */
+	uint32_t send_unacked; /* bitmap of send slots holding a sequenced message the peer has not acked */
+	uint8_t send_qp[LINK_SEND_BUFS];   /* the QP a slot's send was posted on */
+	uint16_t send_len[LINK_SEND_BUFS]; /* its encoded length */
+	uint64_t send_seq[LINK_SEND_BUFS]; /* its control sequence number, 0: unsequenced */
 	uint32_t recvs_posted; /* bitmap of rails whose first QP has its buffered receives */
 	uint32_t sq_used[LINK_CONNS_MAX]; /* work requests in flight per QP */
 
@@ -95,6 +99,29 @@ struct link {
 
 	uint32_t proofs_done;
 	bool peer_ready;
+
+	/* Rails of an UP link (MESH_FEAT_RAILS): the link stays UP while one rail is. Control messages
+	 * ride the first QP of ctl_rail (moved only when that rail fails) and are sequenced per attempt:
+	 * ctl_seq the last we sent, ctl_acked the peer's ack, ctl_rcvd the last we took in order,
+	 * ctl_ack_sent what our messages told the peer. A failed rail is dialled again by the dialler
+	 * (rail_gen counts its incarnations) and is UP once all its QPs connected and both sides sent
+	 * RailUp on it. */
+	uint32_t rails_up;       /* bitmap */
+	uint32_t rails_joining;  /* bitmap: QPs of a rail join in flight */
+	uint32_t rails_peer_up;  /* bitmap: the peer's RailUp of the joining rail arrived */
+	uint32_t rails_railup_sent; /* bitmap: our RailUp of the joining rail is sent */
+	uint32_t ctl_rail;
+	uint64_t ctl_seq, ctl_acked, ctl_rcvd, ctl_ack_sent;
+	uint64_t ctl_resend; /* next seq to send again after a control failover, 0: none */
+	uint32_t raildown_pending; /* bitmap: RailDown not sent yet (send slots busy) */
+	int32_t raildown_reason[MESH_RAILS_MAX];
+	uint16_t rail_gen[MESH_RAILS_MAX];
+	uint32_t rail_failures[MESH_RAILS_MAX]; /* failed joins since the rail was last UP */
+	uint64_t rail_next_dial_ms[MESH_RAILS_MAX];
+	uint64_t rail_attempt_ms[MESH_RAILS_MAX];
+	uint64_t rail_failovers; /* rails of this link that failed while it stayed UP */
+	char rail_error[MESH_RAILS_MAX][LINK_ERR_MAX];
+	char rail_last_error[LINK_ERR_MAX + 16]; /* "rail R: why" of the last rail failure (meshctl) */
 
 	/* Liveness and re-dial. */
 	uint64_t last_rx_ms;
@@ -167,6 +194,7 @@ struct mesh {
 	uint64_t peer_rejects;
 	uint64_t link_flaps;      /* UP links that went DOWN */
 	uint64_t channel_resumes; /* channels that resumed after their link came back */
+	uint64_t rail_failovers;  /* rails that failed while their link stayed UP on the others */
 	bool stopping;
 	struct mesh_graveyard grave;
 
@@ -199,6 +227,12 @@ struct link *mesh_link_find(struct mesh *m, uint32_t peer);
  * leaves LINK_SQ_CONTROL entries to control messages) and taking one entry; resources released
  * after the current batch of events (after the QPs that might still use them). */
 int mesh_link_send(struct link *l, const PeerMsg *msg);
+/* Whether rail r of the link carries traffic now (its QPs connected and proved). */
+bool mesh_link_rail_up(const struct link *l, uint32_t r);
+/* The rail a channel opened now (or moving now) should use: want if it is UP, else the lowest UP
+ * rail; -1 when the link has none. */
+int mesh_link_pick_rail(const struct link *l, int want);
+
 bool mesh_link_sq_room(const struct link *l, uint32_t qp);
 void mesh_link_sq_take(struct link *l, uint32_t qp);
 void mesh_bury_mr(struct mesh *m, xport_mr_t *mr);

@@ -5,9 +5,13 @@ inside the test's namespaces). Needs root and `ip netns`; otherwise prints 'skip
 
 What it asserts, in order:
   1. Node 1 (host A) and node 2 (host B), one meshd each, rails on every veth pair: the link is UP.
-  1b. (rails, outages by device) Rail 1 alone down on an idle link: keepalives travel on every rail,
-     so it is noticed within the keepalive timeout (the error names the rail) and the link comes back
-     UP after. (A rail's loss still takes the whole link DOWN: rail failover is not built yet.)
+  1b. (rails, outages by device) The last rail alone down on an idle link: keepalives travel on every
+     rail, so both ends notice within the keepalive timeout, the link stays UP on the other rails,
+     meshctl names the rail's error, and the rail rejoins once it is up again.
+  1c. (rails, outages by device) RAIL_FLAPS rail flaps under a paced stream, rails taken down in turn
+     (rail 0 carries the control messages first: they fail over too), each past the keepalive timeout:
+     the link never goes DOWN, the channel moves off its rail whenever that is the one lost, every rail
+     rejoins, and the stream is intact; meshctl counts the moves and the rail failovers.
   2. A paced stream from node 1 to node 2 (chan_test: every byte checked at the receiver, the length
      at EOF) lives through OUTAGES whole-link outages: every veth of host A down for longer than the
      keepalive timeout, then up. Each time both meshd take the link DOWN and the channel waits
@@ -203,6 +207,7 @@ def main():
     ap.add_argument("--ka-timeout", type=int, default=1000)
     ap.add_argument("--resume-timeout", type=int, default=6000)
     ap.add_argument("--outages", type=int, default=20)
+    ap.add_argument("--rail-flaps", type=int, default=100, help="rail flaps under a stream (0: none)")
     ap.add_argument("--rate", type=int, default=4 << 20, help="bytes per second of the paced stream")
     ap.add_argument("--up-timeout", type=float, default=30)
     ap.add_argument("--transport", default="tcp")
@@ -239,21 +244,81 @@ def main():
         if not check(wait_until(p.up, args.up_timeout, 0.05), "the link between the two hosts is UP"):
             raise RuntimeError("no link")
 
-        # 1b. a rail that dies while no channel writes on it: its own keepalives find it
+        # 1b. a rail that dies while no channel writes on it: its own keepalives find it, and the
+        # link stays UP on the other rail
         if args.outage == "link" and args.rails > 1:
             last = args.rails - 1
             t0 = time.monotonic()
             p.hosts.set_rail(last, False)
-            went = wait_until(lambda: p.state(1) != "UP" and p.state(2) != "UP", ka_s + 5, 0.05)
+            went = wait_until(lambda: all(p.link(i).get("rails_up") == args.rails - 1 for i in (1, 2)), ka_s + 5, 0.05)
             t_rail = time.monotonic() - t0
-            errs = [p.link(i).get("last_error", "") for i in (1, 2)]
+            links = [p.link(i) for i in (1, 2)]
             p.hosts.set_rail(last, True)
-            # The first end to notice names the rail; the other hears the disconnect that follows.
-            check(went and any(f"rail {last}" in e for e in errs),
-                  f"rail {last} alone down on an idle link: both ends take the link DOWN in {t_rail:.2f} s "
-                  f"(keepalive timeout {args.ka_timeout} ms), the one that noticed names the rail",
-                  f"{p.state(1)}/{p.state(2)} {errs}")
-            check(wait_until(p.up, args.up_timeout, 0.05), f"rail {last} back: the link is UP again")
+            check(went and all(lk.get("state") == "UP" and f"rail {last}" in lk.get("rail_error", "") for lk in links),
+                  f"rail {last} alone down on an idle link: both ends see it in {t_rail:.2f} s (keepalive timeout "
+                  f"{args.ka_timeout} ms), the link stays UP on the other rails and meshctl names the rail's error",
+                  str([(lk.get("state"), lk.get("rails_up"), lk.get("rail_error")) for lk in links]))
+            check(wait_until(lambda: all(p.link(i).get("rails_up") == args.rails for i in (1, 2)), args.up_timeout, 0.05),
+                  f"rail {last} back: it rejoins the link (rails up {[p.link(i).get('rails_up') for i in (1, 2)]})")
+
+        # 1c. rail flaps under a paced stream: the link never goes DOWN, the channel moves off each
+        # lost rail (control too, when it was on it) and the stream is intact
+        if args.outage == "link" and args.rails > 1 and args.rail_flaps:
+            flaps0 = [(p.ctl(i, "node") or {}).get("link_flaps", 0) for i in (1, 2)]
+            period = ka_s + 2.5
+            total = int(args.rate * (args.rail_flaps * period + 4))
+            rx = receiver(p, 2, 7503)
+            tx = chan_test(p, 1, "send", 2, 7503, total, "-R", args.rate, "-r", 1 << 20)
+            ok = wait_until(lambda: len(p.channels(1, 7503)) == 1 and len(p.channels(2, 7503)) == 1, 10)
+            check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
+            t_detect, t_moving, t_rejoin, stayed_up, done = [], [], [], True, 0
+            for k in range(args.rail_flaps):
+                r = k % args.rails
+                chan_rail = (p.channels(1, 7503) or [{}])[0].get("rail")
+                base = (p.channels(2, 7503) or [{}])[0].get("rx_bytes", 0)
+                t0 = time.monotonic()
+                p.hosts.set_rail(r, False)
+                seen = wait_until(lambda: all(p.link(i).get("rails_up") == args.rails - 1 for i in (1, 2)), ka_s + 5,
+                                  0.02)
+                t_detect.append(time.monotonic() - t0)
+                if chan_rail == r and wait_until(
+                        lambda: (p.channels(2, 7503) or [{}])[0].get("rx_bytes", 0) > base + args.rate // 20, 10, 0.01):
+                    t_moving.append(time.monotonic() - t0)
+                stayed_up = stayed_up and p.up()
+                p.hosts.set_rail(r, True)
+                t1 = time.monotonic()
+                back = wait_until(lambda: all(p.link(i).get("rails_up") == args.rails for i in (1, 2)),
+                                  args.up_timeout, 0.02)
+                t_rejoin.append(time.monotonic() - t1)
+                stayed_up = stayed_up and p.up()
+                if not seen or not back or tx.poll() is not None or rx.poll() is not None:
+                    check(False, f"rail flap {k + 1} (rail {r}): both ends lose the rail, it rejoins, the stream goes on",
+                          f"seen {seen} back {back} links {[p.link(i) for i in (1, 2)]}, sender {tx.poll()}, "
+                          f"receiver {rx.poll()}")
+                    break
+                done += 1
+            med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
+            flaps = [(p.ctl(i, "node") or {}).get("link_flaps", 0) - flaps0[i - 1] for i in (1, 2)]
+            check(done == args.rail_flaps and stayed_up and flaps == [0, 0],
+                  f"{done} rail flaps (rails taken down in turn, each past the keepalive timeout): the link stayed UP "
+                  f"(link flaps {flaps}); lost in median {med(t_detect):.2f} s, rejoined in median "
+                  f"{med(t_rejoin):.2f} s")
+            if t_moving:
+                print(f"# failover: the channel's rail cut -> its bytes move again on another rail: median "
+                      f"{med(t_moving) * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-{max(t_moving) * 1000:.0f} ms "
+                      f"over {len(t_moving)} flaps (keepalive timeout {args.ka_timeout} ms; sampled every 10 ms)")
+            chans = {i: p.channels(i, 7503) for i in (1, 2)}
+            moves = [c[0].get("rail_moves", 0) if c else None for c in chans.values()]
+            nodes = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+            check(all(m and m >= len(t_moving) for m in moves) and
+                  all(nodes[i].get("rail_failovers", 0) >= done for i in (1, 2)),
+                  f"meshctl counts the channel's moves {moves} and each node's rail failovers "
+                  f"{[nodes[i].get('rail_failovers') for i in (1, 2)]}")
+            rc_tx, out_tx = finish(tx, total / args.rate + 60)
+            rc_rx, out_rx = finish(rx, 30)
+            check(rc_tx == 0 and rc_rx == 0 and "ok" in out_rx,
+                  f"the stream is intact after {done} rail flaps: {total} bytes, every byte checked, none lost or "
+                  f"duplicated", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
 
         # 2. whole-link outages under a paced stream
         period = down_s + 1.5

@@ -508,13 +508,14 @@ static void mesh_peer_msg_decode__truncated_hello__fails_or_in_range(void **stat
 /* Appends an unknown length-delimited field 15 so the encoding is exactly `total` bytes. */
 static size_t pad_with_unknown_field(uint8_t *buf, size_t len, size_t total)
 {
-	size_t n = total - len - 3; /* tag (1 byte) + length (2-byte varint) */
+	size_t n = total - len - 4; /* tag of field 100 (2-byte varint) + length (2-byte varint) */
 
-	assert_true(total >= len + 3 + 128 && n < 16384);
-	buf[len] = (15 << 3) | 2;
-	buf[len + 1] = (uint8_t)(0x80 | (n & 0x7f));
-	buf[len + 2] = (uint8_t)(n >> 7);
-	memset(buf + len + 3, 0xab, n);
+	assert_true(total >= len + 4 + 128 && n < 16384);
+	buf[len] = (uint8_t)(0x80 | (((100 << 3) | 2) & 0x7f));
+	buf[len + 1] = (uint8_t)(((100 << 3) | 2) >> 7);
+	buf[len + 2] = (uint8_t)(0x80 | (n & 0x7f));
+	buf[len + 3] = (uint8_t)(n >> 7);
+	memset(buf + len + 4, 0xab, n);
 	return total;
 }
 
@@ -616,10 +617,11 @@ static void mesh_peer_msg_decode__no_body__eproto(void **state)
 	len = mesh_peer_msg_encode(&in, buf, sizeof(buf));
 	assert_int_equal(len, 0);
 	assert_int_equal(decode_checked(buf, (size_t)len), -EPROTO);
-	/* Only an unknown field: still no body. */
-	buf[0] = (15 << 3) | 0;
-	buf[1] = 1;
-	assert_int_equal(decode_checked(buf, 2), -EPROTO);
+	/* Only an unknown field (100, varint 1): still no body. */
+	buf[0] = (uint8_t)(0x80 | ((100 << 3) & 0x7f));
+	buf[1] = (uint8_t)((100 << 3) >> 7);
+	buf[2] = 1;
+	assert_int_equal(decode_checked(buf, 3), -EPROTO);
 }
 
 static void mesh_peer_msg_decode__random_garbage__never_crashes(void **state)
