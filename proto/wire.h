@@ -82,9 +82,9 @@ struct mesh_cm_wire {
 	uint16_t reason; /* MESH_E* code without its base, reject only */
 	uint8_t rail;       /* the rail (device) of this QP: 0..rail_count-1 */
 	uint8_t rail_count; /* rails of the sender; 0 from senders that have only one (read as 1) */
+	uint16_t rail_gen;  /* MESH_CM_F_RAIL_JOIN: the rail's incarnation (RailDown, RailUp) */
 	uint8_t flags;      /* MESH_CM_F_* */
 	uint8_t reserved;
-	uint16_t rail_gen;  /* MESH_CM_F_RAIL_JOIN: the rail's incarnation (RailDown, RailUp) */
 };
 /* The QPs of one rail of an UP link (link_epoch), dialled again after that rail failed. */
 #define MESH_CM_F_RAIL_JOIN 0x01u

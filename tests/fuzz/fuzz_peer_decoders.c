@@ -96,6 +96,16 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 		FUZZ_CHECK(m->channel_resume->slot < MESH_CHANNEL_SLOTS && m->channel_resume->peer_slot < MESH_CHANNEL_SLOTS);
 		FUZZ_CHECK(m->channel_resume->rx_seq <= 65535 && m->channel_resume->rx_cons <= m->channel_resume->rx_bytes);
 		FUZZ_CHECK(m->channel_resume->rx_addr && m->channel_resume->credit_addr);
+		FUZZ_CHECK(m->channel_resume->rail < MESH_RAILS_MAX);
+		break;
+	case PEER_MSG__BODY_RAIL_DOWN:
+		FUZZ_CHECK(m->rail_down != NULL && m->rail_down->rail < MESH_RAILS_MAX && m->rail_down->gen <= 65535);
+		break;
+	case PEER_MSG__BODY_RAIL_UP:
+		FUZZ_CHECK(m->rail_up != NULL && m->rail_up->rail < MESH_RAILS_MAX && m->rail_up->gen <= 65535);
+		break;
+	case PEER_MSG__BODY_LINK_ACK:
+		FUZZ_CHECK(m->link_ack != NULL);
 		break;
 	default:
 		FUZZ_CHECK(!"decoded peer message has no known body");
@@ -105,6 +115,7 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 {
 	FUZZ_CHECK(a->body_case == b->body_case);
+	FUZZ_CHECK(a->seq == b->seq && a->ack == b->ack);
 	switch (a->body_case) {
 	case PEER_MSG__BODY_HELLO:
 		FUZZ_CHECK(a->hello->node_id == b->hello->node_id);
@@ -175,9 +186,19 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 		FUZZ_CHECK(x->slot == y->slot && x->peer_slot == y->peer_slot && x->rx_bytes == y->rx_bytes);
 		FUZZ_CHECK(x->rx_seq == y->rx_seq && x->rx_cons == y->rx_cons && x->eof_known == y->eof_known);
 		FUZZ_CHECK(x->rx_addr == y->rx_addr && x->rx_rkey == y->rx_rkey && x->credit_addr == y->credit_addr);
-		FUZZ_CHECK(x->credit_rkey == y->credit_rkey);
+		FUZZ_CHECK(x->credit_rkey == y->credit_rkey && x->rail == y->rail);
 		break;
 	}
+	case PEER_MSG__BODY_RAIL_DOWN:
+		FUZZ_CHECK(a->rail_down->rail == b->rail_down->rail && a->rail_down->gen == b->rail_down->gen);
+		FUZZ_CHECK(a->rail_down->reason == b->rail_down->reason);
+		break;
+	case PEER_MSG__BODY_RAIL_UP:
+		FUZZ_CHECK(a->rail_up->rail == b->rail_up->rail && a->rail_up->gen == b->rail_up->gen);
+		FUZZ_CHECK(a->rail_up->link_epoch == b->rail_up->link_epoch);
+		break;
+	case PEER_MSG__BODY_LINK_ACK:
+		break;
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
 	}
@@ -201,6 +222,9 @@ struct peer_msg_copy {
 	ChannelClose channel_close;
 	ChannelCloseAck channel_close_ack;
 	ChannelResume channel_resume;
+	RailDown rail_down;
+	RailUp rail_up;
+	LinkAck link_ack;
 };
 
 static void peer_msg_copy_init(struct peer_msg_copy *c)
@@ -219,6 +243,9 @@ static void peer_msg_copy_init(struct peer_msg_copy *c)
 		.channel_close = CHANNEL_CLOSE__INIT,
 		.channel_close_ack = CHANNEL_CLOSE_ACK__INIT,
 		.channel_resume = CHANNEL_RESUME__INIT,
+		.rail_down = RAIL_DOWN__INIT,
+		.rail_up = RAIL_UP__INIT,
+		.link_ack = LINK_ACK__INIT,
 	};
 }
 
@@ -226,6 +253,8 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 {
 	peer_msg_copy_init(c);
 	c->msg.body_case = m->body_case;
+	c->msg.seq = m->seq;
+	c->msg.ack = m->ack;
 	switch (m->body_case) {
 	case PEER_MSG__BODY_HELLO:
 		c->hello.node_id = m->hello->node_id;
@@ -314,9 +343,25 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 		c->channel_resume.rx_rkey = r->rx_rkey;
 		c->channel_resume.credit_addr = r->credit_addr;
 		c->channel_resume.credit_rkey = r->credit_rkey;
+		c->channel_resume.rail = r->rail;
 		c->msg.channel_resume = &c->channel_resume;
 		break;
 	}
+	case PEER_MSG__BODY_RAIL_DOWN:
+		c->rail_down.rail = m->rail_down->rail;
+		c->rail_down.gen = m->rail_down->gen;
+		c->rail_down.reason = m->rail_down->reason;
+		c->msg.rail_down = &c->rail_down;
+		break;
+	case PEER_MSG__BODY_RAIL_UP:
+		c->rail_up.rail = m->rail_up->rail;
+		c->rail_up.gen = m->rail_up->gen;
+		c->rail_up.link_epoch = m->rail_up->link_epoch;
+		c->msg.rail_up = &c->rail_up;
+		break;
+	case PEER_MSG__BODY_LINK_ACK:
+		c->msg.link_ack = &c->link_ack;
+		break;
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
 	}
@@ -387,6 +432,8 @@ static int cm_pdata_expect(const uint8_t *buf, size_t len)
 		if (count > MESH_RAILS_MAX || buf[r] >= count)
 			return -EPROTO;
 	}
+	if (buf[offsetof(struct mesh_cm_wire, flags)] & ~MESH_CM_F_RAIL_JOIN)
+		return -EPROTO;
 	return 0;
 }
 
@@ -398,6 +445,7 @@ static void check_same_pdata(const struct mesh_cm_pdata *a, const struct mesh_cm
 	FUZZ_CHECK(a->qp_count == b->qp_count);
 	FUZZ_CHECK(a->rail == b->rail);
 	FUZZ_CHECK(a->rail_count == b->rail_count);
+	FUZZ_CHECK(a->flags == b->flags && a->rail_gen == b->rail_gen);
 	FUZZ_CHECK(a->cluster_hash == b->cluster_hash);
 	FUZZ_CHECK(a->src_node == b->src_node);
 	FUZZ_CHECK(a->dst_node == b->dst_node);
@@ -551,7 +599,12 @@ static int peer_msg_valid(const PeerMsg *m)
 	case PEER_MSG__BODY_KEEPALIVE:
 	case PEER_MSG__BODY_KEEPALIVE_ACK:
 	case PEER_MSG__BODY_GOODBYE:
+	case PEER_MSG__BODY_LINK_ACK:
 		return 1;
+	case PEER_MSG__BODY_RAIL_DOWN:
+		return m->rail_down->rail < MESH_RAILS_MAX && m->rail_down->gen <= 65535;
+	case PEER_MSG__BODY_RAIL_UP:
+		return m->rail_up->rail < MESH_RAILS_MAX && m->rail_up->gen <= 65535;
 	default:
 		return 0;
 	}
@@ -562,6 +615,7 @@ static void fuzz_peer_fields(const uint8_t *p, size_t len)
 	static const PeerMsg__BodyCase bodies[] = {
 		PEER_MSG__BODY__NOT_SET, PEER_MSG__BODY_HELLO, PEER_MSG__BODY_READY,
 		PEER_MSG__BODY_KEEPALIVE, PEER_MSG__BODY_KEEPALIVE_ACK, PEER_MSG__BODY_GOODBYE,
+		PEER_MSG__BODY_RAIL_DOWN, PEER_MSG__BODY_RAIL_UP, PEER_MSG__BODY_LINK_ACK,
 	};
 	PeerMsg sentinel, *m = &sentinel;
 	uint8_t out[MESH_PEER_MSG_MAX];
@@ -603,9 +657,26 @@ static void fuzz_peer_fields(const uint8_t *p, size_t len)
 		c.goodbye.reason = (uint32_t)take(&p, &len, 4);
 		c.msg.goodbye = &c.goodbye;
 		break;
+	case PEER_MSG__BODY_RAIL_DOWN:
+		c.rail_down.rail = (uint32_t)take(&p, &len, 1);
+		c.rail_down.gen = (uint32_t)take(&p, &len, 4);
+		c.rail_down.reason = (int32_t)(uint32_t)take(&p, &len, 4);
+		c.msg.rail_down = &c.rail_down;
+		break;
+	case PEER_MSG__BODY_RAIL_UP:
+		c.rail_up.rail = (uint32_t)take(&p, &len, 1);
+		c.rail_up.gen = (uint32_t)take(&p, &len, 4);
+		c.rail_up.link_epoch = take(&p, &len, 8);
+		c.msg.rail_up = &c.rail_up;
+		break;
+	case PEER_MSG__BODY_LINK_ACK:
+		c.msg.link_ack = &c.link_ack;
+		break;
 	default:
 		break;
 	}
+	c.msg.seq = take(&p, &len, 8);
+	c.msg.ack = take(&p, &len, 8);
 	n = mesh_peer_msg_encode(&c.msg, out, sizeof(out));
 	FUZZ_CHECK(n >= 0);
 	copy = fuzz_dup(out, (size_t)n);

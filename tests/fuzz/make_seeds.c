@@ -74,10 +74,19 @@ static struct mesh_cm_pdata sample_pdata(uint8_t kind)
 	return pd;
 }
 
+/* kind 0: a rail's join (a connect with MESH_CM_F_RAIL_JOIN) */
 static size_t pdata_bytes(uint8_t kind, uint8_t *out, size_t len)
 {
-	struct mesh_cm_pdata pd = sample_pdata(kind);
-	int n = mesh_cm_pdata_encode(&pd, out, len);
+	struct mesh_cm_pdata pd = sample_pdata(kind ? kind : MESH_CM_CONNECT);
+	int n;
+
+	if (!kind) {
+		pd.rail = 1;
+		pd.rail_count = 2;
+		pd.flags = MESH_CM_F_RAIL_JOIN;
+		pd.rail_gen = 3;
+	}
+	n = mesh_cm_pdata_encode(&pd, out, len);
 
 	return n < 0 ? 0 : (size_t)n;
 }
@@ -91,6 +100,9 @@ static size_t peer_msg_bytes(PeerMsg__BodyCase body, uint8_t *out, size_t len)
 	Keepalive ka = KEEPALIVE__INIT;
 	KeepaliveAck ack = KEEPALIVE_ACK__INIT;
 	Goodbye bye = GOODBYE__INIT;
+	RailDown down = RAIL_DOWN__INIT;
+	RailUp up = RAIL_UP__INIT;
+	LinkAck lack = LINK_ACK__INIT;
 	int n;
 
 	m.body_case = body;
@@ -120,6 +132,24 @@ static size_t peer_msg_bytes(PeerMsg__BodyCase body, uint8_t *out, size_t len)
 		ack.seq = 42;
 		ack.sent_us = 123456789;
 		m.keepalive_ack = &ack;
+		break;
+	case PEER_MSG__BODY_RAIL_DOWN: /* sequenced control: seq and ack around the body */
+		down.rail = 1;
+		down.gen = 3;
+		down.reason = -104;
+		m.rail_down = &down;
+		m.seq = 17;
+		m.ack = 16;
+		break;
+	case PEER_MSG__BODY_RAIL_UP:
+		up.rail = 1;
+		up.gen = 3;
+		up.link_epoch = 0x0001020304050607ull;
+		m.rail_up = &up;
+		break;
+	case PEER_MSG__BODY_LINK_ACK:
+		m.link_ack = &lack;
+		m.ack = 16;
 		break;
 	default:
 		bye.reason = 1;
@@ -312,6 +342,10 @@ static int decoder_seeds(const char *dir)
 		{ "peer-keepalive", 0, peer_bytes, PEER_MSG__BODY_KEEPALIVE },
 		{ "peer-keepalive-ack", 0, peer_bytes, PEER_MSG__BODY_KEEPALIVE_ACK },
 		{ "peer-goodbye", 0, peer_bytes, PEER_MSG__BODY_GOODBYE },
+		{ "peer-rail-down", 0, peer_bytes, PEER_MSG__BODY_RAIL_DOWN },
+		{ "peer-rail-up", 0, peer_bytes, PEER_MSG__BODY_RAIL_UP },
+		{ "peer-link-ack", 0, peer_bytes, PEER_MSG__BODY_LINK_ACK },
+		{ "pdata-rail-join", 1, pdata_kind_bytes, 0 },
 		{ "pdata-connect", 1, pdata_kind_bytes, MESH_CM_CONNECT },
 		{ "pdata-accept", 1, pdata_kind_bytes, MESH_CM_ACCEPT },
 		{ "pdata-reject", 1, pdata_kind_bytes, MESH_CM_REJECT },

@@ -8,10 +8,11 @@ What it asserts, in order:
   1b. (rails, outages by device) The last rail alone down on an idle link: keepalives travel on every
      rail, so both ends notice within the keepalive timeout, the link stays UP on the other rails,
      meshctl names the rail's error, and the rail rejoins once it is up again.
-  1c. (rails, outages by device) RAIL_FLAPS rail flaps under a paced stream, rails taken down in turn
-     (rail 0 carries the control messages first: they fail over too), each past the keepalive timeout:
-     the link never goes DOWN, the channel moves off its rail whenever that is the one lost, every rail
-     rejoins, and the stream is intact; meshctl counts the moves and the rail failovers.
+  1c. (rails, outages by device) RAIL_FLAPS rail flaps under paced streams (one after the other, 20 s
+     each), rails taken down in turn (rail 0 carries the control messages first: they fail over too),
+     each past the keepalive timeout: the link never goes DOWN, the channel moves off its rail whenever
+     that is the one lost, every rail rejoins, and every stream is intact; meshctl counts the rail
+     failovers and the channels' moves.
   2. A paced stream from node 1 to node 2 (chan_test: every byte checked at the receiver, the length
      at EOF) lives through OUTAGES whole-link outages: every veth of host A down for longer than the
      keepalive timeout, then up. Each time both meshd take the link DOWN and the channel waits
@@ -268,28 +269,49 @@ def main():
             check(wait_until(lambda: all(p.link(i).get("rails_up") == args.rails for i in (1, 2)), args.up_timeout, 0.05),
                   f"rail {last} back: it rejoins the link (rails up {[p.link(i).get('rails_up') for i in (1, 2)]})")
 
-        # 1c. rail flaps under a paced stream: the link never goes DOWN, the channel moves off each
-        # lost rail (control too, when it was on it) and the stream is intact
+        # 1c. rail flaps under paced streams: the link never goes DOWN, the channel moves off each
+        # lost rail (control too, when it was on it) and every stream is intact. A stream lasts about
+        # STREAM_S; when one ends (checked), the next starts, so every flap happens under one.
         if args.rail_cut != "none" and args.rails > 1 and args.rail_flaps:
-            flaps0 = [(p.ctl(i, "node") or {}).get("link_flaps", 0) for i in (1, 2)]
-            period = ka_s + 2.5
-            total = int(args.rate * (args.rail_flaps * period + 4))
-            rx = receiver(p, 2, 7503)
-            tx = chan_test(p, 1, "send", 2, 7503, total, "-R", args.rate, "-r", 1 << 20)
-            ok = wait_until(lambda: len(p.channels(1, 7503)) == 1 and len(p.channels(2, 7503)) == 1, 10)
-            check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
+            stream_s = 20
+            node0 = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+            streams = {"n": 0, "ok": 0, "bad": []}
+
+            def start_stream():
+                port = 7510 + streams["n"]
+                streams["n"] += 1
+                total = args.rate * stream_s
+                rx = receiver(p, 2, port)
+                tx = chan_test(p, 1, "send", 2, port, total, "-R", args.rate, "-r", 1 << 20)
+                if not wait_until(lambda: len(p.channels(1, port)) == 1 and len(p.channels(2, port)) == 1, 10):
+                    streams["bad"].append(f"stream on port {port} did not start")
+                return dict(port=port, rx=rx, tx=tx, total=total)
+
+            def end_stream(st, timeout):
+                rc_tx, out_tx = finish(st["tx"], timeout)
+                rc_rx, out_rx = finish(st["rx"], 30)
+                if rc_tx == 0 and rc_rx == 0 and "ok" in out_rx:
+                    streams["ok"] += 1
+                else:
+                    streams["bad"].append(f"port {st['port']}: sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
+
+            st = start_stream()
             t_detect, t_moving, t_rejoin, stayed_up, done = [], [], [], True, 0
             for k in range(args.rail_flaps):
+                if st["tx"].poll() is not None:  # this stream is over: check it, start the next
+                    end_stream(st, 5)
+                    st = start_stream()
                 r = k % args.rails
-                chan_rail = (p.channels(1, 7503) or [{}])[0].get("rail")
-                base = (p.channels(2, 7503) or [{}])[0].get("rx_bytes", 0)
+                chan = (p.channels(1, st["port"]) or [{}])[0]
+                base = (p.channels(2, st["port"]) or [{}])[0].get("rx_bytes", 0)
                 t0 = time.monotonic()
                 p.hosts.set_rail(r, False)
                 seen = wait_until(lambda: all(p.link(i).get("rails_up") == args.rails - 1 for i in (1, 2)), ka_s + 5,
                                   0.02)
                 t_detect.append(time.monotonic() - t0)
-                if chan_rail == r and wait_until(
-                        lambda: (p.channels(2, 7503) or [{}])[0].get("rx_bytes", 0) > base + args.rate // 20, 10, 0.01):
+                if chan.get("rail") == r and st["tx"].poll() is None and wait_until(
+                        lambda: (p.channels(2, st["port"]) or [{}])[0].get("rx_bytes", 0) > base + args.rate // 20,
+                        10, 0.01):
                     t_moving.append(time.monotonic() - t0)
                 stayed_up = stayed_up and p.up()
                 p.hosts.set_rail(r, True)
@@ -298,34 +320,31 @@ def main():
                                   args.up_timeout, 0.02)
                 t_rejoin.append(time.monotonic() - t1)
                 stayed_up = stayed_up and p.up()
-                if not seen or not back or tx.poll() is not None or rx.poll() is not None:
+                if not seen or not back or (st["tx"].poll() not in (None, 0)) or streams["bad"]:
                     check(False, f"rail flap {k + 1} (rail {r}): both ends lose the rail, it rejoins, the stream goes on",
-                          f"seen {seen} back {back} links {[p.link(i) for i in (1, 2)]}, sender {tx.poll()}, "
-                          f"receiver {rx.poll()}")
+                          f"seen {seen} back {back} links {[p.link(i) for i in (1, 2)]}, sender {st['tx'].poll()}, "
+                          f"{streams['bad']}")
                     break
                 done += 1
+            end_stream(st, stream_s + 60)
             med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
-            flaps = [(p.ctl(i, "node") or {}).get("link_flaps", 0) - flaps0[i - 1] for i in (1, 2)]
-            check(done == args.rail_flaps and stayed_up and flaps == [0, 0],
+            node1 = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+            delta = lambda i, key: node1[i].get(key, 0) - node0[i].get(key, 0)  # noqa: E731
+            check(done == args.rail_flaps and stayed_up and [delta(i, "link_flaps") for i in (1, 2)] == [0, 0],
                   f"{done} rail flaps (rails taken down in turn, each past the keepalive timeout): the link stayed UP "
-                  f"(link flaps {flaps}); lost in median {med(t_detect):.2f} s, rejoined in median "
-                  f"{med(t_rejoin):.2f} s")
+                  f"(link flaps {[delta(i, 'link_flaps') for i in (1, 2)]}); lost in median {med(t_detect):.2f} s, "
+                  f"rejoined in median {med(t_rejoin):.2f} s")
             if t_moving:
                 print(f"# failover: the channel's rail cut -> its bytes move again on another rail: median "
                       f"{med(t_moving) * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-{max(t_moving) * 1000:.0f} ms "
                       f"over {len(t_moving)} flaps (keepalive timeout {args.ka_timeout} ms; sampled every 10 ms)")
-            chans = {i: p.channels(i, 7503) for i in (1, 2)}
-            moves = [c[0].get("rail_moves", 0) if c else None for c in chans.values()]
-            nodes = {i: p.ctl(i, "node") or {} for i in (1, 2)}
-            check(all(m and m >= len(t_moving) for m in moves) and
-                  all(nodes[i].get("rail_failovers", 0) >= done for i in (1, 2)),
-                  f"meshctl counts the channel's moves {moves} and each node's rail failovers "
-                  f"{[nodes[i].get('rail_failovers') for i in (1, 2)]}")
-            rc_tx, out_tx = finish(tx, total / args.rate + 60)
-            rc_rx, out_rx = finish(rx, 30)
-            check(rc_tx == 0 and rc_rx == 0 and "ok" in out_rx,
-                  f"the stream is intact after {done} rail flaps: {total} bytes, every byte checked, none lost or "
-                  f"duplicated", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
+            check(all(delta(i, "rail_failovers") >= done and delta(i, "channel_resumes") >= len(t_moving)
+                      for i in (1, 2)),
+                  f"meshctl node counts the rail failovers {[delta(i, 'rail_failovers') for i in (1, 2)]} and the "
+                  f"channels' moves (channel resumes {[delta(i, 'channel_resumes') for i in (1, 2)]})")
+            check(streams["ok"] == streams["n"] and not streams["bad"],
+                  f"all {streams['n']} streams ({args.rate * stream_s} bytes each) under the rail flaps are intact: "
+                  f"every byte checked, none lost or duplicated", "; ".join(streams["bad"]))
 
         # 2. whole-link outages under a paced stream
         period = down_s + 1.5

@@ -31,6 +31,9 @@ void mt_close(struct mt *t)
 	t->inited = false;
 	fake_xport_free(t->fx);
 	t->fx = NULL;
+	if (t->fx1)
+		fake_xport_free(t->fx1);
+	t->fx1 = NULL;
 }
 
 int mt_setup(void **state)
@@ -84,6 +87,9 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 		t->nodes[i].id = ids[i];
 		t->nodes[i].port = 7471;
 		snprintf(t->nodes[i].addr, sizeof(t->nodes[i].addr), "10.0.0.%u", ids[i]);
+		t->nodes[i].n_rails = (uint8_t)(t->rails ? t->rails : 1);
+		for (uint32_t r = 0; r < t->nodes[i].n_rails; r++)
+			snprintf(t->nodes[i].rail[r], sizeof(t->nodes[i].rail[r]), "10.%u.0.%u", r, ids[i]);
 		t->nodes[i].line = (int)i + 10;
 		if (i)
 			assert_true(ids[i] > ids[i - 1]);
@@ -94,7 +100,12 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 	c->n_nodes = n;
 	c->nodes_line = 9;
 	assert_non_null(self);
-	assert_int_equal(mesh_init(&t->m, c, self, (xport_t *const[]){&t->fx->base}, 1), 0);
+	{
+		xport_t *o = t->fx1 ? &t->fx1->base : &t->fx->base;
+		xport_t *x[MESH_RAILS_MAX] = {&t->fx->base, o, o, o};
+
+		assert_int_equal(mesh_init(&t->m, c, self, x, self->n_rails), 0);
+	}
 	t->inited = true;
 	assert_int_equal(t->m.n_links, n - 1);
 }
@@ -108,6 +119,10 @@ void mt_finish(struct mt *t)
 	assert_int_equal(t->fx->live_conns, 0);
 	assert_int_equal(t->fx->live_mrs, 0);
 	assert_int_equal(t->fx->n_deregs, t->fx->n_regs);
+	if (t->fx1) {
+		assert_int_equal(t->fx1->live_conns, 0);
+		assert_int_equal(t->fx1->live_mrs, 0);
+	}
 }
 
 struct link *lk(struct mt *t, uint32_t peer)
@@ -192,8 +207,10 @@ void establish_qp(struct mt *t, struct link *l, uint32_t i)
 {
 	struct mesh_cm_pdata pd = {
 		.kind = MESH_CM_ACCEPT,
-		.qp_index = (uint8_t)i,
+		.qp_index = (uint8_t)(i % t->cfg.qps_per_link),
 		.qp_count = (uint8_t)t->cfg.qps_per_link,
+		.rail = (uint8_t)(i / t->cfg.qps_per_link),
+		.rail_count = (uint8_t)t->m.n_rails,
 		.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name),
 		.src_node = l->peer->id,
 		.dst_node = t->m.self->id,
@@ -227,9 +244,11 @@ PeerMsg *last_send(struct mt *t, size_t from, unsigned cid)
 struct fake_post *take_recv(struct mt *t, struct link *l, uint32_t qp)
 {
 	unsigned cid = conn_id(l->conns[qp]);
+	struct fake_xport *fx = ((struct fake_conn *)l->conns[qp])->fx; /* t->fx or t->fx1 */
 	struct fake_post *p;
 
-	for (size_t i = 0; (p = fake_post_find(t->fx, 0, XPORT_OP_RECV, cid, i)); i++)
+	(void)t;
+	for (size_t i = 0; (p = fake_post_find(fx, 0, XPORT_OP_RECV, cid, i)); i++)
 		if (!p->used)
 			break;
 	assert_non_null(p);
@@ -238,16 +257,21 @@ struct fake_post *take_recv(struct mt *t, struct link *l, uint32_t qp)
 }
 
 /* The peer sends msg: it lands in the oldest unused receive posted on QP 0. */
-void peer_send(struct mt *t, struct link *l, const PeerMsg *msg)
+void peer_send_on(struct mt *t, struct link *l, uint32_t qp, const PeerMsg *msg)
 {
-	struct fake_post *p = take_recv(t, l, 0);
+	struct fake_post *p = take_recv(t, l, qp);
 	struct xport_event ev;
 	int len;
 
 	len = mesh_peer_msg_encode(msg, p->buf, p->len);
 	assert_true(len >= 0);
-	ev = wc_event(l->conns[0], XPORT_OP_RECV, p->wr_id, (uint32_t)len);
+	ev = wc_event(l->conns[qp], XPORT_OP_RECV, p->wr_id, (uint32_t)len);
 	deliver(t, &ev);
+}
+
+void peer_send(struct mt *t, struct link *l, const PeerMsg *msg)
+{
+	peer_send_on(t, l, 0, msg);
 }
 
 /* The Hello a well-behaved peer sends for the link's current attempt. */
@@ -360,7 +384,7 @@ void drive_to_up(struct mt *t, struct link *l)
 	Hello h;
 	PeerMsg *m;
 
-	for (uint32_t i = 0; i < t->cfg.qps_per_link; i++)
+	for (uint32_t i = 0; i < mesh_link_qps(&t->m); i++)
 		establish_qp(t, l, i);
 	assert_int_equal(l->phase, LINK_HELLO);
 	check_our_hello(t, l, from);

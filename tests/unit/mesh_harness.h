@@ -32,6 +32,9 @@ struct mt {
 	struct mesh m;
 	bool inited;
 	uint32_t qps; /* 0: MT_QPS */
+	uint32_t rails; /* 0: one; more: every node has that many addresses, one fake instance serves all */
+	struct fake_xport *fx1; /* set before mt_init: the instance of rails 1.. (an acceptor tells rails
+				 * apart by the instance a request came to); freed by mt_close */
 	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
 	/* The peer's mailbox: its address and PEER_RKEY are what the test's Hello announces. */
 	uint8_t peer_mb[PEER_MB_LEN] __attribute__((aligned(64)));
@@ -67,8 +70,9 @@ void establish_qp(struct mt *t, struct link *l, uint32_t i);
 PeerMsg *last_send(struct mt *t, size_t from, unsigned cid);
 /* The oldest receive posted on QP qp of the link that the test has not consumed yet; marks it used. */
 struct fake_post *take_recv(struct mt *t, struct link *l, uint32_t qp);
-/* The peer sends msg: it lands in the oldest unused receive posted on QP 0. */
+/* The peer sends msg: it lands in the oldest unused receive posted on QP 0 (peer_send_on: on QP qp). */
 void peer_send(struct mt *t, struct link *l, const PeerMsg *msg);
+void peer_send_on(struct mt *t, struct link *l, uint32_t qp, const PeerMsg *msg);
 /* The Hello a well-behaved peer sends for the link's current attempt. */
 Hello peer_hello(struct mt *t, struct link *l);
 void peer_send_hello(struct mt *t, struct link *l, Hello *h);

@@ -329,7 +329,8 @@ static int ct_teardown(void **state)
 static void complete_sends(struct ct *c)
 {
 	struct mt *t = &c->t;
-	unsigned cid = conn_id(c->l->conns[0]);
+	uint32_t qp = c->l->ctl_rail * t->cfg.qps_per_link; /* our control QP */
+	unsigned cid = conn_id(c->l->conns[qp]);
 
 	for (size_t i = 0; i < t->fx->n_posts; i++) {
 		struct fake_post *p = &t->fx->posts[i];
@@ -338,7 +339,7 @@ static void complete_sends(struct ct *c)
 		if (p->op != XPORT_OP_SEND || p->conn_id != cid || p->used)
 			continue;
 		p->used = true;
-		ev = wc_event(c->l->conns[0], XPORT_OP_SEND, p->wr_id, p->len);
+		ev = wc_event(c->l->conns[qp], XPORT_OP_SEND, p->wr_id, p->len);
 		deliver(t, &ev);
 	}
 }
@@ -358,7 +359,7 @@ static void ct_init(struct ct *c, uint32_t qps)
 	c->l = lk(t, PEER);
 	drive_to_up(t, c->l);
 	complete_sends(c);
-	assert_int_equal(t->fx->live_mrs, 2); /* the link's own */
+	assert_int_equal(t->fx->live_mrs, 1 + (int)t->m.n_rails); /* the link's own (buffers again per rail) */
 }
 
 static struct channel *chn(struct ct *c, const struct chan *h)
@@ -513,9 +514,19 @@ static void complete_data(struct ct *c, struct chan *h, size_t from)
 
 /* ---- what the peer sends ---------------------------------------------------------------------- */
 
+/* On the first QP of the rail that carries control; with several rails a well-behaved peer numbers
+ * its control messages (the next one we expect) and acks all of ours. */
 static void peer_msg(struct ct *c, PeerMsg *m)
 {
-	peer_send(&c->t, c->l, m);
+	struct link *l = c->l;
+
+	if (l->phase == LINK_UP && (l->features & MESH_FEAT_RAILS) && c->t.m.n_rails > 1) {
+		if ((m->body_case >= PEER_MSG__BODY_CHANNEL_OPEN && m->body_case <= PEER_MSG__BODY_CHANNEL_RESUME) ||
+		    m->body_case == PEER_MSG__BODY_RAIL_DOWN)
+			m->seq = l->ctl_rcvd + 1;
+		m->ack = l->ctl_seq;
+	}
+	peer_send_on(&c->t, l, l->ctl_rail * c->t.cfg.qps_per_link, m);
 }
 
 /* A WRITE_WITH_IMM of the peer reaches QP qp: a receive of ours there completes with the immediate. */
@@ -1257,7 +1268,7 @@ static uint64_t check_data_posts(struct ct *c, struct chan *h, size_t from, uint
 
 	for (size_t i = 0; (p = write_post(c, h, from, false, i)); i++) {
 		uint64_t off = pos & (h->size - 1);
-		uint32_t qp = (uint32_t)((q0 + i) % ch->qps);
+		uint32_t qp = ch->qp0 + (uint32_t)((q0 + i) % ch->qps);
 
 		if (p->conn_id != conn_id(c->l->conns[qp]))
 			fail_msg("chunk %zu went on conn %u, expected QP %u (conn %u)", i, p->conn_id, qp,
@@ -2097,10 +2108,13 @@ static void channel_on_imm__more_than_close_counted__channel_error_eproto(void *
 /* The link's QP 1 dies: the link goes DOWN (the QPs and what was in flight on them are gone). */
 static void link_lost(struct ct *c)
 {
-	struct xport_event ev = cm_event(XPORT_EV_DISCONNECTED, c->l->conns[1], NULL, 0);
+	/* With several rails, QP 1 of every rail, the last rail first: a link stays UP on any rail. */
+	for (uint32_t r = c->t.m.n_rails; r-- > 0 && link_state(c->l) == LINK_STATE_UP_;) {
+		struct xport_event ev = cm_event(XPORT_EV_DISCONNECTED, c->l->conns[r * c->t.cfg.qps_per_link + 1], NULL, 0);
 
-	ev.status = -ECONNRESET;
-	deliver(&c->t, &ev);
+		ev.status = -ECONNRESET;
+		deliver(&c->t, &ev);
+	}
 	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
 }
 
@@ -2124,12 +2138,13 @@ static PeerMsg *sent_resume(struct ct *c, const struct chan *h, size_t from)
 	return m;
 }
 
-static void peer_resume(struct ct *c, const struct chan *h, uint64_t rx_bytes, uint16_t rx_seq, uint64_t rx_cons,
-			bool eof_known)
+static void peer_resume_on(struct ct *c, const struct chan *h, uint64_t rx_bytes, uint16_t rx_seq, uint64_t rx_cons,
+			   bool eof_known, uint32_t rail)
 {
 	PeerMsg m = PEER_MSG__INIT;
 	ChannelResume r = CHANNEL_RESUME__INIT;
 
+	r.rail = rail;
 	r.slot = h->slot;
 	r.peer_slot = h->peer_slot;
 	r.rx_bytes = rx_bytes;
@@ -2145,6 +2160,14 @@ static void peer_resume(struct ct *c, const struct chan *h, uint64_t rx_bytes, u
 	peer_msg(c, &m);
 	/* What the peer's receiving half forgot is written again: its immediates count afresh. */
 	memset(c->peer_imms[h->slot], 0, sizeof(c->peer_imms[h->slot]));
+}
+
+static void peer_resume(struct ct *c, const struct chan *h, uint64_t rx_bytes, uint16_t rx_seq, uint64_t rx_cons,
+			bool eof_known)
+{
+	struct channel *ch = channel_find(&c->t.m, h->id);
+
+	peer_resume_on(c, h, rx_bytes, rx_seq, rx_cons, eof_known, ch ? ch->rail : 0);
 }
 
 static void ct_init_resume(struct ct *c, uint32_t qps)
@@ -2220,6 +2243,221 @@ static void channel_link_down__open_channel__resumes_and_rewrites_what_was_not_p
 	assert_true(ring_rx_prod(h) == 2 * CHUNK + 500);
 	app_read(h, 2 * CHUNK + 500);
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	mt_finish(&c->t);
+}
+
+/* ---- rail failover ---------------------------------------------------------------------------- */
+
+/* Two rails of 2 QPs each (QPs 0-1 rail 0, 2-3 rail 1), resuming on. */
+static void ct_init_rails(struct ct *c)
+{
+	c->t.rails = 2;
+	ct_init_resume(c, 2);
+	assert_int_equal(c->l->rails_up, 3u);
+	assert_true(c->l->features & MESH_FEAT_RAILS);
+}
+
+/* QP qp of the link reports a disconnect: its rail is lost, the link stays UP on the other. */
+static void rail_lost(struct ct *c, uint32_t qp)
+{
+	struct xport_event ev = cm_event(XPORT_EV_DISCONNECTED, c->l->conns[qp], NULL, 0);
+
+	ev.status = -ECONNRESET;
+	deliver(&c->t, &ev);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+}
+
+/* Every SEND since from went on QP qp. */
+static void sends_only_on(struct ct *c, size_t from, uint32_t qp)
+{
+	unsigned cid = conn_id(c->l->conns[qp]);
+
+	for (size_t i = from; i < c->t.fx->n_posts; i++)
+		if (c->t.fx->posts[i].op == XPORT_OP_SEND && c->t.fx->posts[i].conn_id != cid)
+			fail_msg("post %zu: a SEND on conn %u, expected QP %u (conn %u)", i, c->t.fx->posts[i].conn_id, qp, cid);
+}
+
+/* Rail 0 (control and the channel's QPs) fails under an open channel: the link stays UP, RailDown and
+ * the channel's resume go on rail 1, the rings are registered again on rail 1's device (new keys),
+ * and the chunks rail 0 lost are written again on rail 1's QPs at the same offsets, nothing else. */
+static void channel_rail_down__opener__moves_to_other_rail_and_rewrites_what_was_not_placed(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct channel *ch;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_rails(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	ch = chn(c, h);
+	assert_int_equal(ch->rail, 0);
+	from = c->t.fx->n_posts;
+	app_write(h, 3000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 3);
+	complete_write(c, h, write_post(c, h, from, false, 0));
+	peer_credit_placed(c, h, 0, CHUNK); /* the peer's meshd saw chunk 0; 1 and 2 die with rail 0 */
+
+	from = c->t.fx->n_posts;
+	rail_lost(c, 1);
+	assert_int_equal(c->l->rails_up, 2u);
+	assert_int_equal(c->l->ctl_rail, 1);
+	assert_null(c->l->conns[0]);
+	assert_int_equal(ch->rail, 1);
+	assert_int_equal(ch->qp0, 2);
+	assert_string_equal(channel_state_name(ch), "RESUMING");
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN); /* a pause, no error */
+	sends_only_on(c, from, 2);
+	m = sent_msg(c, from, PEER_MSG__BODY_RAIL_DOWN, 0);
+	assert_non_null(m);
+	assert_int_equal(m->rail_down->rail, 0);
+	mesh_peer_msg_free(m);
+	m = sent_resume(c, h, from);
+	assert_int_equal(m->channel_resume->rail, 1);
+	assert_true(m->channel_resume->rx_addr == (uintptr_t)h->our_rx);
+	/* The same ring, registered again on rail 1's device: the new key, made with rail 1's QP. */
+	assert_int_not_equal(m->channel_resume->rx_rkey, h->our_rx_rkey);
+	assert_int_equal(m->channel_resume->rx_rkey, find_regs(c, RING).rx->rkey);
+	assert_int_equal(find_regs(c, RING).rx->conn_id, conn_id(c->l->conns[2]));
+	assert_int_equal(m->channel_resume->credit_rkey, find_regs(c, RING).cin->rkey);
+	mesh_peer_msg_free(m);
+	assert_int_equal(write_count(c, h, from, false), 0); /* nothing before the peer's resume */
+	complete_sends(c);
+
+	from = c->t.fx->n_posts;
+	peer_resume_on(c, h, CHUNK, 1, 0, false, 1);
+	assert_string_equal(channel_state_name(ch), "OPEN");
+	assert_true(check_data_posts(c, h, from, 0, 1, CHUNK, CHUNK) == 3000 - CHUNK); /* on QPs 2, 3 */
+	complete_data(c, h, from);
+	check_peer_ring(h, 0, 3000);
+	assert_true(ch->rail_moves == 1);
+	assert_true(ch->rewritten_bytes == 3000 - CHUNK);
+	assert_true(c->t.m.rail_failovers == 1);
+	assert_true(c->t.m.link_flaps == 0);
+	mt_finish(&c->t);
+}
+
+/* The acceptor of a channel on a lost rail does not pick a rail: it waits for the opener's resume,
+ * moves where that says, and answers with its own resume carrying the keys of the new rail. */
+static void channel_rail_down__acceptor__follows_the_openers_rail(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct channel *ch;
+	size_t from;
+	PeerMsg *m;
+
+	const char *why;
+
+	ct_init_rails(c);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	h = open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
+	ch = chn(c, h);
+	from = c->t.fx->n_posts;
+	app_write(h, 2000);
+	app_kick(c, h);
+	complete_write(c, h, write_post(c, h, from, false, 0));
+
+	from = c->t.fx->n_posts;
+	rail_lost(c, 0);
+	assert_string_equal(channel_state_name(ch), "RESUMING");
+	assert_int_equal(ch->rail, 0); /* not moved yet */
+	assert_null(sent_msg(c, from, PEER_MSG__BODY_CHANNEL_RESUME, 0));
+	complete_sends(c);
+
+	from = c->t.fx->n_posts;
+	peer_resume_on(c, h, CHUNK, 1, 0, false, 1);
+	assert_int_equal(ch->rail, 1);
+	m = sent_resume(c, h, from);
+	assert_int_equal(m->channel_resume->rail, 1);
+	assert_int_equal(m->channel_resume->rx_rkey, find_regs(c, RING).rx->rkey);
+	assert_int_equal(find_regs(c, RING).rx->conn_id, conn_id(c->l->conns[2]));
+	mesh_peer_msg_free(m);
+	assert_string_equal(channel_state_name(ch), "OPEN");
+	assert_true(check_data_posts(c, h, from, 0, 1, CHUNK, CHUNK) == 2000 - CHUNK);
+	complete_data(c, h, from);
+	check_peer_ring(h, 0, 2000);
+	mt_finish(&c->t);
+}
+
+/* A rail lost during a resume (the link came back, our resume went, the peer's did not yet): the
+ * channel moves, resumes again with the new rail, and ignores the peer's resume for the old one. */
+static void channel_rail_down__during_a_resume__resumes_again_on_the_new_rail(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct channel *ch;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_rails(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	ch = chn(c, h);
+	from = c->t.fx->n_posts;
+	app_write(h, 1500);
+	app_kick(c, h);
+	link_lost(c);
+	link_back(c, 5000);
+	assert_int_equal(c->l->rails_up, 3u);
+	m = sent_resume(c, h, from);
+	assert_int_equal(m->channel_resume->rail, 0);
+	mesh_peer_msg_free(m);
+	complete_sends(c);
+
+	from = c->t.fx->n_posts;
+	rail_lost(c, 0);
+	/* Control moved to rail 1 with what the peer had not acked (our first resume, sent again), then
+	 * the channel's new resume. */
+	sends_only_on(c, from, 2);
+	m = sent_resume(c, h, from);
+	assert_int_equal(m->channel_resume->rail, 0);
+	mesh_peer_msg_free(m);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_RESUME, 1);
+	assert_non_null(m);
+	assert_int_equal(m->channel_resume->rail, 1);
+	mesh_peer_msg_free(m);
+	complete_sends(c);
+	/* The peer's resume of rail 0, sent before it heard: ignored, the channel still waits. */
+	from = c->t.fx->n_posts;
+	peer_resume_on(c, h, 0, 0, 0, false, 0);
+	assert_string_equal(channel_state_name(ch), "RESUMING");
+	assert_int_equal(write_count(c, h, from, false), 0);
+	peer_resume_on(c, h, 0, 0, 0, false, 1);
+	assert_string_equal(channel_state_name(ch), "OPEN");
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 1500);
+	complete_data(c, h, from);
+	check_peer_ring(h, 0, 1500);
+	assert_true(ch->resumes == 1); /* the one interrupted by the rail's loss never completed */
+	assert_true(ch->rail_moves == 1);
+	mt_finish(&c->t);
+}
+
+/* A close under way when the channel's rail fails: the peer's CloseAck counts writes of ours whose
+ * immediates died with the rail; the slot is freed all the same (nothing can land on it any more). */
+static void channel_rail_down__close_under_way__freed_on_the_ack(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init_rails(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 1000);
+	app_kick(c, h);
+	complete_data(c, h, from);
+	app_shut_wr(h);
+	app_hangup(c, h);
+	assert_true(chn(c, h)->close_sent);
+	rail_lost(c, 1);
+	assert_int_equal(c->t.m.n_channels, 1);
+	complete_sends(c);
+	/* The peer counted 3 chunks and a credit it never saw (they died with rail 0). */
+	c->peer_imms[h->slot][0] = 3;
+	c->peer_imms[h->slot][1] = 1;
+	peer_close_ack(c, h);
+	assert_int_equal(c->t.m.n_channels, 0);
 	mt_finish(&c->t);
 }
 
@@ -2660,6 +2898,10 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_message__close_ack_overtakes_credit__freed_once_it_lands),
 	T(channel_on_imm__more_than_close_counted__channel_error_eproto),
 	T(channel_link_down__open_channel__resumes_and_rewrites_what_was_not_placed),
+	T(channel_rail_down__opener__moves_to_other_rail_and_rewrites_what_was_not_placed),
+	T(channel_rail_down__acceptor__follows_the_openers_rail),
+	T(channel_rail_down__during_a_resume__resumes_again_on_the_new_rail),
+	T(channel_rail_down__close_under_way__freed_on_the_ack),
 	T(channel_link_up__peer_restarted__epeerrestart_at_once),
 	T(channel_tick__down_past_resume_timeout__eresumetimeo),
 	T(channel_on_message__resume_beyond_sent__eproto_others_resume),

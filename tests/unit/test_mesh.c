@@ -1523,7 +1523,386 @@ static void mesh_establish__bad_accept_pdata__down(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, mt_setup, mt_teardown)
 
+/* ---- rails: failover, sequenced control, rejoin ------------------------------------------------ */
+
+static const uint16_t ids12[] = {1, 2};
+
+/* We are node 2 (the dialler) with two rails of QPS QPs each: QPs 0-1 rail 0, 2-3 rail 1. */
+static struct link *rails_up(struct mt *t)
+{
+	struct link *l;
+
+	t->rails = 2;
+	mt_init(t, 2, ids12, 2);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	assert_int_equal(l->rails_up, 3u);
+	assert_int_equal(l->ctl_rail, 0);
+	return l;
+}
+
+static void qp_lost(struct mt *t, struct link *l, uint32_t qp)
+{
+	struct xport_event ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[qp], NULL, 0);
+
+	ev.status = -ECONNRESET;
+	deliver(t, &ev);
+}
+
+/* The nth SEND on conn cid since from, decoded (free it). */
+static PeerMsg *send_on(struct mt *t, size_t from, unsigned cid, size_t nth)
+{
+	struct fake_post *p = fake_post_find(t->fx, from, XPORT_OP_SEND, cid, nth);
+	PeerMsg *m = NULL;
+	const char *why;
+
+	if (!p)
+		fail_msg("no SEND %zu on conn %u", nth, cid);
+	assert_int_equal(mesh_peer_msg_decode(p->sent, p->len, &m, &why), 0);
+	return m;
+}
+
+/* The acceptor's answer to QP i of a rail's join (gen), as establish_qp for an attempt. */
+static void establish_join(struct mt *t, struct link *l, uint32_t i, uint16_t gen)
+{
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_ACCEPT,
+		.qp_index = (uint8_t)(i % QPS),
+		.qp_count = QPS,
+		.rail = (uint8_t)(i / QPS),
+		.rail_count = 2,
+		.flags = MESH_CM_F_RAIL_JOIN,
+		.rail_gen = gen,
+		.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name),
+		.src_node = l->peer->id,
+		.dst_node = t->m.self->id,
+		.link_epoch = l->epoch,
+		.boot_epoch = 4242,
+	};
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	struct xport_event ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
+
+	deliver(t, &ev);
+}
+
+static void peer_rail_msg(struct mt *t, struct link *l, uint32_t qp, PeerMsg__BodyCase k, uint32_t rail, uint32_t gen)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	RailDown d = RAIL_DOWN__INIT;
+	RailUp u = RAIL_UP__INIT;
+
+	m.body_case = k;
+	if (k == PEER_MSG__BODY_RAIL_DOWN) {
+		d.rail = rail;
+		d.gen = gen;
+		d.reason = -ECONNRESET;
+		m.rail_down = &d;
+		m.seq = l->ctl_rcvd + 1;
+	} else {
+		u.rail = rail;
+		u.gen = gen;
+		u.link_epoch = l->epoch;
+		m.rail_up = &u;
+	}
+	peer_send_on(t, l, qp, &m);
+}
+
+/* Rail 1 fails under an UP link: the link stays UP on rail 0, the peer hears RailDown (sequenced) on
+ * rail 0, keepalives skip rail 1, and after the backoff the dialler dials rail 1 again (a join of
+ * the link's epoch, gen 1), which is UP once both sides sent RailUp on it. A late RailDown about
+ * the rail's last incarnation is ignored; one about this one takes it down again. */
+static void mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = rails_up(t);
+	unsigned c0 = conn_id(l->conns[0]), c2 = conn_id(l->conns[2]), c3 = conn_id(l->conns[3]);
+	size_t from = t->fx->n_posts, nconn;
+	struct mesh_cm_pdata pd;
+	PeerMsg *m;
+
+	qp_lost(t, l, 3);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(l->rails_up, 1u);
+	assert_null(l->conns[2]);
+	assert_null(l->conns[3]);
+	assert_true(fake_disconnected(t->fx, c2) && fake_disconnected(t->fx, c3));
+	assert_true(l->rail_failovers == 1 && t->m.rail_failovers == 1 && t->m.link_flaps == 0);
+	assert_non_null(strstr(l->rail_last_error, "rail 1: QP 3 disconnected"));
+	m = send_on(t, from, c0, 0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_RAIL_DOWN);
+	assert_int_equal(m->rail_down->rail, 1);
+	assert_int_equal(m->rail_down->gen, 0);
+	assert_true(m->seq == 1);
+	mesh_peer_msg_free(m);
+
+	/* Keepalives on rail 0 only; no re-dial before the backoff. */
+	nconn = t->fx->n_connects;
+	from = t->fx->n_posts;
+	tick_at(t, util_now_ms() + 200);
+	assert_int_equal(t->fx->n_connects, nconn);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, c0), 1);
+	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1]; /* rail 0 hears the peer meanwhile */
+	tick_at(t, l->rail_next_dial_ms[1]);
+	assert_int_equal(t->fx->n_connects, nconn + QPS);
+	for (uint32_t i = 0; i < QPS; i++) {
+		const struct fake_cm_rec *r = &t->fx->connects[nconn + i];
+
+		pd = decode_pdata(r->pdata, r->pdata_len);
+		assert_true(pd.flags & MESH_CM_F_RAIL_JOIN);
+		assert_int_equal(pd.rail, 1);
+		assert_int_equal(pd.qp_index, i);
+		assert_int_equal(pd.rail_gen, 1);
+		assert_true(pd.link_epoch == l->epoch);
+		assert_string_equal(r->addr, "10.1.0.1");
+	}
+	assert_int_equal(l->rails_joining, 2u);
+	from = t->fx->n_posts;
+	establish_join(t, l, 2, 1);
+	establish_join(t, l, 3, 1);
+	m = send_on(t, from, conn_id(l->conns[2]), 0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_RAIL_UP);
+	assert_int_equal(m->rail_up->rail, 1);
+	assert_int_equal(m->rail_up->gen, 1);
+	assert_true(m->rail_up->link_epoch == l->epoch);
+	assert_true(m->seq == 0); /* a rail's own message: not sequenced */
+	mesh_peer_msg_free(m);
+	assert_int_equal(l->rails_up, 1u);
+	peer_rail_msg(t, l, 2, PEER_MSG__BODY_RAIL_UP, 1, 1);
+	assert_int_equal(l->rails_up, 3u);
+	assert_int_equal(l->rails_joining, 0u);
+
+	/* The peer's RailDown of gen 0 (crossed ours): not about this incarnation. */
+	peer_rail_msg(t, l, 0, PEER_MSG__BODY_RAIL_DOWN, 1, 0);
+	assert_int_equal(l->rails_up, 3u);
+	peer_rail_msg(t, l, 0, PEER_MSG__BODY_RAIL_DOWN, 1, 1);
+	assert_int_equal(l->rails_up, 1u);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_true(l->rail_failovers == 2);
+	mt_finish(t);
+}
+
+static void send_eof(struct link *l, uint32_t slot)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelEof e = CHANNEL_EOF__INIT;
+
+	e.slot = slot;
+	e.total = 100;
+	m.body_case = PEER_MSG__BODY_CHANNEL_EOF;
+	m.channel_eof = &e;
+	assert_int_equal(mesh_link_send(l, &m), 0);
+}
+
+/* The control rail fails: control moves to rail 1, the messages the peer had not acked go again
+ * there first, in order, then the RailDown; what the peer had acked does not. */
+static void mesh_rail__control_rail_lost__unacked_sent_again_in_order_on_next_rail(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = rails_up(t);
+	unsigned c2 = conn_id(l->conns[2]);
+	PeerMsg ack = PEER_MSG__INIT, *m;
+	LinkAck a = LINK_ACK__INIT;
+	size_t from;
+
+	send_eof(l, 11);
+	send_eof(l, 12);
+	send_eof(l, 13);
+	assert_true(l->ctl_seq == 3);
+	ack.body_case = PEER_MSG__BODY_LINK_ACK;
+	ack.link_ack = &a;
+	ack.ack = 1;
+	peer_send_on(t, l, 2, &ack); /* acks may come on any rail */
+	assert_true(l->ctl_acked == 1);
+
+	from = t->fx->n_posts;
+	qp_lost(t, l, 1);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(l->ctl_rail, 1);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, c2), 3);
+	for (size_t i = 0; i < 2; i++) {
+		m = send_on(t, from, c2, i);
+		assert_int_equal(m->body_case, PEER_MSG__BODY_CHANNEL_EOF);
+		assert_int_equal(m->channel_eof->slot, 12 + i);
+		assert_true(m->seq == 2 + i);
+		mesh_peer_msg_free(m);
+	}
+	m = send_on(t, from, c2, 2);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_RAIL_DOWN);
+	assert_true(m->seq == 4);
+	mesh_peer_msg_free(m);
+	/* New messages follow on rail 1. */
+	send_eof(l, 14);
+	m = send_on(t, from, c2, 3);
+	assert_true(m->seq == 5);
+	mesh_peer_msg_free(m);
+	/* Losing rail 1 as well is losing the link. */
+	qp_lost(t, l, 3);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_true(t->m.link_flaps == 1);
+	assert_true(l->ctl_seq == 0 && l->send_unacked == 0);
+	mt_finish(t);
+}
+
+static void peer_eof_seq(struct mt *t, struct link *l, uint32_t qp, uint64_t seq)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelEof e = CHANNEL_EOF__INIT;
+
+	e.slot = 9;
+	m.body_case = PEER_MSG__BODY_CHANNEL_EOF;
+	m.channel_eof = &e;
+	m.seq = seq;
+	peer_send_on(t, l, qp, &m);
+}
+
+/* The peer's control messages: a repeat (sent again after its control failover) is dropped, on any
+ * rail; a gap, a sequenced kind without a number or an ack beyond what we sent breaks the link. */
+static void mesh_rail__peer_sequence__repeat_dropped_gap_and_bad_ack_fail(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = rails_up(t);
+	PeerMsg m = PEER_MSG__INIT;
+	LinkAck a = LINK_ACK__INIT;
+
+	peer_eof_seq(t, l, 0, 1);
+	assert_true(l->ctl_rcvd == 1);
+	peer_eof_seq(t, l, 2, 1);
+	peer_eof_seq(t, l, 0, 1);
+	assert_true(l->ctl_rcvd == 1);
+	peer_eof_seq(t, l, 2, 2);
+	assert_true(l->ctl_rcvd == 2);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	peer_eof_seq(t, l, 0, 4);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "sequence number 4, expected 3"));
+	mt_finish(t);
+
+	mt_close(t);
+	mt_open(t);
+	l = rails_up(t);
+	peer_eof_seq(t, l, 0, 0);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	mt_finish(t);
+
+	mt_close(t);
+	mt_open(t);
+	l = rails_up(t);
+	m.body_case = PEER_MSG__BODY_LINK_ACK;
+	m.link_ack = &a;
+	m.ack = 1; /* we sent nothing sequenced yet */
+	peer_send(t, l, &m);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "ack 1"));
+	mt_finish(t);
+}
+
+/* A rail silent past the keepalive timeout fails alone, whichever it is (here rail 0, control). */
+static void mesh_rail__rail_silent__only_it_fails(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = rails_up(t);
+	PeerMsg ka = PEER_MSG__INIT;
+	Keepalive k = KEEPALIVE__INIT;
+	uint64_t t0 = util_now_ms();
+
+	ka.body_case = PEER_MSG__BODY_KEEPALIVE;
+	ka.keepalive = &k;
+	/* Rail 1 hears the peer; rail 0 hears nothing. */
+	l->rail_rx_ms[1] = t0 + 400;
+	l->last_rx_ms = t0 + 400;
+	tick_at(t, t0 + t->cfg.keepalive_timeout_ms + 100);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(l->rails_up, 2u);
+	assert_int_equal(l->ctl_rail, 1);
+	assert_non_null(strstr(l->rail_last_error, "rail 0"));
+	assert_non_null(strstr(l->rail_last_error, "keepalive"));
+	peer_send_on(t, l, 2, &ka);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	mt_finish(t);
+}
+
+static unsigned request_to(struct mt *t, struct fake_xport *fx, const struct mesh_cm_pdata *pd)
+{
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len = mesh_cm_pdata_encode(pd, buf, sizeof(buf));
+	struct fake_conn *fc = fake_conn_incoming(fx, "10.1.0.2");
+	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, buf, (size_t)len);
+	unsigned id = fc->id;
+
+	assert_true(len > 0);
+	deliver(t, &ev);
+	return id;
+}
+
+/* We accept (node 1, node 2 dials): a join for a rail that is still UP here is refused (the peer's
+ * RailDown has not arrived); once it is down, the join's QPs are taken and the rail comes back. */
+static void mesh_rail__acceptor__join_refused_while_rail_up_taken_after(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+	unsigned id;
+	uint64_t epoch = 5000;
+
+	t->rails = 2;
+	t->fx1 = fake_xport_new(); /* rail 1's instance: the rail of a request is the instance it came to */
+	mt_init(t, 1, ids12, 2);
+	l = lk(t, 2);
+	for (uint32_t i = 0; i < 2 * QPS; i++) {
+		pd = request_pdata(t, 2, (uint8_t)(i % QPS), epoch);
+		pd.rail = (uint8_t)(i / QPS);
+		pd.rail_count = 2;
+		pd.boot_epoch = 4242;
+		request_to(t, pd.rail ? t->fx1 : t->fx, &pd);
+	}
+	drive_to_up(t, l);
+	assert_int_equal(l->rails_up, 3u);
+
+	pd = request_pdata(t, 2, 0, epoch);
+	pd.rail = 1;
+	pd.rail_count = 2;
+	pd.boot_epoch = 4242;
+	pd.flags = MESH_CM_F_RAIL_JOIN;
+	pd.rail_gen = 1;
+	id = request_to(t, t->fx1, &pd);
+	assert_true(fake_conn_by_id(t->fx1, id) == NULL || fake_conn_by_id(t->fx1, id)->rejected);
+	assert_int_equal(l->rails_up, 3u);
+
+	qp_lost(t, l, 2);
+	assert_int_equal(l->rails_up, 1u);
+	/* A join of another epoch, or of another peer process, is refused. */
+	pd.link_epoch = epoch + 1;
+	request_to(t, t->fx1, &pd);
+	assert_int_equal(l->rails_joining, 0u);
+	pd.link_epoch = epoch;
+	pd.boot_epoch = 4243;
+	request_to(t, t->fx1, &pd);
+	assert_int_equal(l->rails_joining, 0u);
+	pd.boot_epoch = 4242;
+	for (uint32_t i = 0; i < QPS; i++) {
+		pd.qp_index = (uint8_t)i;
+		request_to(t, t->fx1, &pd);
+		assert_non_null(l->conns[QPS + i]);
+	}
+	assert_int_equal(l->rails_joining, 2u);
+	for (uint32_t i = 0; i < QPS; i++) {
+		struct xport_event ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[QPS + i], NULL, 0);
+
+		deliver(t, &ev);
+	}
+	peer_rail_msg(t, l, QPS, PEER_MSG__BODY_RAIL_UP, 1, 1);
+	assert_int_equal(l->rails_up, 3u);
+	mt_finish(t);
+}
+
 static const struct CMUnitTest tests[] = {
+	T(mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin),
+	T(mesh_rail__control_rail_lost__unacked_sent_again_in_order_on_next_rail),
+	T(mesh_rail__peer_sequence__repeat_dropped_gap_and_bad_ack_fail),
+	T(mesh_rail__rail_silent__only_it_fails),
+	T(mesh_rail__acceptor__join_refused_while_rail_up_taken_after),
 	T(mesh_dials__ids__higher_dials_lower),
 	T(mesh_tick__middle_node__dials_lower_only_and_waits_for_higher),
 	T(mesh_dial__connects__valid_connect_pdata_per_qp),
