@@ -917,7 +917,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		  ch->local_port);
 }
 
-int channel_on_message(struct link *l, const PeerMsg *msg)
+static int channel_on_message(struct link *l, const PeerMsg *msg)
 {
 	struct channel *ch;
 
@@ -1014,7 +1014,7 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 	}
 }
 
-int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status)
+static int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status)
 {
 	uint32_t slot = kind == WR_CH_DATA ? idx >> 16 : idx;
 	struct channel *ch = link_channel(l, slot);
@@ -1041,7 +1041,7 @@ int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int statu
 	return 0;
 }
 
-int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
+static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 {
 	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
 
@@ -1122,7 +1122,7 @@ static bool channel_resumable(const struct channel *ch)
 	       !ch->error && !ch->accept_pending && !ch->close_sent && !ch->close_rcvd;
 }
 
-void channel_link_down(struct link *l, bool may_resume)
+static void channel_link_down(struct link *l, bool may_resume)
 {
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
 		struct channel *ch = l->ch_slots[i];
@@ -1191,7 +1191,7 @@ static void channel_rail_lost(struct channel *ch)
 			      ch->rail, l->peer->id, (unsigned long long)ch->rx_bytes);
 }
 
-void channel_rail_down(struct link *l, uint32_t r)
+static void channel_rail_down(struct link *l, uint32_t r)
 {
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
 		struct channel *ch = l->ch_slots[i];
@@ -1244,7 +1244,7 @@ static void channel_move(struct channel *ch, uint32_t k)
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[k] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 }
 
-void channel_link_up(struct link *l)
+static void channel_link_up(struct link *l)
 {
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
 		struct channel *ch = l->ch_slots[i];
@@ -1374,7 +1374,7 @@ void channel_on_lifeline(struct mesh *m, uint32_t id)
 	channel_pump(ch);
 }
 
-void channel_tick(struct mesh *m, uint64_t t)
+static void channel_tick(struct mesh *m, uint64_t t)
 {
 	for (size_t i = 0; i < m->n_links; i++)
 		if (m->links[i].n_rejects)
@@ -1438,7 +1438,7 @@ void channel_set_polling(struct mesh *m, uint32_t rail, bool on)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
-void channel_cleanup(struct mesh *m)
+static void channel_cleanup(struct mesh *m)
 {
 	while (m->channels) {
 		struct channel *ch = m->channels;
@@ -1453,3 +1453,14 @@ void channel_cleanup(struct mesh *m)
 		free(li);
 	}
 }
+
+const struct mesh_upper channel_upper = {
+	.message = channel_on_message,
+	.imm = channel_on_imm,
+	.completion = channel_on_completion,
+	.link_down = channel_link_down,
+	.link_up = channel_link_up,
+	.rail_down = channel_rail_down,
+	.tick = channel_tick,
+	.cleanup = channel_cleanup,
+};

@@ -147,23 +147,16 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 /* A client connection went away: its listeners go, its pending connect is abandoned. */
 void channel_client_gone(struct mesh *m, int client_fd);
 
-/* From the link: a channel message (PeerMsg body), a completion of a channel work request, an
- * immediate of the data path. Return 0, or a negative errno when the peer broke the protocol badly
- * enough that the link must go. */
-int channel_on_message(struct link *l, const PeerMsg *msg);
-int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status);
-int channel_on_imm(struct link *l, uint32_t imm, uint32_t len);
-/* The link went DOWN: open channels wait for it (RESUMING, when may_resume, cluster.resume_timeout_ms
- * and the peer allow), the others break (-ECONNRESET) and leave the link. may_resume is false when
- * the peer said Goodbye or we stop: that meshd's state is going away. */
-void channel_link_down(struct link *l, bool may_resume);
-/* Rail r of an UP link failed (the link stays UP on its other rails): the rail's open channels
- * move to another rail and resume there (the opener picks it, ChannelResume.rail); closing ones
- * finish their close without it. */
-void channel_rail_down(struct link *l, uint32_t r);
-/* The link is UP again: waiting channels resume if the peer meshd is the same process (boot epoch),
- * else fail with -MESH_EPEERRESTART. */
-void channel_link_up(struct link *l);
+/* What the link layer tells channels (mesh.h, struct mesh_upper): a channel message, an immediate or
+ * a completion of the data path, the link DOWN (open channels wait as RESUMING when
+ * cluster.resume_timeout_ms and the peer allow, the others break), UP again (waiting channels resume
+ * if the peer meshd is the same process, else fail with -MESH_EPEERRESTART), a rail of an UP link
+ * lost (its open channels move to another rail and resume there: the opener picks it,
+ * ChannelResume.rail; closing ones finish their close without it), the tick (connect and resume
+ * timeouts, a pump of every channel: a lost wake-up never hangs anyone) and the exit. The one way
+ * mesh.c reaches channel.c: whoever sets the mesh up sets mesh->upper = &channel_upper. */
+struct mesh_upper;
+extern const struct mesh_upper channel_upper;
 
 /* From meshd's loop: the application kicked, or its lifeline closed. */
 void channel_on_kick(struct mesh *m, uint32_t id);
@@ -175,11 +168,6 @@ void channel_on_lifeline(struct mesh *m, uint32_t id);
  * before it sleeps. */
 int channel_poll(struct mesh *m, uint32_t rail);
 void channel_set_polling(struct mesh *m, uint32_t rail, bool on);
-/* Periodic: connect timeouts, and a pump of every channel (a lost wake-up never hangs anyone). */
-void channel_tick(struct mesh *m, uint64_t now_ms);
-/* Everything, at exit. */
-void channel_cleanup(struct mesh *m);
-
 struct channel *channel_find(struct mesh *m, uint32_t id);
 const char *channel_state_name(const struct channel *ch);
 

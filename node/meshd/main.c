@@ -679,6 +679,7 @@ int main(int argc, char **argv)
 		log_error("cannot set up the links: %s", mesh_strerror(ret));
 		goto out_xport;
 	}
+	d.mesh.upper = &channel_upper; /* channels ride the links */
 	d.epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d.epfd < 0) {
 		log_error("epoll_create1: %m");

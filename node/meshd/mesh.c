@@ -223,7 +223,8 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 			  (unsigned long long)l->epoch, l->last_error);
 	if (was_up)
 		m->link_flaps++;
-	channel_link_down(l, err != -MESH_ESHUTDOWN && !m->stopping);
+	if (m->upper)
+		m->upper->link_down(l, err != -MESH_ESHUTDOWN && !m->stopping);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
 	l->n_rejects = 0;
 	for (uint32_t i = 0; i < LINK_CONNS_MAX; i++) {
@@ -415,7 +416,8 @@ static int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg)
 	uint32_t slot;
 	int len, ret;
 
-	if (seqd && l->ctl_resend)
+	/* A peer slow to ack holds slots: keep a few for keepalives and acks, which nothing holds. */
+	if (seqd && (l->ctl_resend || __builtin_popcount(l->send_busy | l->send_unacked) >= LINK_SEND_BUFS - 4))
 		return -ENOBUFS;
 	for (slot = 0; slot < LINK_SEND_BUFS && ((l->send_busy | l->send_unacked) & (1u << slot)); slot++)
 		;
@@ -565,7 +567,7 @@ static void link_send_raildowns(struct link *l)
 /* Rail r failed (a QP error or disconnect, a silent rail, the peer's RailDown) or its join did. The
  * link stays UP on its other rails when the peer fails rails over: the rail's QPs are released,
  * control moves to the next rail with what the peer has not acked, the peer hears RailDown, the
- * rail's channels move (channel_rail_down), and the dialler dials the rail again with backoff.
+ * rail's channels move (mesh_upper.rail_down), and the dialler dials the rail again with backoff.
  * Without another UP rail, or without the feature, the link fails. */
 static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
@@ -611,7 +613,8 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 		link_send_raildowns(l);
 		if (l->phase != LINK_UP)
 			return;
-		channel_rail_down(l, r);
+		if (m->upper)
+			m->upper->rail_down(l, r);
 	} else {
 		if (!(l->rail_failures[r] & (l->rail_failures[r] - 1)))
 			log_info("link to node %u: rail %u join (gen %u) failed (%u before it): %s", l->peer->id, r,
@@ -826,7 +829,8 @@ static void link_progress(struct link *l)
 		memset(l->rail_failures, 0, sizeof(l->rail_failures));
 		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
 			l->rail_error[r][0] = '\0';
-		channel_link_up(l);
+		if (m->upper)
+			m->upper->link_up(l);
 		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
 			 l->peer->id, (unsigned long long)l->epoch, link_qps_established(l), (unsigned long long)l->peer_mb_addr,
 			 l->peer_mb_len, l->peer_mb_rkey, (unsigned long long)(t - l->attempt_ms));
@@ -1269,7 +1273,7 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 			link_fail(l, -MESH_EPEERMSG, "channel message before the link was UP");
 			break;
 		}
-		ret = channel_on_message(l, msg);
+		ret = l->mesh->upper ? l->mesh->upper->message(l, msg) : -MESH_EPEERMSG;
 		if (ret)
 			link_fail(l, ret, "channel message the link did not agree to");
 		break;
@@ -1308,7 +1312,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 				link_fail(l, -MESH_EPEERMSG, "data immediate 0x%x before channels were agreed", ev->imm);
 				return;
 			}
-			ret = channel_on_imm(l, ev->imm, ev->byte_len);
+			ret = l->mesh->upper ? l->mesh->upper->imm(l, ev->imm, ev->byte_len) : -MESH_EPEERMSG;
 			if (ret) {
 				link_fail(l, ret, "bad data immediate 0x%x", ev->imm);
 				return;
@@ -1341,7 +1345,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	case WR_CH_DATA:
 	case WR_CH_CREDIT:
 		l->sq_used[ev->conn->index]--;
-		ret = channel_on_completion(l, kind, idx, 0);
+		ret = l->mesh->upper ? l->mesh->upper->completion(l, kind, idx, 0) : -EPROTO;
 		if (ret)
 			link_fail(l, ret, "channel completion for an unknown channel (wr_id 0x%llx)",
 				  (unsigned long long)ev->wr_id);
@@ -1506,7 +1510,8 @@ void mesh_tick(struct mesh *m, uint64_t t)
 {
 	for (size_t i = 0; i < m->n_links; i++)
 		link_tick(&m->links[i], t);
-	channel_tick(m, t);
+	if (m->upper)
+		m->upper->tick(m, t);
 }
 
 void mesh_stop(struct mesh *m)
@@ -1596,7 +1601,8 @@ void mesh_cleanup(struct mesh *m)
 {
 	if (!m->links)
 		return;
-	channel_cleanup(m);
+	if (m->upper)
+		m->upper->cleanup(m);
 	mesh_disconnect_all(m);
 	for (size_t i = 0; i < m->n_links; i++) {
 		free(m->links[i].buf);

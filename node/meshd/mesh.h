@@ -176,8 +176,31 @@ struct mesh_numa {
 	} threads[MESH_RAILS_MAX];
 };
 
+/* The layer above the links (channels: channel_upper in channel.c) and everything the link layer
+ * tells it: the link layer calls up only through this table, the layer above calls down through
+ * the mesh_link_* functions below, so each file has one direction of calls. Set by whoever sets the
+ * mesh up (main.c, the unit tests); NULL: links without channels (every channel message is then a
+ * protocol error of the link, and data immediates too). */
+struct mesh_upper {
+	/* A message of the layer above (a PeerMsg body it owns), an immediate of the data path, the
+	 * completion of one of its work requests (wr_id kinds WR_CH_*): 0, or a negative errno when the
+	 * peer broke the protocol badly enough that the link must go. */
+	int (*message)(struct link *l, const PeerMsg *msg);
+	int (*imm)(struct link *l, uint32_t imm, uint32_t len);
+	int (*completion)(struct link *l, uint32_t kind, uint32_t idx, int status);
+	/* The link went DOWN (may_resume: false when the peer said Goodbye or we stop), came UP, or
+	 * lost rail r while staying UP. */
+	void (*link_down)(struct link *l, bool may_resume);
+	void (*link_up)(struct link *l);
+	void (*rail_down)(struct link *l, uint32_t r);
+	/* Periodic work after the links' (timeouts), and everything at exit. */
+	void (*tick)(struct mesh *m, uint64_t now_ms);
+	void (*cleanup)(struct mesh *m);
+};
+
 struct mesh {
 	const struct mesh_config *cfg;
+	const struct mesh_upper *upper;
 	const struct config_node *self;
 	/* Providers in order of preference; a dialler that gets no answer over one tries the next.
 	 * Each has an instance per rail: mesh_xport(). */

@@ -58,6 +58,7 @@ static void node_start(struct world *w, int i)
 	assert_int_equal(xport_create(ops, &xa, &n->x), 0);
 	assert_int_equal(xport_listen(n->x, addr, w->nodes[i].port), 0);
 	assert_int_equal(mesh_init(&n->m, &w->cfg, &w->nodes[i], &n->x, 1), 0);
+	n->m.upper = &channel_upper;
 	n->live = true;
 	n->frozen = false;
 }
