@@ -8,7 +8,7 @@ set -euo pipefail
 build_pkgs=(
     build-essential cmake pkg-config git
     libibverbs-dev librdmacm-dev rdma-core ibverbs-providers
-    libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev
+    libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev libssl-dev
     iproute2 python3
 )
 # The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.

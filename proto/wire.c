@@ -178,6 +178,10 @@ static const char *peer_msg_check(const PeerMsg *m)
 		return m->rail_up->rail >= MESH_RAILS_MAX || m->rail_up->gen > 65535 ? "rail_up: rail or gen out of range" : NULL;
 	case PEER_MSG__BODY_LINK_ACK:
 		return NULL;
+	case PEER_MSG__BODY_AUTH_NONCE:
+		return m->auth_nonce->nonce.len != MESH_AUTH_NONCE_LEN ? "auth_nonce.nonce is not 32 bytes" : NULL;
+	case PEER_MSG__BODY_AUTH_PROOF:
+		return m->auth_proof->mac.len != MESH_AUTH_MAC_LEN ? "auth_proof.mac is not 32 bytes" : NULL;
 	default:
 		return "message has no known body";
 	}

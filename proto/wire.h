@@ -57,6 +57,10 @@
 #define MESH_IMM_SLOT(imm) (((imm) >> 16) & 0x7fffu)
 #define MESH_IMM_SEQ(imm) ((uint16_t)(imm))
 
+/* The proof of the cluster key (AuthNonce, AuthProof). */
+#define MESH_AUTH_NONCE_LEN 32u
+#define MESH_AUTH_MAC_LEN 32u
+
 /* The mailbox's first bytes are the proof slot: the peer writes its token there and reads it back. */
 #define MESH_PROOF_LEN 32u
 #define MESH_MAILBOX_MIN (MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)

@@ -16,6 +16,7 @@
 
 #include <mesh/mesh.h>
 
+#include "auth.h"
 #include "util.h"
 #include "wire.h"
 
@@ -25,6 +26,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: meshctl [-j] [-p] [-s SOCKET] [OBJECT [show]]\n"
+		"       meshctl keygen\n"
 		"\n"
 		"Shows the state of the local meshd.\n"
 		"\n"
@@ -33,6 +35,8 @@ static void usage(FILE *out)
 		"          mailbox key (JSON also: the last rail_error, rail_failovers, ctl_rail)\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
+		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
+		"          cluster.key_file: meshctl keygen > /etc/rdmamesh/cluster.key; chmod 600 it\n"
 		"  channels  one row per open channel: ports, QPs, rail and device, ring, bytes and chunks\n"
 		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
 		"            again, NUMA node of the ring pages (JSON also: rail_moves)\n"
@@ -548,11 +552,29 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (optind < argc && !strcmp(argv[optind], "keygen")) {
+		/* A fresh cluster key (getrandom) in cluster.key_file's format; needs no meshd. */
+		char key[AUTH_KEY_B64_LEN + 1];
+
+		if (optind + 1 < argc) {
+			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
+			return 1;
+		}
+		ret = auth_keygen(key, sizeof(key));
+		if (ret) {
+			fprintf(stderr, "meshctl: keygen: %s\n", mesh_strerror(ret));
+			return 2;
+		}
+		printf("%s\n", key);
+		explicit_bzero(key, sizeof(key));
+		return 0;
+	}
 	if (optind < argc) {
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels)\n", argv[optind]);
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, keygen)\n",
+				argv[optind]);
 			return 1;
 		}
 		optind++;

@@ -80,6 +80,10 @@ static const struct config_key config_keys[] = {
 	 "where the data-path thread runs and channel rings and registered memory live: auto (the RDMA "
 	 "device's NUMA node, or the netdev's for tcp; unplaced when it has none), off (never placed), or a "
 	 "node number (a node this machine lacks leaves meshd unplaced, with a warning)"},
+	KEY_STR(key_file, key_file, "", NULL,
+		"file with the cluster's secret key (`meshctl keygen` prints one; a second line is the next key "
+		"of a rotation); relative to this file; mode 600 or stricter. Links prove it both ways before "
+		"anything is given; without it any host that reaches the port can join"),
 	KEY_STR(log_level, log_level, "info", log_choices, "error | warn | info | debug"),
 };
 
@@ -516,7 +520,8 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 				snprintf(cur, sizeof(cur), "\"%s\"", (const char *)cfg + k->offset);
 		}
 		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s%s%s\n", k->name,
-			k->type == CFG_UINT ? "integer" : "string", k->def ? k->def : "(none)", range, k->help,
+			k->type == CFG_UINT ? "integer" : "string", !k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range,
+			k->help,
 			cfg ? "; in force: " : "", cur);
 	}
 	fprintf(out, "# nodes = ( { ... }, ... );  one entry per node\n");

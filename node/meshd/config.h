@@ -36,6 +36,7 @@ struct mesh_config {
 	char cluster_name[CONFIG_NAME_MAX];
 	char transport[16];
 	char log_level[16];
+	char key_file[256]; /* the cluster key (auth.h), "" none; relative: to the configuration file */
 	uint32_t qps_per_link;
 	uint32_t keepalive_interval_ms;
 	uint32_t keepalive_timeout_ms;

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -577,6 +578,28 @@ static int run_data_path(struct daemon *d)
 	return ret ? ret : d->dp[0].status;
 }
 
+/* cluster.key_file, relative to the configuration file's directory; "" loads nothing. */
+static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct auth_keys *keys)
+{
+	char path[PATH_MAX], err[512];
+	const char *slash = strrchr(cfg_path, '/');
+	int ret;
+
+	memset(keys, 0, sizeof(*keys));
+	if (!cfg->key_file[0])
+		return 0;
+	if (cfg->key_file[0] == '/' || !slash)
+		snprintf(path, sizeof(path), "%s", cfg->key_file);
+	else
+		snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - cfg_path), cfg_path, cfg->key_file);
+	ret = auth_load_keys(path, keys, err, sizeof(err));
+	if (ret)
+		log_error("%s", err);
+	else
+		log_info("cluster key from %s (%u key%s)", path, keys->n, keys->n > 1 ? "s: current and next" : "");
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -590,6 +613,7 @@ int main(int argc, char **argv)
 	bool dump = false;
 	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 	const struct config_node *self;
+	struct auth_keys keys;
 	char err[512], prefix[32];
 	int c, ret, status = 1;
 
@@ -667,6 +691,14 @@ int main(int argc, char **argv)
 	snprintf(prefix, sizeof(prefix), "meshd[%u]", self->id);
 	log_set_prefix(prefix);
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
+	if (load_keys(&d.cfg, cfg_path, &keys)) {
+		config_free(&d.cfg);
+		return 1;
+	}
+	if (!keys.n)
+		log_warn("no cluster.key_file: any host that reaches %s port %u can join cluster \"%s\" as any node "
+			 "(`meshctl keygen` makes a key)",
+			 self->addr, self->port, d.cfg.cluster_name);
 
 	d.poll_mode = !strcmp(d.cfg.polling, "busy")	    ? POLL_BUSY
 		      : !strcmp(d.cfg.polling, "event") ? POLL_EVENT
@@ -680,6 +712,8 @@ int main(int argc, char **argv)
 		goto out_xport;
 	}
 	d.mesh.upper = &channel_upper; /* channels ride the links */
+	d.mesh.keys = keys;
+	explicit_bzero(&keys, sizeof(keys));
 	d.epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d.epfd < 0) {
 		log_error("epoll_create1: %m");

@@ -34,7 +34,7 @@ static uint64_t now_ms(void)
 	return util_now_ms();
 }
 
-static const char *const phase_names[] = {"IDLE", "QPS", "HELLO", "PROOF", "READY_WAIT", "UP"};
+static const char *const phase_names[] = {"IDLE", "QPS", "AUTH", "HELLO", "PROOF", "READY_WAIT", "UP"};
 
 static bool phase_in_handshake(enum link_phase p)
 {
@@ -223,6 +223,10 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 			  (unsigned long long)l->epoch, l->last_error);
 	if (was_up)
 		m->link_flaps++;
+	/* An attempt that did not prove the cluster key leaves no trace: the real dialler's next epoch,
+	 * which may be lower than the forger's, must not look stale. */
+	if (err == -MESH_EAUTH && !l->dialer)
+		l->epoch = l->epoch_proven;
 	if (m->upper)
 		m->upper->link_down(l, err != -MESH_ESHUTDOWN && !m->stopping);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
@@ -251,6 +255,8 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	l->have_peer_hello = false;
 	l->peer_ready = false;
 	l->proofs_done = 0;
+	l->have_peer_nonce = l->auth_proof_sent = l->peer_proved = false;
+	l->rails_nonce_sent = l->rails_have_nonce = l->rails_proof_sent = l->rails_peer_proved = 0;
 	link_set_phase(l, LINK_IDLE);
 	if (l->dialer) {
 		uint64_t backoff = m->cfg->backoff_initial_ms;
@@ -500,6 +506,70 @@ static void link_send_ack(struct link *l)
 	link_send_on(l, link_ctl_qp(l), &msg); /* -ENOBUFS: the tick sends it */
 }
 
+/* ---- the proof of the cluster key (auth.h) ---- */
+
+/* The transcript of the link's proof (rail 0, gen 0) or of rail r's join (gen), as the prover
+ * (dialler_proves) makes it; ours and theirs are our nonce and the peer's. */
+static struct auth_transcript link_transcript(const struct link *l, bool dialler_proves, uint32_t rail, uint32_t gen,
+					      const uint8_t *ours, const uint8_t *theirs)
+{
+	struct auth_transcript t = {
+		.cluster = l->mesh->cfg->cluster_name,
+		.dialler_proves = dialler_proves,
+		.dialler = l->dialer ? l->mesh->self->id : l->peer->id,
+		.acceptor = l->dialer ? l->peer->id : l->mesh->self->id,
+		.link_epoch = l->epoch,
+		.rail = rail,
+		.gen = gen,
+		.nonce_dialler = l->dialer ? ours : theirs,
+		.nonce_acceptor = l->dialer ? theirs : ours,
+	};
+
+	return t;
+}
+
+/* A fresh nonce into ours, sent on QP qp. */
+static int link_send_nonce(struct link *l, uint32_t qp, uint8_t *ours)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	AuthNonce n = AUTH_NONCE__INIT;
+	int ret = util_random(ours, AUTH_NONCE_LEN);
+
+	if (ret)
+		return ret;
+	n.nonce.data = ours;
+	n.nonce.len = AUTH_NONCE_LEN;
+	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
+	msg.auth_nonce = &n;
+	return link_send_on(l, qp, &msg);
+}
+
+static int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, const uint8_t *ours,
+			   const uint8_t *theirs)
+{
+	struct auth_transcript t = link_transcript(l, l->dialer, rail, gen, ours, theirs);
+	uint8_t mac[AUTH_MAC_LEN];
+	PeerMsg msg = PEER_MSG__INIT;
+	AuthProof p = AUTH_PROOF__INIT;
+	int ret = auth_prove(&l->mesh->keys, &t, mac);
+
+	if (ret)
+		return ret;
+	p.mac.data = mac;
+	p.mac.len = sizeof(mac);
+	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
+	msg.auth_proof = &p;
+	return link_send_on(l, qp, &msg);
+}
+
+static bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, const uint8_t *ours,
+			     const uint8_t *theirs, const AuthProof *p)
+{
+	struct auth_transcript t = link_transcript(l, !l->dialer, rail, gen, ours, theirs);
+
+	return auth_verify(&l->mesh->keys, &t, p->mac.data, p->mac.len);
+}
+
 /* ---- rails ---- */
 
 static uint64_t link_rail_mask(const struct link *l, uint32_t r)
@@ -533,6 +603,10 @@ static void link_rail_bury(struct link *l, uint32_t r)
 	l->rails_joining &= ~(1u << r);
 	l->rails_peer_up &= ~(1u << r);
 	l->rails_railup_sent &= ~(1u << r);
+	l->rails_nonce_sent &= ~(1u << r);
+	l->rails_have_nonce &= ~(1u << r);
+	l->rails_proof_sent &= ~(1u << r);
+	l->rails_peer_proved &= ~(1u << r);
 	if (r) {
 		mesh_bury_mr(m, l->mr_rails[r]);
 		l->mr_rails[r] = NULL;
@@ -693,6 +767,30 @@ static void link_rail_progress(struct link *l, uint32_t r)
 
 	if (!(l->rails_joining & (1u << r)) || (l->est_mask & mask) != mask)
 		return;
+	if (l->mesh->keys.n) {
+		/* The join proves the cluster key on its first QP before it may carry anything. */
+		uint32_t qp = r * l->mesh->cfg->qps_per_link, bit = 1u << r;
+		int ret = 0;
+
+		if (!(l->rails_nonce_sent & bit)) {
+			ret = link_send_nonce(l, qp, l->rail_nonce_ours[r]);
+			if (!ret)
+				l->rails_nonce_sent |= bit;
+		}
+		if (!ret && (l->rails_have_nonce & bit) && !(l->rails_proof_sent & bit)) {
+			ret = link_send_proof(l, qp, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r]);
+			if (!ret)
+				l->rails_proof_sent |= bit;
+		}
+		if (ret == -ENOBUFS)
+			return; /* the tick tries again */
+		if (ret) {
+			link_rail_fail(l, r, ret, "cannot send the proof of the cluster key on rail %u", r);
+			return;
+		}
+		if (!(l->rails_peer_proved & bit))
+			return;
+	}
 	if (!(l->rails_railup_sent & (1u << r))) {
 		PeerMsg msg = PEER_MSG__INIT;
 		RailUp u = RAIL_UP__INIT;
@@ -752,11 +850,9 @@ static int link_start_proof(struct link *l)
 	uint8_t *token = l->buf + BUF_TOKEN_OFF(l->mesh); /* the WRITE's source must be registered memory */
 	int ret;
 
-	for (uint32_t i = 0; i < MESH_PROOF_LEN; i += 8) {
-		uint64_t r = util_rand64();
-
-		memcpy(token + i, &r, 8);
-	}
+	ret = util_random(token, MESH_PROOF_LEN);
+	if (ret)
+		return ret;
 	/* Bind the token to this node, so two peers' tokens never collide. */
 	token[0] = (uint8_t)(l->mesh->self->id >> 8);
 	token[1] = (uint8_t)l->mesh->self->id;
@@ -784,6 +880,32 @@ static void link_progress(struct link *l)
 	int ret;
 
 	if (l->phase == LINK_QPS && link_qps_established(l) == mesh_link_qps(m)) {
+		if (m->keys.n) {
+			/* Nothing of the link (the mailbox key in our Hello) before the peer proved the key. */
+			ret = link_send_nonce(l, 0, l->nonce_ours);
+			if (ret) {
+				link_fail(l, ret, "cannot send our nonce");
+				return;
+			}
+			link_set_phase(l, LINK_AUTH);
+		} else {
+			ret = link_send_hello(l);
+			if (ret) {
+				link_fail(l, ret, "cannot send Hello");
+				return;
+			}
+			link_set_phase(l, LINK_HELLO);
+		}
+	}
+	if (l->phase == LINK_AUTH && l->have_peer_nonce && !l->auth_proof_sent) {
+		ret = link_send_proof(l, 0, 0, 0, l->nonce_ours, l->nonce_peer);
+		if (ret) {
+			link_fail(l, ret, "cannot send the proof of the cluster key");
+			return;
+		}
+		l->auth_proof_sent = true;
+	}
+	if (l->phase == LINK_AUTH && l->peer_proved) {
 		ret = link_send_hello(l);
 		if (ret) {
 			link_fail(l, ret, "cannot send Hello");
@@ -1023,6 +1145,14 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			link_rail_fail(l, rail, ret, "cannot accept QP %u of the rail's join", idx);
 		return;
 	}
+	/* Epochs follow the dialler's wall clock: one far in the future is a forgery that would make
+	 * every real attempt look stale. */
+	if (pd.link_epoch > util_wall_us() + LINK_EPOCH_AHEAD_US) {
+		log_warn("rejecting %s (node %u): epoch %llu is more than %llu s ahead of our clock", c->peer_addr,
+			 pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
+		mesh_reject(m, c, &pd, -MESH_ESTALE);
+		return;
+	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
 	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
@@ -1041,6 +1171,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		if (l->phase != LINK_IDLE)
 			link_fail(l, -MESH_ESTALE, "node %u re-dialled with epoch %llu", pd.src_node,
 				  (unsigned long long)pd.link_epoch);
+		l->epoch_proven = l->epoch;
 		link_begin(l, pd.link_epoch);
 	}
 	if (l->phase != LINK_QPS || l->conns[idx]) {
@@ -1136,6 +1267,11 @@ static void link_on_hello(struct link *l, const Hello *h)
 		link_fail(l, -MESH_EPEERMSG, "second Hello");
 		return;
 	}
+	if (m->keys.n && !l->peer_proved) {
+		link_fail(l, -MESH_EAUTH, "node %u sent its Hello without proving the cluster key (no cluster.key_file there?)",
+			  h->node_id);
+		return;
+	}
 	if (h->node_id != l->peer->id || h->cluster_hash != m->cluster_hash || h->link_epoch != l->epoch) {
 		link_fail(l, -MESH_EPEERMSG, "Hello from node %u, cluster 0x%08x, epoch %llu does not match", h->node_id,
 			  h->cluster_hash, (unsigned long long)h->link_epoch);
@@ -1156,6 +1292,57 @@ static void link_on_hello(struct link *l, const Hello *h)
 	l->peer_mb_addr = h->mailbox_addr;
 	l->peer_mb_len = h->mailbox_len;
 	l->peer_mb_rkey = h->mailbox_rkey;
+	link_progress(l);
+}
+
+/* AuthNonce / AuthProof: of the link's attempt on QP 0 before Hello, or of a rail's join on its
+ * first QP before RailUp. Without a key of ours, a peer that proves one is refused with a clear
+ * word: the two nodes' configurations differ. */
+static void link_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
+{
+	uint32_t r = link_qp_rail(l, qp), bit = 1u << r;
+	bool nonce = msg->body_case == PEER_MSG__BODY_AUTH_NONCE;
+	bool joining = l->phase == LINK_UP && (l->rails_joining & bit) && link_qp_first(l, qp);
+
+	if (!l->mesh->keys.n) {
+		link_fail(l, -MESH_EAUTH, "node %u proves a cluster key; this node has none (cluster.key_file)", l->peer->id);
+		return;
+	}
+	if (joining) {
+		if (nonce && !(l->rails_have_nonce & bit)) {
+			memcpy(l->rail_nonce_peer[r], msg->auth_nonce->nonce.data, AUTH_NONCE_LEN);
+			l->rails_have_nonce |= bit;
+		} else if (!nonce && (l->rails_proof_sent & bit) && !(l->rails_peer_proved & bit)) {
+			if (!link_check_proof(l, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r], msg->auth_proof)) {
+				link_rail_fail(l, r, -MESH_EAUTH, "node %u's proof of the cluster key for rail %u does not verify",
+					       l->peer->id, r);
+				return;
+			}
+			l->rails_peer_proved |= bit;
+		} else {
+			link_rail_fail(l, r, -MESH_EPEERMSG, "unexpected %s on rail %u's join", nonce ? "AuthNonce" : "AuthProof", r);
+			return;
+		}
+		link_rail_progress(l, r);
+		return;
+	}
+	if (qp || (l->phase != LINK_QPS && l->phase != LINK_AUTH)) {
+		link_fail(l, -MESH_EPEERMSG, "%s on QP %u in phase %s", nonce ? "AuthNonce" : "AuthProof", qp, phase_names[l->phase]);
+		return;
+	}
+	if (nonce && !l->have_peer_nonce) {
+		memcpy(l->nonce_peer, msg->auth_nonce->nonce.data, AUTH_NONCE_LEN);
+		l->have_peer_nonce = true;
+	} else if (!nonce && l->auth_proof_sent && !l->peer_proved) {
+		if (!link_check_proof(l, 0, 0, l->nonce_ours, l->nonce_peer, msg->auth_proof)) {
+			link_fail(l, -MESH_EAUTH, "node %u's proof of the cluster key does not verify (another key?)", l->peer->id);
+			return;
+		}
+		l->peer_proved = true;
+	} else {
+		link_fail(l, -MESH_EPEERMSG, "unexpected %s", nonce ? "AuthNonce" : "AuthProof");
+		return;
+	}
 	link_progress(l);
 }
 
@@ -1242,6 +1429,10 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 		break;
 	case PEER_MSG__BODY_LINK_ACK:
 		break; /* its ack is all it says */
+	case PEER_MSG__BODY_AUTH_NONCE:
+	case PEER_MSG__BODY_AUTH_PROOF:
+		link_on_auth(l, qp, msg);
+		break;
 	case PEER_MSG__BODY_RAIL_DOWN: {
 		const RailDown *d = msg->rail_down;
 
@@ -1262,6 +1453,11 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 		    !(l->rails_joining & (1u << u->rail)) || u->gen != l->rail_gen[u->rail] || u->link_epoch != l->epoch) {
 			link_fail(l, -MESH_EPEERMSG, "RailUp for rail %u gen %u on QP %u, not a rail joining here", u->rail,
 				  u->gen, qp);
+			break;
+		}
+		if (l->mesh->keys.n && !(l->rails_peer_proved & (1u << u->rail))) {
+			link_rail_fail(l, u->rail, -MESH_EAUTH, "node %u sent RailUp for rail %u without proving the cluster key",
+				       l->peer->id, u->rail);
 			break;
 		}
 		l->rails_peer_up |= 1u << u->rail;
@@ -1611,6 +1807,7 @@ void mesh_cleanup(struct mesh *m)
 	}
 	free(m->links);
 	m->links = NULL;
+	explicit_bzero(&m->keys, sizeof(m->keys));
 	free(m->grave.conns);
 	free(m->grave.mrs);
 	free(m->grave.maps);

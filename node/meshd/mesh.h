@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "channel.h"
 #include "config.h"
 #include "numa_topo.h"
@@ -22,6 +23,7 @@
 enum link_phase {
 	LINK_IDLE,       /* no attempt: DOWN (dialler: waiting for the next dial) */
 	LINK_QPS,        /* QPs connecting */
+	LINK_AUTH,       /* all QPs connected, our nonce sent: the proofs of the cluster key (key_file) */
 	LINK_HELLO,      /* all QPs connected, our Hello sent, waiting for the peer's */
 	LINK_PROOF,      /* writing and reading back our token in the peer's mailbox */
 	LINK_READY_WAIT, /* our proof done and Ready sent, waiting for the peer's Ready */
@@ -45,6 +47,7 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define LINK_SQ_CONTROL 16  /* of which the data path leaves this many for control messages */
 #define LINK_REJECTS_PENDING 32
 #define LINK_ERR_MAX 160
+#define LINK_EPOCH_AHEAD_US (600ull * 1000000) /* a connect's epoch may lead our clock by 10 minutes */
 
 struct mesh;
 
@@ -55,6 +58,8 @@ struct link {
 	uint8_t xp;  /* index in mesh->xports of the current (or last) attempt's provider */
 	enum link_phase phase;
 	uint64_t epoch;
+	uint64_t epoch_proven; /* acceptor: the epoch before the attempt in progress (restored if it fails
+				* the proof of the cluster key) */
 	uint64_t phase_ms;   /* when the current phase began */
 	enum link_state shown; /* the state meshctl shows, and since when: re-dials of a DOWN link */
 	uint64_t shown_ms;     /* do not reset it */
@@ -99,6 +104,13 @@ struct link {
 
 	uint32_t proofs_done;
 	bool peer_ready;
+
+	/* The proof of the cluster key, before anything of the link is given (auth.h): the link's on
+	 * QP 0, a rail's join's on the rail's first QP (bitmaps by rail). */
+	uint8_t nonce_ours[AUTH_NONCE_LEN], nonce_peer[AUTH_NONCE_LEN];
+	bool have_peer_nonce, auth_proof_sent, peer_proved;
+	uint8_t rail_nonce_ours[MESH_RAILS_MAX][AUTH_NONCE_LEN], rail_nonce_peer[MESH_RAILS_MAX][AUTH_NONCE_LEN];
+	uint32_t rails_nonce_sent, rails_have_nonce, rails_proof_sent, rails_peer_proved;
 
 	/* Rails of an UP link (MESH_FEAT_RAILS): the link stays UP while one rail is. Control messages
 	 * ride the first QP of ctl_rail (moved only when that rail fails) and are sequenced per attempt:
@@ -209,6 +221,7 @@ struct mesh {
 	uint32_t n_rails;
 	char xport_names[32]; /* "rdma", "tcp", "rdma+tcp" */
 	uint32_t cluster_hash;
+	struct auth_keys keys; /* cluster.key_file; none: links are not authenticated */
 	uint64_t boot_epoch; /* wall clock us at start */
 	uint64_t start_ms;
 	size_t n_links;

@@ -1090,9 +1090,15 @@ static int tcp_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned ac
 
 	if (!m)
 		return -ENOMEM;
-	/* Random keys: a stale key from an earlier attempt is unlikely to name a live region. */
+	/* Keys from getrandom: a peer cannot predict the next one from those it was given (nor does a
+	 * stale key of an earlier attempt name a live region). */
 	do {
-		key = (uint32_t)util_rand64();
+		int ret = util_random(&key, sizeof(key));
+
+		if (ret) {
+			free(m);
+			return ret;
+		}
 	} while (!key || tcp_mr_find(tx, key));
 	m->base.xport = &tx->base;
 	m->base.addr = addr;

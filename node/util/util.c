@@ -34,10 +34,27 @@ uint64_t util_wall_us(void)
 
 static uint64_t rand_state;
 
+int util_random(void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = getrandom(p, len, 0);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 uint64_t util_rand64(void)
 {
-	/* xorshift64*: jitter and tokens need spread, not secrecy (the proof token only has to differ
-	 * from what a stale peer could have written). */
+	/* xorshift64*: jitter needs spread, not secrecy (tokens and keys come from util_random). */
 	if (!rand_state) {
 		if (getrandom(&rand_state, sizeof(rand_state), 0) != sizeof(rand_state) || !rand_state)
 			rand_state = util_wall_us() | 1;

@@ -15,7 +15,11 @@ uint64_t util_now_ms(void);
 /* CLOCK_REALTIME in microseconds: boot and link epochs, which must grow across restarts. */
 uint64_t util_wall_us(void);
 
-/* Uniform in [0, bound) (bound > 0); seeded from getrandom() on first use. */
+/* len bytes from getrandom(): every token, nonce and key a peer must not guess. 0 or -errno. */
+int util_random(void *buf, size_t len);
+
+/* Uniform in [0, bound) (bound > 0): xorshift64*, seeded from getrandom() on first use. For jitter
+ * only: its state can be recovered from its output, so nothing secret comes from it. */
 uint64_t util_rand_below(uint64_t bound);
 uint64_t util_rand64(void);
 

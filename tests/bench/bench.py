@@ -209,6 +209,11 @@ class Bench:
     def start_mesh(self):
         a = self.a
         conf = os.path.join(self.work, "mesh.conf")
+        # Keyed, as a cluster should run: the links prove the key before anything else.
+        key = subprocess.run([self.bin("node/meshctl"), "keygen"], capture_output=True, text=True, check=True).stdout
+        fd = os.open(os.path.join(self.work, "cluster.key"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key)
         with open(conf, "w") as f:
             f.write("cluster = {\n  name = \"bench\";\n"
                     f"  transport = \"{a.mode}\";\n  qps_per_link = {a.qps};\n"
@@ -218,7 +223,7 @@ class Bench:
                     + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
                     + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
                     + ("  numa = 0;\n" if a.numa_compare else "")
-                    + "  log_level = \"info\";\n};\n"
+                    + "  log_level = \"info\";\n  key_file = \"cluster.key\";\n};\n"
                     "nodes = (\n"
                     f"  {{ id = 1; addr = \"{a.addr}\"; port = {a.mesh_port}; }},\n"
                     f"  {{ id = 2; addr = \"{a.addr}\"; port = {a.mesh_port + 1}; }}\n);\n")

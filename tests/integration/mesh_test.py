@@ -42,6 +42,18 @@ def check(ok, what, detail=""):
     return ok
 
 
+def cluster_key(build, workdir, name="cluster.key"):
+    """A fresh cluster key from `meshctl keygen` in workdir/name (mode 600), and the cluster line that
+    names it (relative to a configuration file in workdir): the tests run keyed, as a cluster should."""
+    key = subprocess.run([os.path.join(build, "node", "meshctl"), "keygen"], capture_output=True, text=True,
+                         check=True).stdout
+    path = os.path.join(workdir, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    return f'  key_file = "{name}";\n'
+
+
 def wait_until(pred, timeout, step=0.1):
     end = time.monotonic() + timeout
     while True:
@@ -70,7 +82,7 @@ class Cluster:
                     f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
                     '  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 20000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 2000;\n  log_level = "info";\n'
-                    + getattr(args, "cluster_extra", "") + '};\n')
+                    + cluster_key(args.build, workdir) + getattr(args, "cluster_extra", "") + '};\n')
             # node_extra: {node id: 'key = value; ...'} for tests that configure nodes apart
             extra = getattr(args, "node_extra", {})
             f.write("nodes = (\n" + ",\n".join(

@@ -181,7 +181,8 @@ class Cluster:
                     f'  qps_per_link = {args.qps};\n'
                     f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
                     f'  connect_timeout_ms = {args.connect_timeout};\n  handshake_timeout_ms = 10000;\n'
-                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 1000;\n  log_level = "info";\n};\n')
+                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 1000;\n  log_level = "info";\n'
+                    + mesh_test.cluster_key(args.build, workdir) + '};\n')
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "{v["addr"]}"; port = {v["port"]}; }}' for i, v in self.nodes.items())
                 + "\n);\n")

@@ -141,7 +141,8 @@ class Pair(netns_test.Cluster):
                     f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
                     f'  resume_timeout_ms = {args.resume_timeout};\n'
                     '  connect_timeout_ms = 1000;\n  handshake_timeout_ms = 5000;\n'
-                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n};\n')
+                    '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n'
+                    + mesh_test.cluster_key(args.build, workdir) + '};\n')
             rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "{hosts.addr[i][0]}"; port = {args.port + i - 1};'

@@ -379,6 +379,70 @@ void check_our_hello(struct mt *t, struct link *l, size_t from)
 }
 
 /* From "every QP connecting" to UP: establish, exchange Hellos, prove, exchange Ready. */
+/* The nth SEND on conn cid since from (any instance), decoded, or NULL. */
+static PeerMsg *nth_send(struct mt *t, size_t from, unsigned cid, size_t nth)
+{
+	struct fake_post *p = fake_post_find(t->fx, from, XPORT_OP_SEND, cid, nth);
+	PeerMsg *m = NULL;
+	const char *why;
+
+	if (!p && t->fx1)
+		p = fake_post_find(t->fx1, from, XPORT_OP_SEND, cid, nth);
+	if (!p)
+		return NULL;
+	assert_int_equal(mesh_peer_msg_decode(p->sent, p->len, &m, &why), 0);
+	return m;
+}
+
+void peer_auth(struct mt *t, struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, size_t from, bool check_ours)
+{
+	unsigned cid = conn_id(l->conns[qp]);
+	uint8_t ours[AUTH_NONCE_LEN], mac[AUTH_MAC_LEN];
+	struct auth_transcript tr;
+	PeerMsg msg = PEER_MSG__INIT, *m = nth_send(t, from, cid, 0);
+	AuthNonce n = AUTH_NONCE__INIT;
+	AuthProof p = AUTH_PROOF__INIT;
+
+	if (!m || m->body_case != PEER_MSG__BODY_AUTH_NONCE)
+		fail_msg("no AuthNonce first on QP %u", qp);
+	assert_int_equal(m->auth_nonce->nonce.len, AUTH_NONCE_LEN);
+	memcpy(ours, m->auth_nonce->nonce.data, AUTH_NONCE_LEN);
+	mesh_peer_msg_free(m);
+	assert_int_equal(util_random(t->peer_nonce, sizeof(t->peer_nonce)), 0);
+	n.nonce.data = t->peer_nonce;
+	n.nonce.len = AUTH_NONCE_LEN;
+	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
+	msg.auth_nonce = &n;
+	peer_send_on(t, l, qp, &msg);
+	/* Our proof answers the peer's nonce; nothing else goes before the peer's proof. */
+	m = nth_send(t, from, cid, 1);
+	assert_non_null(m);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_AUTH_PROOF);
+	assert_null(nth_send(t, from, cid, 2));
+	tr = (struct auth_transcript){
+		.cluster = t->cfg.cluster_name,
+		.dialler_proves = l->dialer,
+		.dialler = l->dialer ? t->m.self->id : l->peer->id,
+		.acceptor = l->dialer ? l->peer->id : t->m.self->id,
+		.link_epoch = l->epoch,
+		.rail = rail,
+		.gen = gen,
+		.nonce_dialler = l->dialer ? ours : t->peer_nonce,
+		.nonce_acceptor = l->dialer ? t->peer_nonce : ours,
+	};
+	if (check_ours)
+		assert_true(auth_verify(&t->peer_keys, &tr, m->auth_proof->mac.data, m->auth_proof->mac.len));
+	mesh_peer_msg_free(m);
+	tr.dialler_proves = !l->dialer;
+	assert_int_equal(auth_prove(&t->peer_keys, &tr, mac), 0);
+	p.mac.data = mac;
+	p.mac.len = sizeof(mac);
+	msg = (PeerMsg)PEER_MSG__INIT;
+	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
+	msg.auth_proof = &p;
+	peer_send_on(t, l, qp, &msg);
+}
+
 void drive_to_up(struct mt *t, struct link *l)
 {
 	size_t from = t->fx->n_posts;
@@ -387,6 +451,10 @@ void drive_to_up(struct mt *t, struct link *l)
 
 	for (uint32_t i = 0; i < mesh_link_qps(&t->m); i++)
 		establish_qp(t, l, i);
+	if (t->m.keys.n) {
+		assert_int_equal(l->phase, LINK_AUTH);
+		peer_auth(t, l, 0, 0, 0, from, true);
+	}
 	assert_int_equal(l->phase, LINK_HELLO);
 	check_our_hello(t, l, from);
 	from = t->fx->n_posts;

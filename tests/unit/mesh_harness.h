@@ -36,6 +36,9 @@ struct mt {
 	struct fake_xport *fx1; /* set before mt_init: the instance of rails 1.. (an acceptor tells rails
 				 * apart by the instance a request came to); freed by mt_close */
 	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
+	/* With keys (t->m.keys set after mt_init): the peer proves with peer_keys (its first key). */
+	struct auth_keys peer_keys;
+	uint8_t peer_nonce[AUTH_NONCE_LEN];
 	/* The peer's mailbox: its address and PEER_RKEY are what the test's Hello announces. */
 	uint8_t peer_mb[PEER_MB_LEN] __attribute__((aligned(64)));
 };
@@ -82,7 +85,12 @@ void peer_send_ready(struct mt *t, struct link *l, uint64_t epoch);
 void run_proof(struct mt *t, struct link *l, size_t from, int corrupt_qp);
 /* Our Hello, posted on QP 0 since `from` once every QP of the attempt is established. */
 void check_our_hello(struct mt *t, struct link *l, size_t from);
-/* From "every QP connecting" to UP: establish, exchange Hellos, prove, exchange Ready. */
+/* The peer's side of the proof of the cluster key on QP qp (the link's: rail 0 gen 0), after our
+ * AuthNonce (posted since from, checked): its nonce, then its proof with t->peer_keys. Our proof,
+ * once sent, is checked against t->peer_keys when check_ours. */
+void peer_auth(struct mt *t, struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, size_t from, bool check_ours);
+/* From "every QP connecting" to UP: establish, (prove the cluster key), exchange Hellos, prove the
+ * mailbox key, exchange Ready. */
 void drive_to_up(struct mt *t, struct link *l);
 
 #endif

@@ -739,7 +739,7 @@ static char *dump_to_string(const struct mesh_config *cfg)
 static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
-	"polling", "poll_budget_us", "app_spin_us", "numa", "log_level",
+	"polling", "poll_budget_us", "app_spin_us", "numa", "key_file", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)
@@ -805,6 +805,8 @@ static void config_dump__every_printed_default__loads_back(void **state)
 			assert_string_equal(key, "name");
 			snprintf(def, sizeof(def), "lab");
 		}
+		if (!strcmp(def, "\"\""))
+			def[0] = '\0'; /* an empty default, printed quoted */
 		if (!strcmp(type, "string"))
 			n += (size_t)snprintf(text + n, sizeof(text) - n, "  %s = \"%s\";\n", key, def);
 		else

@@ -1,0 +1,212 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "auth.h"
+#include "util.h"
+
+#define AUTH_FILE_MAX 4096 /* a key file is a few lines */
+
+static int auth_fail(char *err, size_t errlen, int ret, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int auth_fail(char *err, size_t errlen, int ret, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+/* One line of the file: base64 of exactly AUTH_KEY_LEN bytes. */
+static int auth_parse_key(const char *line, size_t n, uint8_t key[AUTH_KEY_LEN])
+{
+	unsigned char out[AUTH_KEY_B64_LEN]; /* decoding 44 characters gives 33 bytes with the padding */
+
+	if (n != AUTH_KEY_B64_LEN || line[n - 1] != '=' || line[n - 2] == '=')
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		char c = line[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/' ||
+		      (c == '=' && i == n - 1)))
+			return -EINVAL;
+	}
+	if (EVP_DecodeBlock(out, (const unsigned char *)line, (int)n) != AUTH_KEY_LEN + 1)
+		return -EINVAL;
+	memcpy(key, out, AUTH_KEY_LEN);
+	OPENSSL_cleanse(out, sizeof(out));
+	return 0;
+}
+
+int auth_load_keys(const char *path, struct auth_keys *k, char *err, size_t errlen)
+{
+	char buf[AUTH_FILE_MAX + 1];
+	struct stat st;
+	ssize_t len;
+	int fd, line = 0, ret = 0;
+
+	memset(k, 0, sizeof(*k));
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return auth_fail(err, errlen, -errno, "cluster.key_file %s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st)) {
+		ret = auth_fail(err, errlen, -errno, "cluster.key_file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = auth_fail(err, errlen, -EINVAL, "cluster.key_file %s: not a regular file", path);
+		goto out;
+	}
+	if (st.st_mode & 077) {
+		ret = auth_fail(err, errlen, -EPERM,
+				"cluster.key_file %s: permissions %04o are too open: the cluster key must not be "
+				"accessible by group or others (chmod 600 %s)",
+				path, (unsigned)(st.st_mode & 07777), path);
+		goto out;
+	}
+	len = read(fd, buf, sizeof(buf));
+	if (len < 0) {
+		ret = auth_fail(err, errlen, -errno, "cluster.key_file %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (len > AUTH_FILE_MAX) {
+		ret = auth_fail(err, errlen, -EFBIG, "cluster.key_file %s: longer than %d bytes", path, AUTH_FILE_MAX);
+		goto out;
+	}
+	buf[len] = '\0';
+	for (char *p = buf, *nl; *p; p = nl) {
+		size_t n;
+
+		nl = strchr(p, '\n');
+		nl = nl ? nl + 1 : p + strlen(p);
+		line++;
+		n = (size_t)(nl - p);
+		while (n && (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		while (n && (*p == ' ' || *p == '\t')) {
+			p++;
+			n--;
+		}
+		if (!n || *p == '#')
+			continue;
+		if (k->n == AUTH_KEYS_MAX) {
+			ret = auth_fail(err, errlen, -EINVAL,
+					"cluster.key_file %s:%d: a third key; the file holds the current key and at most "
+					"the next one",
+					path, line);
+			goto out;
+		}
+		if (auth_parse_key(p, n, k->key[k->n])) {
+			ret = auth_fail(err, errlen, -EINVAL,
+					"cluster.key_file %s:%d: not a key (base64 of %d bytes, %d characters, as "
+					"`meshctl keygen` prints: a shorter key is refused)",
+					path, line, AUTH_KEY_LEN, AUTH_KEY_B64_LEN);
+			goto out;
+		}
+		k->n++;
+	}
+	if (!k->n)
+		ret = auth_fail(err, errlen, -EINVAL, "cluster.key_file %s: no key in it (`meshctl keygen > %s`)", path,
+				path);
+out:
+	OPENSSL_cleanse(buf, sizeof(buf));
+	if (ret)
+		OPENSSL_cleanse(k, sizeof(*k));
+	close(fd);
+	return ret;
+}
+
+int auth_keygen(char *out, size_t len)
+{
+	uint8_t key[AUTH_KEY_LEN];
+	int ret;
+
+	if (len < AUTH_KEY_B64_LEN + 1)
+		return -ENOSPC;
+	ret = util_random(key, sizeof(key));
+	if (ret)
+		return ret;
+	EVP_EncodeBlock((unsigned char *)out, key, AUTH_KEY_LEN);
+	OPENSSL_cleanse(key, sizeof(key));
+	return 0;
+}
+
+static void put_u64(uint8_t **p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--)
+		*(*p)++ = (uint8_t)(v >> (8 * i));
+}
+
+/* The transcript as bytes: fixed-width, big-endian, the cluster name length-prefixed, so no two
+ * transcripts encode alike. */
+static size_t auth_encode(const struct auth_transcript *t, uint8_t *buf, size_t cap)
+{
+	static const char label[] = "rdmamesh-auth-v1";
+	size_t name = strlen(t->cluster);
+	uint8_t *p = buf;
+
+	if (sizeof(label) + 8 + name + 1 + 4 * 8 + 2 * AUTH_NONCE_LEN > cap)
+		return 0;
+	memcpy(p, label, sizeof(label));
+	p += sizeof(label);
+	put_u64(&p, name);
+	memcpy(p, t->cluster, name);
+	p += name;
+	*p++ = t->dialler_proves ? 'D' : 'A';
+	put_u64(&p, t->dialler);
+	put_u64(&p, t->acceptor);
+	put_u64(&p, t->link_epoch);
+	put_u64(&p, ((uint64_t)t->rail << 32) | t->gen);
+	memcpy(p, t->nonce_dialler, AUTH_NONCE_LEN);
+	p += AUTH_NONCE_LEN;
+	memcpy(p, t->nonce_acceptor, AUTH_NONCE_LEN);
+	p += AUTH_NONCE_LEN;
+	return (size_t)(p - buf);
+}
+
+static int auth_mac(const uint8_t key[AUTH_KEY_LEN], const struct auth_transcript *t, uint8_t mac[AUTH_MAC_LEN])
+{
+	uint8_t buf[512];
+	unsigned int mlen = 0;
+	size_t n = auth_encode(t, buf, sizeof(buf));
+
+	if (!n)
+		return -ENAMETOOLONG;
+	if (!HMAC(EVP_sha256(), key, AUTH_KEY_LEN, buf, n, mac, &mlen) || mlen != AUTH_MAC_LEN)
+		return -EIO;
+	return 0;
+}
+
+int auth_prove(const struct auth_keys *k, const struct auth_transcript *t, uint8_t mac[AUTH_MAC_LEN])
+{
+	if (!k->n)
+		return -ENOKEY;
+	return auth_mac(k->key[0], t, mac);
+}
+
+bool auth_verify(const struct auth_keys *k, const struct auth_transcript *t, const uint8_t *mac, size_t mac_len)
+{
+	bool ok = false;
+
+	if (mac_len != AUTH_MAC_LEN)
+		return false;
+	for (unsigned i = 0; i < k->n; i++) {
+		uint8_t want[AUTH_MAC_LEN];
+
+		/* Every key is tried: the time does not say which one matched. */
+		if (!auth_mac(k->key[i], t, want) && !CRYPTO_memcmp(want, mac, AUTH_MAC_LEN))
+			ok = true;
+		OPENSSL_cleanse(want, sizeof(want));
+	}
+	return ok;
+}

@@ -1,0 +1,462 @@
+/*
+ * The cluster key: its file (auth_load_keys, auth_keygen) and its proof in the link handshake and
+ * in a rail's join, over the fake transport (mesh_harness.h: the test plays the peer). What must
+ * hold: nothing of the link (the Hello with the mailbox key) goes to a peer before its proof
+ * verified; a peer without the key, with another key, or without a proof at all is refused with
+ * MESH_EAUTH; a rotation's second key is accepted.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <mesh/mesh.h>
+
+#include "auth.h"
+#include "log.h"
+#include "mesh_harness.h"
+#include "unit_main.h"
+#include "util.h"
+
+static const uint16_t ids12[] = {1, 2};
+
+/* ---- the key file ------------------------------------------------------------------------------ */
+
+struct kf {
+	char dir[64], path[96];
+};
+
+static void kf_write(struct kf *f, const char *text, mode_t mode)
+{
+	FILE *fp;
+
+	if (!f->dir[0]) {
+		snprintf(f->dir, sizeof(f->dir), "/tmp/mesh-test-auth-XXXXXX");
+		assert_non_null(mkdtemp(f->dir));
+		snprintf(f->path, sizeof(f->path), "%s/cluster.key", f->dir);
+	}
+	fp = fopen(f->path, "w");
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+	assert_int_equal(chmod(f->path, mode), 0);
+}
+
+static void kf_done(struct kf *f)
+{
+	unlink(f->path);
+	rmdir(f->dir);
+}
+
+static int kf_load(struct kf *f, struct auth_keys *k, char *err, size_t len)
+{
+	return auth_load_keys(f->path, k, err, len);
+}
+
+static void auth_load_keys__keygen_output__loads_one_key_of_32_bytes(void **state)
+{
+	char key[AUTH_KEY_B64_LEN + 1], key2[AUTH_KEY_B64_LEN + 1], text[200], err[256];
+	struct auth_keys k;
+	struct kf f = {0};
+
+	(void)state;
+	assert_int_equal(auth_keygen(key, sizeof(key)), 0);
+	assert_int_equal(strlen(key), AUTH_KEY_B64_LEN);
+	assert_int_equal(auth_keygen(key2, sizeof(key2)), 0);
+	assert_string_not_equal(key, key2); /* from getrandom: never the same twice */
+	assert_int_equal(auth_keygen(key, AUTH_KEY_B64_LEN), -ENOSPC);
+	assert_int_equal(auth_keygen(key, sizeof(key)), 0);
+	snprintf(text, sizeof(text), "# the cluster key\n\n  %s  \n", key);
+	kf_write(&f, text, 0600);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), 0);
+	assert_int_equal(k.n, 1);
+	/* Two keys: current and next of a rotation. */
+	snprintf(text, sizeof(text), "%s\n%s\n", key, key2);
+	kf_write(&f, text, 0400);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), 0);
+	assert_int_equal(k.n, 2);
+	assert_memory_not_equal(k.key[0], k.key[1], AUTH_KEY_LEN);
+	kf_done(&f);
+}
+
+static void auth_load_keys__bad_files__refused_naming_file_and_problem(void **state)
+{
+	static const char good[] = "J6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZFuZcU=\n";
+	struct auth_keys k;
+	struct kf f = {0};
+	char err[512];
+
+	(void)state;
+	/* Readable by group or others: refused as ssh refuses, with the fix. */
+	kf_write(&f, good, 0644);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, f.path));
+	assert_non_null(strstr(err, "0644 are too open"));
+	assert_non_null(strstr(err, "chmod 600"));
+	assert_int_equal(k.n, 0);
+	kf_write(&f, good, 0640);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EPERM);
+	/* Too short (16 bytes), not base64, empty, three keys. */
+	kf_write(&f, "AAECAwQFBgcICQoLDA0ODw==\n", 0600);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":1: not a key"));
+	assert_non_null(strstr(err, "shorter key is refused"));
+	kf_write(&f, "# x\nJ6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZF*ZcU=\n", 0600);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":2: not a key"));
+	kf_write(&f, "# nothing\n\n", 0600);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "no key in it"));
+	kf_write(&f, "J6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZFuZcU=\nJ6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZFuZcU=\n"
+		     "J6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZFuZcU=\n",
+		 0600);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":3: a third key"));
+	kf_done(&f);
+	/* Missing. */
+	assert_int_equal(auth_load_keys("/nonexistent/cluster.key", &k, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/cluster.key: cannot open"));
+}
+
+/* ---- the proof in the handshake ------------------------------------------------------------------ */
+
+static void keys_of(struct auth_keys *k, uint8_t fill)
+{
+	memset(k, 0, sizeof(*k));
+	memset(k->key[0], fill, AUTH_KEY_LEN);
+	k->n = 1;
+}
+
+/* We dial node 1 with a key (or without: fill 0). */
+static struct link *dial_keyed(struct mt *t, uint8_t ours, uint8_t peers)
+{
+	struct link *l;
+
+	mt_init(t, 2, ids12, 2);
+	if (ours)
+		keys_of(&t->m.keys, ours);
+	if (peers)
+		keys_of(&t->peer_keys, peers);
+	l = lk(t, 1);
+	tick(t);
+	return l;
+}
+
+static size_t sends_of(struct mt *t, size_t from, PeerMsg__BodyCase body)
+{
+	size_t n = 0;
+
+	for (size_t i = from; i < t->fx->n_posts; i++) {
+		struct fake_post *p = &t->fx->posts[i];
+		const char *why;
+		PeerMsg *m;
+
+		if (p->op != XPORT_OP_SEND)
+			continue;
+		assert_int_equal(mesh_peer_msg_decode(p->sent, p->len, &m, &why), 0);
+		n += m->body_case == body;
+		mesh_peer_msg_free(m);
+	}
+	return n;
+}
+
+/* Both ends hold the key: each proves it, and only then does our Hello (the mailbox key) go. */
+static void mesh_auth__same_key__proofs_then_hello_then_up(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0x11, 0x11);
+
+	drive_to_up(t, l); /* checks our nonce, our proof (under the peer's key), no Hello before it */
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	mt_finish(t);
+}
+
+/* A peer with another key: its proof does not verify, the attempt fails with MESH_EAUTH, and our
+ * Hello (with the mailbox key) never went out. */
+static void mesh_auth__other_key__eauth_and_no_hello(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0x11, 0x22);
+	size_t from = t->fx->n_posts;
+
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	assert_int_equal(l->phase, LINK_AUTH);
+	peer_auth(t, l, 0, 0, 0, from, false);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "proof of the cluster key does not verify"));
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EAUTH)));
+	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_HELLO), 0);
+	mt_finish(t);
+}
+
+/* A peer without a key skips the proof and sends its Hello: refused, naming the likely cause. */
+static void mesh_auth__peer_without_key__hello_refused_eauth(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0x11, 0);
+	size_t from = t->fx->n_posts;
+	Hello h;
+
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "without proving the cluster key"));
+	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_HELLO), 0);
+	mt_finish(t);
+}
+
+/* We have no key and the peer proves one: the configurations differ, and the error says so. */
+static void mesh_auth__we_have_no_key__peer_nonce_refused_eauth(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0, 0x11);
+	PeerMsg msg = PEER_MSG__INIT;
+	AuthNonce n = AUTH_NONCE__INIT;
+	uint8_t nonce[AUTH_NONCE_LEN] = {1};
+
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	assert_int_equal(l->phase, LINK_HELLO); /* keyless: as before */
+	n.nonce.data = nonce;
+	n.nonce.len = sizeof(nonce);
+	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
+	msg.auth_nonce = &n;
+	peer_send(t, l, &msg);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "this node has none (cluster.key_file)"));
+	mt_finish(t);
+}
+
+/* Key rotation: our file holds the next key first and the current one second; a peer still proving
+ * with the current one is accepted. */
+static void mesh_auth__rotation__second_key_accepted(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0x33, 0x11);
+
+	memset(t->m.keys.key[1], 0x11, AUTH_KEY_LEN);
+	t->m.keys.n = 2;
+	{
+		size_t from = t->fx->n_posts;
+
+		for (uint32_t i = 0; i < MT_QPS; i++)
+			establish_qp(t, l, i);
+		peer_auth(t, l, 0, 0, 0, from, false); /* our proof uses 0x33: the peer would need it next */
+	}
+	assert_int_equal(l->phase, LINK_HELLO);
+	mt_finish(t);
+}
+
+/* The proof binds the prover's role: the dialler's own proof sent back (a reflection) is refused. */
+static void mesh_auth__reflected_proof__refused(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0x11, 0x11);
+	size_t from = t->fx->n_posts;
+	PeerMsg msg = PEER_MSG__INIT, *ours = NULL;
+	AuthNonce n = AUTH_NONCE__INIT;
+	AuthProof p = AUTH_PROOF__INIT;
+	uint8_t nonce[AUTH_NONCE_LEN], mac[AUTH_MAC_LEN];
+	const char *why;
+
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	memset(nonce, 7, sizeof(nonce));
+	n.nonce.data = nonce;
+	n.nonce.len = sizeof(nonce);
+	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
+	msg.auth_nonce = &n;
+	peer_send(t, l, &msg);
+	for (size_t i = from; i < t->fx->n_posts; i++) {
+		struct fake_post *fp = &t->fx->posts[i];
+
+		if (fp->op != XPORT_OP_SEND)
+			continue;
+		assert_int_equal(mesh_peer_msg_decode(fp->sent, fp->len, &ours, &why), 0);
+		if (ours->body_case == PEER_MSG__BODY_AUTH_PROOF)
+			break;
+		mesh_peer_msg_free(ours);
+		ours = NULL;
+	}
+	assert_non_null(ours);
+	memcpy(mac, ours->auth_proof->mac.data, sizeof(mac));
+	mesh_peer_msg_free(ours);
+	p.mac.data = mac;
+	p.mac.len = sizeof(mac);
+	msg = (PeerMsg)PEER_MSG__INIT;
+	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
+	msg.auth_proof = &p;
+	peer_send(t, l, &msg);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "does not verify"));
+	mt_finish(t);
+}
+
+/* A rail's join proves the key on its first QP before RailUp counts: without the proof the rail
+ * stays down. */
+static void mesh_auth__rail_join__proof_before_railup(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	struct xport_event ev;
+	PeerMsg msg = PEER_MSG__INIT;
+	RailUp u = RAIL_UP__INIT;
+	size_t from;
+
+	t->rails = 2;
+	l = dial_keyed(t, 0x11, 0x11);
+	drive_to_up(t, l);
+	assert_int_equal(l->rails_up, 3u);
+	ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[3], NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(t, &ev);
+	assert_int_equal(l->rails_up, 1u);
+	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1];
+	tick_at(t, l->rail_next_dial_ms[1]);
+	assert_int_equal(l->rails_joining, 2u);
+	from = t->fx->n_posts;
+	for (uint32_t i = 2; i < 4; i++) {
+		struct mesh_cm_pdata pd = {
+			.kind = MESH_CM_ACCEPT, .qp_index = (uint8_t)(i - 2), .qp_count = 2, .rail = 1, .rail_count = 2,
+			.flags = MESH_CM_F_RAIL_JOIN, .rail_gen = l->rail_gen[1],
+			.cluster_hash = mesh_cluster_hash("test"), .src_node = 1, .dst_node = 2, .link_epoch = l->epoch,
+			.boot_epoch = 4242,
+		};
+		uint8_t buf[XPORT_PDATA_MAX];
+		int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+
+		ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
+		deliver(t, &ev);
+	}
+	/* A RailUp before any proof: the join fails, the rail stays down. */
+	u.rail = 1;
+	u.gen = l->rail_gen[1];
+	u.link_epoch = l->epoch;
+	msg.body_case = PEER_MSG__BODY_RAIL_UP;
+	msg.rail_up = &u;
+	peer_send_on(t, l, 2, &msg);
+	assert_int_equal(l->rails_up, 1u);
+	assert_int_equal(l->rails_joining, 0u);
+	assert_non_null(strstr(l->rail_last_error, "without proving the cluster key"));
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+
+	/* The next join, with the proof: UP. */
+	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1];
+	tick_at(t, l->rail_next_dial_ms[1]);
+	assert_int_equal(l->rails_joining, 2u);
+	from = t->fx->n_posts;
+	for (uint32_t i = 2; i < 4; i++) {
+		struct mesh_cm_pdata pd = {
+			.kind = MESH_CM_ACCEPT, .qp_index = (uint8_t)(i - 2), .qp_count = 2, .rail = 1, .rail_count = 2,
+			.flags = MESH_CM_F_RAIL_JOIN, .rail_gen = l->rail_gen[1],
+			.cluster_hash = mesh_cluster_hash("test"), .src_node = 1, .dst_node = 2, .link_epoch = l->epoch,
+			.boot_epoch = 4242,
+		};
+		uint8_t buf[XPORT_PDATA_MAX];
+		int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+
+		ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
+		deliver(t, &ev);
+	}
+	peer_auth(t, l, 2, 1, l->rail_gen[1], from, true);
+	u.gen = l->rail_gen[1];
+	peer_send_on(t, l, 2, &msg);
+	assert_int_equal(l->rails_up, 3u);
+	mt_finish(t);
+}
+
+/* We accept (node 1; node 2 dials). A request claiming node 2. */
+static unsigned join_request(struct mt *t, uint8_t qp, uint64_t epoch)
+{
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_CONNECT, .qp_index = qp, .qp_count = MT_QPS, .rail_count = 1,
+		.cluster_hash = mesh_cluster_hash("test"), .src_node = 2, .dst_node = 1, .link_epoch = epoch,
+		.boot_epoch = 4242,
+	};
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	struct fake_conn *fc = fake_conn_incoming(t->fx, "10.0.0.2");
+	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, buf, (size_t)len);
+	unsigned id = fc->id;
+
+	deliver(t, &ev);
+	return id;
+}
+
+/* The epoch attacks: an epoch far ahead of our clock is refused outright, and a forger that fails
+ * the proof with an epoch ahead of the real dialler's leaves no trace: the real node's lower epoch
+ * is not stale, its link comes UP. */
+static void mesh_auth__forged_epochs__refused_and_forgotten(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t now = util_wall_us();
+	unsigned id;
+
+	mt_init(t, 1, ids12, 2);
+	keys_of(&t->m.keys, 0x11);
+	keys_of(&t->peer_keys, 0x22); /* the forger's key */
+	l = lk(t, 2);
+	id = join_request(t, 0, UINT64_MAX);
+	assert_true(fake_conn_by_id(t->fx, id) == NULL || fake_conn_by_id(t->fx, id)->rejected);
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_true(l->epoch == 0);
+
+	/* The forger, 5 minutes ahead, without our key. */
+	for (uint8_t i = 0; i < MT_QPS; i++)
+		join_request(t, i, now + 300ull * 1000000);
+	{
+		size_t from = t->fx->n_posts;
+
+		for (uint32_t i = 0; i < MT_QPS; i++)
+			establish_qp(t, l, i);
+		peer_auth(t, l, 0, 0, 0, from, false);
+	}
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_non_null(strstr(l->last_error, "does not verify"));
+	assert_true(l->epoch == 0);
+
+	/* The real node 2, with the key and its own (lower) epoch. */
+	keys_of(&t->peer_keys, 0x11);
+	for (uint8_t i = 0; i < MT_QPS; i++)
+		join_request(t, i, now);
+	assert_int_equal(l->phase, LINK_QPS);
+	drive_to_up(t, l);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	mt_finish(t);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, mt_setup, mt_teardown)
+
+static const struct CMUnitTest tests[] = {
+	cmocka_unit_test(auth_load_keys__keygen_output__loads_one_key_of_32_bytes),
+	cmocka_unit_test(auth_load_keys__bad_files__refused_naming_file_and_problem),
+	T(mesh_auth__same_key__proofs_then_hello_then_up),
+	T(mesh_auth__other_key__eauth_and_no_hello),
+	T(mesh_auth__peer_without_key__hello_refused_eauth),
+	T(mesh_auth__we_have_no_key__peer_nonce_refused_eauth),
+	T(mesh_auth__rotation__second_key_accepted),
+	T(mesh_auth__reflected_proof__refused),
+	T(mesh_auth__rail_join__proof_before_railup),
+	T(mesh_auth__forged_epochs__refused_and_forgotten),
+};
+
+static int group_setup(void **state)
+{
+	(void)state;
+	log_set_level(getenv("MESH_TEST_QUIET") ? LOG_LVL_ERROR : LOG_LVL_DEBUG);
+	return 0;
+}
+
+UNIT_MAIN("auth", tests, group_setup, NULL)
