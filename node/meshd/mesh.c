@@ -1161,6 +1161,17 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		mesh_reject(m, c, &pd, -MESH_ESTALE);
 		return;
 	}
+	/* With a cluster key an UP link whose peer is alive is not given up for an attempt that has
+	 * proved nothing yet: that is how a stranger would take it DOWN. A restarted peer's old link
+	 * falls silent (or disconnects), and its new attempt is taken once the link was quiet for two
+	 * keepalive intervals. */
+	if (pd.link_epoch > l->epoch && l->phase == LINK_UP && m->keys.n &&
+	    now_ms() - l->last_rx_ms < 2ull * m->cfg->keepalive_interval_ms) {
+		log_warn("rejecting %s (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive",
+			 c->peer_addr, pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
+		mesh_reject(m, c, &pd, -MESH_EBUSY);
+		return;
+	}
 	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE) {
 		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
 			log_info("rejecting %s (node %u): %u handshakes in flight", c->peer_addr, pd.src_node,

@@ -78,6 +78,25 @@ expect 1 "addr.conf:2: nodes.addr \"node-a\" is not a numeric" "non-numeric addr
 expect 1 "$T/missing.conf: cannot open: No such file or directory" "missing config file: named, exit 1" -- \
 	"$MESHD" -c "$T/missing.conf" -n 1 -s "$T/s"
 
+# The cluster key: meshctl keygen prints one; meshd refuses a missing, short or too open key file.
+key=$("$MESHCTL" keygen)
+if [[ "$key" =~ ^[A-Za-z0-9+/]{43}=$ ]] && [ "$key" != "$("$MESHCTL" keygen)" ]; then
+	ok "meshctl keygen: a fresh base64 key of 32 bytes each time"
+else
+	bad "meshctl keygen: a fresh base64 key of 32 bytes each time" "$key"
+fi
+c=$(conf keyed "cluster = { name = \"t\"; key_file = \"t.key\"; };
+$good_nodes")
+expect 1 "cluster.key_file $T/t.key: cannot open: No such file" "key file missing: named, exit 1" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+(umask 022 && echo "$key" >"$T/t.key")
+expect 1 "permissions 0644 are too open.*chmod 600" "key file readable by others: refused as ssh does" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+(umask 077 && echo "AAECAwQFBgcICQoLDA0ODw==" >"$T/t.key")
+chmod 600 "$T/t.key"
+expect 1 "t.key:1: not a key .*shorter key is refused" "short key: refused with file:line" -- \
+	"$MESHD" -c "$c" -n 1 -s "$T/s"
+
 c=$(conf good "$good_cluster
 $good_nodes")
 expect 1 "good.conf:2: node id 9 is not in nodes" "node id not in the file: file:line, exit 1" -- \
@@ -90,7 +109,7 @@ expect 0 "cluster.keepalive_timeout_ms .*in force: 5000" "meshd --dump-config --
 expect 0 "nodes.port" "meshd --dump-config lists node keys" -- "$MESHD" --dump-config
 
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
-expect 1 "unknown object 'linkz' \(expected: links, node, channels\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
+expect 1 "unknown object 'linkz' \(expected: links, node, channels, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
 expect 2 "cannot connect to $T/nosock" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
 MESH_SOCKET="$T/envsock" expect 2 "cannot connect to $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"

@@ -150,6 +150,20 @@ class Net:
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "link", "set", "eth0", "up")
 
+    def add_host(self, i, last):
+        """One more host namespace on the bridge (a stranger's machine): self.addr[i] = 10.199.X.last."""
+        ns = f"{self.tag}-h{i}"
+        self.hosts[i] = ns
+        self.addr[i] = self.addr[1].rsplit(".", 1)[0] + f".{last}"
+        self.created.append(ns)
+        ip("netns", "add", ns)
+        ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", self.port(i), "netns", self.br)
+        ip("-n", self.br, "link", "set", self.port(i), "master", "br0")
+        ip("-n", self.br, "link", "set", self.port(i), "up")
+        ip("-n", ns, "addr", "add", f"{self.addr[i]}/24", "dev", "eth0")
+        ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", ns, "link", "set", "eth0", "up")
+
     def cleanup(self):
         """Kills whatever still runs in our namespaces (by pid), then deletes them. Returns leftovers."""
         for ns in reversed(self.created):
@@ -240,6 +254,58 @@ class Cluster:
             if text:
                 print(f"--- meshd {i} log (last 40 lines)")
                 print("".join(l + "\n" for l in text.splitlines()[-40:]), end="")
+
+
+def strangers(args, c, net, workdir, ka_s):
+    rogue = max(c.nodes) + 1
+    net.add_host(rogue, 200)
+    snap = c.links(1)[2]
+    runs = [("another key", mesh_test.cluster_key(args.build, workdir, "rogue.key")), ("no key", "")]
+    with open(c.conf) as f:
+        conf = f.read()
+    conf = conf.replace(f'addr = "{c.nodes[2]["addr"]}"', f'addr = "{net.addr[rogue]}"')
+    for phase in ("link UP", "link DOWN"):
+        if phase == "link DOWN":
+            ip("-n", net.br, "link", "set", net.port(2), "down")
+            wait_until(lambda: c.links(1)[2]["state"] == "DOWN", ka_s + 5, 0.05)
+            snap = c.links(1)[2]
+        for what, key_line in runs:
+            rconf = os.path.join(workdir, f"rogue-{len(key_line)}.conf")
+            with open(rconf, "w") as f:
+                f.write(re.sub(r'  key_file = "[^"]*";\n', key_line, conf))
+            rsock = os.path.join(workdir, "rogue.sock")
+            rlog = os.path.join(workdir, "rogue.log")
+            with open(rlog, "w") as logf:
+                p = subprocess.Popen(["ip", "netns", "exec", net.hosts[rogue], c.bin("meshd"), "-c", rconf, "-n", "2",
+                                      "-s", rsock], stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+            seen, t_end = set(), time.monotonic() + 3.0
+            while time.monotonic() < t_end:
+                lk = (c.links(1) or {}).get(2, {})
+                seen.add(lk.get("state"))
+                time.sleep(0.05)
+            p.kill()
+            p.wait()
+            lk = c.links(1)[2]
+            with open(rlog) as f:
+                rtext = f.read()
+            if phase == "link UP":
+                check(lk["state"] == "UP" and lk["epoch"] == snap["epoch"] and lk["ups"] == snap["ups"]
+                      and seen == {"UP"},
+                      f"a stranger with {what} claiming node 2 while the link is UP: node 1 keeps the link "
+                      f"(epoch and UP count unchanged)", f"{seen} {lk}")
+            else:
+                # Either end may see it first: node 1 the bad proof (or a Hello without one), the stranger
+                # a proof it cannot check.
+                text = c.log(1) + rtext
+                refused = ("proof of the cluster key does not verify" in text if key_line else
+                           "without proving the cluster key" in text or "this node has none" in text)
+                check("UP" not in seen and refused,
+                      f"a stranger with {what} claiming node 2 while node 2 is cut off: refused at the proof "
+                      f"of the key, never UP ({sorted(s for s in seen if s)})", rtext[-600:])
+    ip("-n", net.br, "link", "set", net.port(2), "up")
+    back = wait_until(c.all_up, args.up_timeout, 0.05)
+    check(back and c.links(1)[2]["ups"] > snap["ups"], "node 2 back: its link to node 1 is UP again, to the real node",
+          str(c.links(1)))
 
 
 def main():
@@ -401,6 +467,14 @@ def main():
             check(all(now[i][p]["epoch"] == snap[i][p]["epoch"] and now[i][p]["ups"] == 1
                       for i in others for p in others if p != i),
                   "the links among the others were never re-formed (same epoch, UP once)")
+
+        # 3b. strangers: a meshd on another host with the cluster's name claims node 2, once with
+        # another key and once with none. While node 2's link is UP and alive nobody takes it
+        # (node 1 refuses the newer epoch); with node 2 cut off (its link DOWN) the stranger reaches
+        # the proof of the key and fails it. Node 1's link to node 2 is never UP to a stranger, and
+        # comes back UP to the real node 2 afterwards.
+        if up and 1 in c.nodes and 2 in c.nodes and cut == 2:
+            strangers(args, c, net, workdir, ka_s)
 
         # 4. clean stop
         for nd in c.nodes.values():

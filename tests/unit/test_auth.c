@@ -437,6 +437,36 @@ static void mesh_auth__forged_epochs__refused_and_forgotten(void **state)
 	mt_finish(t);
 }
 
+/* With a key, a newer epoch does not take an UP link whose peer is alive (a stranger would take it
+ * DOWN before proving anything); once the link was quiet for two keepalive intervals (the peer
+ * restarted), it does. */
+static void mesh_auth__newer_epoch_on_live_up_link__refused_until_quiet(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t now = util_wall_us(), epoch;
+	unsigned id;
+
+	mt_init(t, 1, ids12, 2);
+	keys_of(&t->m.keys, 0x11);
+	keys_of(&t->peer_keys, 0x11);
+	l = lk(t, 2);
+	for (uint8_t i = 0; i < MT_QPS; i++)
+		join_request(t, i, now);
+	drive_to_up(t, l);
+	epoch = l->epoch;
+	id = join_request(t, 0, now + 1000);
+	assert_true(fake_conn_by_id(t->fx, id) == NULL || fake_conn_by_id(t->fx, id)->rejected);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_true(l->epoch == epoch && l->ups == 1);
+	/* Quiet for two intervals: the peer is taken to have restarted. */
+	l->last_rx_ms -= 2ull * t->cfg.keepalive_interval_ms + 1;
+	join_request(t, 0, now + 2000);
+	assert_int_equal(l->phase, LINK_QPS);
+	assert_true(l->epoch == now + 2000);
+	mt_finish(t);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, mt_setup, mt_teardown)
 
 static const struct CMUnitTest tests[] = {
@@ -450,6 +480,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_auth__reflected_proof__refused),
 	T(mesh_auth__rail_join__proof_before_railup),
 	T(mesh_auth__forged_epochs__refused_and_forgotten),
+	T(mesh_auth__newer_epoch_on_live_up_link__refused_until_quiet),
 };
 
 static int group_setup(void **state)
