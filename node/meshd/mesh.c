@@ -1093,6 +1093,14 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		mesh_reject(m, c, &pd, -MESH_EPDATA);
 		return;
 	}
+	/* A node is bound to its configured addresses: a connection claiming node N on rail r comes from
+	 * N's address of rail r (its dialler binds its source there), or it is a stranger. */
+	if (!util_addr_same_host(c->peer_addr, mesh_node_addr(l->peer, rail))) {
+		log_warn("rejecting %s: it claims node %u, whose rail %u address is %s", c->peer_addr, pd.src_node, rail,
+			 mesh_node_addr(l->peer, rail));
+		mesh_reject(m, c, &pd, -MESH_EUNKNOWNNODE);
+		return;
+	}
 	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
 	if (pd.flags & MESH_CM_F_RAIL_JOIN) {
 		/* A failed rail of the UP link, dialled again: only by the same peer process, for this

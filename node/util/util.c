@@ -70,6 +70,38 @@ uint64_t util_rand_below(uint64_t bound)
 	return bound ? util_rand64() % bound : 0;
 }
 
+/* A numeric host into 16 bytes (IPv4 as IPv4-mapped IPv6); 0, or -EINVAL. */
+static int addr_bytes(const char *host, uint8_t out[16])
+{
+	struct in_addr a4;
+
+	if (inet_pton(AF_INET, host, &a4) == 1) {
+		memset(out, 0, 10);
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, &a4, 4);
+		return 0;
+	}
+	return inet_pton(AF_INET6, host, out) == 1 ? 0 : -EINVAL;
+}
+
+int util_addr_same_host(const char *peer, const char *addr)
+{
+	uint8_t a[16], b[16];
+	char host[64];
+	const char *colon;
+
+	if (addr_bytes(addr, b))
+		return 0;
+	if (!addr_bytes(peer, a))
+		return !memcmp(a, b, 16);
+	colon = strrchr(peer, ':'); /* "host:port": the port follows the last colon */
+	if (!colon || (size_t)(colon - peer) >= sizeof(host))
+		return 0;
+	memcpy(host, peer, (size_t)(colon - peer));
+	host[colon - peer] = '\0';
+	return !addr_bytes(host, a) && !memcmp(a, b, 16);
+}
+
 size_t util_strlcpy(char *dst, const char *src, size_t size)
 {
 	size_t n = strlen(src);

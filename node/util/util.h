@@ -27,6 +27,10 @@ uint64_t util_rand64(void);
  * interface for a wildcard), into name. 0, or -ENODEV when no interface has it. */
 int util_addr_ifname(const char *addr, char *name, size_t len);
 
+/* Whether peer ("host" or "host:port", as transports name a connection's peer; an IPv4-mapped IPv6
+ * host counts as its IPv4 address) is the numeric address addr. */
+int util_addr_same_host(const char *peer, const char *addr);
+
 /* Copies at most size-1 bytes and always terminates; returns strlen(src). */
 size_t util_strlcpy(char *dst, const char *src, size_t size);
 

@@ -224,7 +224,12 @@ def main():
             (1, "reject:2004", ["--src", str(top), "--dst", "7", "--cluster", "itest"], "wrong destination id"),
             (1, "reject:2001", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--version", "9"], "bad version"),
             (1, "reject:2007", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--qps", "5"], "QP count"),
-            (1, "reject:2005", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--epoch", "1"], "stale epoch"),
+            # From node top's own address: a node is bound to its configured addresses.
+            (1, "reject:2005", ["--src", str(top), "--dst", "1", "--cluster", "itest", "--epoch", "1",
+                                "-S", c.nodes[top]["addr"]], "stale epoch"),
+            (1, "reject:2004", ["--src", "2", "--dst", "1", "--cluster", "itest", "--epoch", "1",
+                                "-S", c.nodes[top]["addr"]] if c.nodes[2]["addr"] != c.nodes[top]["addr"] else
+             ["--src", "999", "--dst", "1", "--cluster", "itest"], "node 2 claimed from node top's address"),
             (1, "reject:2008", ["--garbage"], "garbage private data (bad magic)"),
         ]
         for node, expect, extra, what in cases:

@@ -257,51 +257,68 @@ class Cluster:
 
 
 def strangers(args, c, net, workdir, ka_s):
+    """A meshd on another host with the cluster's name claims node 2 (the steps below)."""
     rogue = max(c.nodes) + 1
     net.add_host(rogue, 200)
     snap = c.links(1)[2]
-    runs = [("another key", mesh_test.cluster_key(args.build, workdir, "rogue.key")), ("no key", "")]
     with open(c.conf) as f:
         conf = f.read()
-    conf = conf.replace(f'addr = "{c.nodes[2]["addr"]}"', f'addr = "{net.addr[rogue]}"')
-    for phase in ("link UP", "link DOWN"):
-        if phase == "link DOWN":
-            ip("-n", net.br, "link", "set", net.port(2), "down")
-            wait_until(lambda: c.links(1)[2]["state"] == "DOWN", ka_s + 5, 0.05)
-            snap = c.links(1)[2]
-        for what, key_line in runs:
-            rconf = os.path.join(workdir, f"rogue-{len(key_line)}.conf")
-            with open(rconf, "w") as f:
-                f.write(re.sub(r'  key_file = "[^"]*";\n', key_line, conf))
-            rsock = os.path.join(workdir, "rogue.sock")
-            rlog = os.path.join(workdir, "rogue.log")
-            with open(rlog, "w") as logf:
-                p = subprocess.Popen(["ip", "netns", "exec", net.hosts[rogue], c.bin("meshd"), "-c", rconf, "-n", "2",
-                                      "-s", rsock], stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
-            seen, t_end = set(), time.monotonic() + 3.0
-            while time.monotonic() < t_end:
-                lk = (c.links(1) or {}).get(2, {})
-                seen.add(lk.get("state"))
-                time.sleep(0.05)
-            p.kill()
-            p.wait()
-            lk = c.links(1)[2]
-            with open(rlog) as f:
-                rtext = f.read()
-            if phase == "link UP":
-                check(lk["state"] == "UP" and lk["epoch"] == snap["epoch"] and lk["ups"] == snap["ups"]
-                      and seen == {"UP"},
-                      f"a stranger with {what} claiming node 2 while the link is UP: node 1 keeps the link "
-                      f"(epoch and UP count unchanged)", f"{seen} {lk}")
-            else:
-                # Either end may see it first: node 1 the bad proof (or a Hello without one), the stranger
-                # a proof it cannot check.
-                text = c.log(1) + rtext
-                refused = ("proof of the cluster key does not verify" in text if key_line else
-                           "without proving the cluster key" in text or "this node has none" in text)
-                check("UP" not in seen and refused,
-                      f"a stranger with {what} claiming node 2 while node 2 is cut off: refused at the proof "
-                      f"of the key, never UP ({sorted(s for s in seen if s)})", rtext[-600:])
+    keys = {"the cluster's key": None, "another key": mesh_test.cluster_key(args.build, workdir, "rogue.key"),
+            "no key": ""}
+    away = conf.replace(f'addr = "{c.nodes[2]["addr"]}"', f'addr = "{net.addr[rogue]}"')
+
+    def run(what, text, secs=3.0):
+        rconf = os.path.join(workdir, "rogue.conf")
+        if keys[what] is not None:
+            text = re.sub(r'  key_file = "[^"]*";\n', keys[what], text)
+        with open(rconf, "w") as f:
+            f.write(text)
+        rlog = os.path.join(workdir, "rogue.log")
+        with open(rlog, "w") as logf:
+            p = subprocess.Popen(["ip", "netns", "exec", net.hosts[rogue], c.bin("meshd"), "-c", rconf, "-n", "2",
+                                  "-s", os.path.join(workdir, "rogue.sock")],
+                                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        seen, t_end = set(), time.monotonic() + secs
+        while time.monotonic() < t_end:
+            seen.add((c.links(1) or {}).get(2, {}).get("state"))
+            time.sleep(0.05)
+        p.kill()
+        p.wait()
+        with open(rlog) as f:
+            return seen, f.read()
+
+    # While node 2's link is UP and alive nobody takes it, whatever the stranger holds.
+    for what in keys:
+        seen, _ = run(what, away)
+        lk = c.links(1)[2]
+        check(lk["state"] == "UP" and lk["epoch"] == snap["epoch"] and lk["ups"] == snap["ups"] and seen == {"UP"},
+              f"a stranger from another host with {what} claiming node 2 while the link is UP: node 1 keeps the "
+              f"link (epoch and UP count unchanged)", f"{seen} {lk}")
+
+    # Node 2 cut off: its link DOWN. A stranger from its own address with the cluster's key is refused
+    # by node binding; one that took node 2's address but lacks the key fails the proof.
+    ip("-n", net.br, "link", "set", net.port(2), "down")
+    wait_until(lambda: c.links(1)[2]["state"] == "DOWN", ka_s + 5, 0.05)
+    before = c.log(1)
+    seen, _ = run("the cluster's key", away)
+    check("UP" not in seen and "claims node 2, whose rail 0 address is" in c.log(1)[len(before):],
+          f"node 2 cut off, a stranger from another address with the cluster's key: refused by node binding, "
+          f"never UP ({sorted(s for s in seen if s)})", c.log(1)[len(before):][-600:])
+    ip("-n", net.hosts[rogue], "addr", "add", f"{c.nodes[2]['addr']}/24", "dev", "eth0")
+    for what in ("another key", "no key"):
+        ip("-n", net.hosts[1], "neigh", "flush", "all")  # node 1 learns where node 2's address is now
+        before = c.log(1)
+        seen, rtext = run(what, conf)
+        # Either end may see it first: node 1 the bad proof (or a Hello without one), the stranger a
+        # proof it cannot check.
+        text = c.log(1)[len(before):] + rtext
+        refused = ("proof of the cluster key does not verify" in text if what == "another key" else
+                   "without proving the cluster key" in text or "this node has none" in text)
+        check("UP" not in seen and refused,
+              f"node 2 cut off, a stranger at node 2's address with {what}: refused at the proof of the key, "
+              f"never UP ({sorted(s for s in seen if s)})", text[-800:])
+    ip("-n", net.hosts[rogue], "addr", "del", f"{c.nodes[2]['addr']}/24", "dev", "eth0")
+    ip("-n", net.hosts[1], "neigh", "flush", "all")
     ip("-n", net.br, "link", "set", net.port(2), "up")
     back = wait_until(c.all_up, args.up_timeout, 0.05)
     check(back and c.links(1)[2]["ups"] > snap["ups"], "node 2 back: its link to node 1 is UP again, to the real node",
@@ -468,11 +485,11 @@ def main():
                       for i in others for p in others if p != i),
                   "the links among the others were never re-formed (same epoch, UP once)")
 
-        # 3b. strangers: a meshd on another host with the cluster's name claims node 2, once with
-        # another key and once with none. While node 2's link is UP and alive nobody takes it
-        # (node 1 refuses the newer epoch); with node 2 cut off (its link DOWN) the stranger reaches
-        # the proof of the key and fails it. Node 1's link to node 2 is never UP to a stranger, and
-        # comes back UP to the real node 2 afterwards.
+        # 3b. strangers: a meshd with the cluster's name claims node 2. While node 2's link is UP and
+        # alive nobody takes it (a newer epoch is refused); with node 2 cut off, a stranger from
+        # another address is refused by node binding even with the key, and one that took node 2's
+        # address fails the proof of the key without it. Node 1's link to node 2 is never UP to a
+        # stranger, and comes back UP to the real node 2 afterwards.
         if up and 1 in c.nodes and 2 in c.nodes and cut == 2:
             strangers(args, c, net, workdir, ka_s)
 

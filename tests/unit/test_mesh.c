@@ -46,10 +46,10 @@ static struct mesh_cm_pdata request_pdata(struct mt *t, uint16_t src, uint8_t qp
 	return pd;
 }
 
-/* A CONNECT_REQUEST carrying raw private data on a new passive connection; returns its id. */
-static unsigned request_raw(struct mt *t, const void *pdata, size_t len)
+/* A CONNECT_REQUEST carrying raw private data on a new passive connection from from; returns its id. */
+static unsigned request_from(struct mt *t, const char *from, const void *pdata, size_t len)
 {
-	struct fake_conn *fc = fake_conn_incoming(t->fx, "10.0.0.200");
+	struct fake_conn *fc = fake_conn_incoming(t->fx, from);
 	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, pdata, len);
 	unsigned id = fc->id; /* a rejected conn is gone after deliver() */
 
@@ -57,13 +57,22 @@ static unsigned request_raw(struct mt *t, const void *pdata, size_t len)
 	return id;
 }
 
+static unsigned request_raw(struct mt *t, const void *pdata, size_t len)
+{
+	return request_from(t, "10.0.0.200", pdata, len);
+}
+
+/* From the address the claimed node has on the request's rail (mt_init: 10.R.0.ID), as a real node
+ * binds its source. */
 static unsigned request(struct mt *t, const struct mesh_cm_pdata *pd)
 {
 	uint8_t buf[XPORT_PDATA_MAX];
 	int len = mesh_cm_pdata_encode(pd, buf, sizeof(buf));
+	char from[32];
 
 	assert_true(len > 0);
-	return request_raw(t, buf, (size_t)len);
+	snprintf(from, sizeof(from), "10.%u.0.%u:40000", pd->rail, pd->src_node);
+	return request_from(t, from, buf, (size_t)len);
 }
 
 /* The connection was accepted with ACCEPT private data answering pd, and joined the peer's link. */
@@ -771,6 +780,34 @@ static void mesh_accept__wrong_qp_count__rejected_eqpcount(void **state)
 	pd.qp_count = QPS + 1;
 	check_reject(t, &pd, -MESH_EQPCOUNT);
 	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
+}
+
+/* A node is bound to its configured addresses: a stranger claiming node 2 from another address is
+ * refused, whatever else it got right, and node 2 from its own address is still accepted. */
+static void mesh_accept__claimed_node_from_other_address__rejected(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+	uint8_t buf[XPORT_PDATA_MAX];
+	uint64_t before;
+	unsigned cid;
+	int len;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	for (size_t i = 0; i < 3; i++) {
+		static const char *const from[] = {"10.0.0.200:40000", "10.0.0.3:40000", "::ffff:10.0.0.9"};
+
+		before = t->m.peer_rejects;
+		cid = request_from(t, from[i], buf, (size_t)len);
+		expect_rejected(t, cid, before, -MESH_EUNKNOWNNODE);
+	}
+	assert_int_equal(lk(t, 2)->phase, LINK_IDLE);
+	/* IPv4-mapped is the same host. */
+	cid = request_from(t, "::ffff:10.0.0.2", buf, (size_t)len);
+	expect_accepted(t, cid, &pd);
 	mt_finish(t);
 }
 
@@ -1827,11 +1864,16 @@ static unsigned request_to(struct mt *t, struct fake_xport *fx, const struct mes
 {
 	uint8_t buf[XPORT_PDATA_MAX];
 	int len = mesh_cm_pdata_encode(pd, buf, sizeof(buf));
-	struct fake_conn *fc = fake_conn_incoming(fx, "10.1.0.2");
-	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, buf, (size_t)len);
-	unsigned id = fc->id;
+	char from[32];
+	struct fake_conn *fc;
+	struct xport_event ev;
+	unsigned id;
 
 	assert_true(len > 0);
+	snprintf(from, sizeof(from), "10.%u.0.%u", pd->rail, pd->src_node);
+	fc = fake_conn_incoming(fx, from);
+	ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, buf, (size_t)len);
+	id = fc->id;
 	deliver(t, &ev);
 	return id;
 }
@@ -1929,6 +1971,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__unknown_node__rejected_eunknownnode),
 	T(mesh_accept__wrong_qp_count__rejected_eqpcount),
 	T(mesh_accept__other_rail_count__rejected_eqpcount),
+	T(mesh_accept__claimed_node_from_other_address__rejected),
 	T(mesh_accept__bad_magic__rejected_ebadmagic),
 	T(mesh_accept__version_2__rejected_eprotover),
 	T(mesh_accept__truncated_pdata__rejected),
