@@ -133,8 +133,26 @@ void admin_on_listen(struct admin *a)
 		}
 		a->clients[slot] = fd;
 	}
-	if (errno != EAGAIN && errno != EWOULDBLOCK)
+	if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+		if (!(a->pauses++ % 100))
+			log_warn("accept on %s: %m; not accepting for %d ms (%llu times so far)", a->path, ADMIN_PAUSE_MS,
+				 (unsigned long long)a->pauses);
+		epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->lfd, NULL);
+		a->paused_until_ms = util_now_ms() + ADMIN_PAUSE_MS;
+	} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
 		log_warn("accept on %s: %m", a->path);
+	}
+}
+
+void admin_tick(struct admin *a, uint64_t now)
+{
+	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = a->tag_listen};
+
+	if (!a->paused_until_ms || now < a->paused_until_ms || a->lfd < 0)
+		return;
+	a->paused_until_ms = 0;
+	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->lfd, &ee))
+		log_error("control socket %s: cannot watch it again: %m", a->path);
 }
 
 static void fill_node(struct mesh *m, NodeInfo *n, char *version)

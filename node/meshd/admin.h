@@ -13,6 +13,7 @@
 #include "mesh.h"
 
 #define ADMIN_CLIENTS_MAX 64
+#define ADMIN_PAUSE_MS 100 /* out of descriptors: the listening socket rests this long */
 
 struct admin {
 	int lfd;
@@ -23,6 +24,10 @@ struct admin {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int clients[ADMIN_CLIENTS_MAX];
 	uint64_t errors;
+	/* Out of descriptors the listening socket stays readable: it leaves the epoll set until then
+	 * (admin_tick puts it back) instead of waking the loop without end. 0: watched. */
+	uint64_t paused_until_ms;
+	uint64_t pauses;
 };
 
 /* Binds path (creating its directory, replacing a stale socket, refusing a live one) and adds the
@@ -33,6 +38,8 @@ void admin_close(struct admin *a);
 /* Makes the admin socket the channels' way to applications (channel_ops) and to meshd's epoll. */
 void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life);
 void admin_on_listen(struct admin *a);
+/* Periodic: watches a paused listening socket again. */
+void admin_tick(struct admin *a, uint64_t now_ms);
 void admin_on_client(struct admin *a, int fd);
 
 #endif

@@ -453,6 +453,7 @@ static int run(struct dp *dp)
 					d->more[i] = drain_xport(d, d->xports[i]);
 			mesh_tick(m, util_now_ms());
 			mesh_reap(m);
+			admin_tick(&d->admin, util_now_ms());
 		}
 		/* What the handlers released goes after the batch (no event above may still name it). */
 		mesh_reap(m);

@@ -42,6 +42,7 @@
 
 #define TCP_READ_CHUNK (256u << 10)
 #define TCP_TICK_MS 100
+#define TCP_ACCEPT_PAUSE_MS 100 /* out of descriptors: the listener rests this long */
 #define TCP_LISTEN_BACKLOG 256
 
 enum tcp_conn_state {
@@ -128,6 +129,10 @@ struct tcp_xport {
 	struct xport base;
 	struct xport_attr attr;
 	int epfd, lfd, evfd, tfd;
+	/* Out of descriptors (EMFILE, ENFILE) the listener stays readable: it leaves the epoll set
+	 * until this time instead of waking the loop without end. 0: watched. */
+	uint64_t accept_paused_until;
+	uint64_t accept_pauses; /* logged on the first and every 100th */
 	char listen_addr[XPORT_ADDR_MAX];
 	bool timer_on;
 	struct tcp_conn *conns;
@@ -250,6 +255,7 @@ static void tcp_timer_update(struct tcp_xport *tx)
 	bool need = false;
 	struct itimerspec its = {{0, 0}, {0, 0}};
 
+	need = tx->accept_paused_until != 0;
 	for (struct tcp_conn *c = tx->conns; c && !need; c = c->next)
 		need = c->deadline_ms != 0;
 	if (need == tx->timer_on)
@@ -960,8 +966,18 @@ static void tcp_accept_all(struct tcp_xport *tx)
 		int fd = accept4(tx->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/* The pending connection stays queued (the kernel's backlog bounds them); we
+				 * look again when descriptors may have been freed. */
+				if (!(tx->accept_pauses++ % 100))
+					log_warn("tcp accept on %s: %m; not accepting for %d ms (%llu times so far)",
+						 tx->listen_addr, TCP_ACCEPT_PAUSE_MS, (unsigned long long)tx->accept_pauses);
+				epoll_ctl(tx->epfd, EPOLL_CTL_DEL, tx->lfd, NULL);
+				tx->accept_paused_until = util_now_ms() + TCP_ACCEPT_PAUSE_MS;
+				tcp_timer_update(tx);
+			} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 				log_warn("tcp accept: %m");
+			}
 			return;
 		}
 		c = tcp_conn_new(tx, fd);
@@ -1244,6 +1260,14 @@ static int tcp_post_recv(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 static void tcp_check_deadlines(struct tcp_xport *tx)
 {
 	uint64_t now = util_now_ms();
+
+	if (tx->accept_paused_until && now >= tx->accept_paused_until) {
+		struct epoll_event ee = {.events = EPOLLIN, .data.ptr = &tag_listen};
+
+		tx->accept_paused_until = 0;
+		if (epoll_ctl(tx->epfd, EPOLL_CTL_ADD, tx->lfd, &ee))
+			log_error("tcp listener on %s: cannot watch it again: %m", tx->listen_addr);
+	}
 
 	for (struct tcp_conn *c = tx->conns; c; c = c->next) {
 		if (!c->deadline_ms || now < c->deadline_ms)

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Hostile clients against one meshd (tcp provider on loopback), each check fails without its fix.
+
+  1. Out of descriptors: node 1's meshd runs under `prlimit --nofile` (a small limit) and 120 tcp
+     connections to its port plus 80 to its control socket are held open, more than it has
+     descriptors for. A listener that stays readable while accept() fails with EMFILE used to make
+     meshd spin (93% of a CPU, 47 MB of log in 3 s): now it rests each listener for a while, so over
+     2 s it uses under a quarter of a CPU and logs a handful of lines. Once the connections close it
+     accepts again: node 2, started then, brings its link UP, and meshctl answers.
+  2. SIGTERM: node 1 exits 0; no error lines or sanitizer reports in its log.
+Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
+"""
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mesh_test  # noqa: E402
+from mesh_test import check, wait_until  # noqa: E402
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--port", type=int, default=17670)
+    ap.add_argument("--nofile", type=int, default=48)
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    if not shutil.which("prlimit"):
+        print("skip: prlimit (util-linux) not found")
+        return 77
+    work = tempfile.mkdtemp(prefix="mesh-hostile-")
+    meshd = os.path.join(args.build, "node", "meshd")
+    meshctl = os.path.join(args.build, "node", "meshctl")
+    conf = os.path.join(work, "mesh.conf")
+    with open(conf, "w") as f:
+        f.write('cluster = {\n  name = "hostile";\n  transport = "tcp";\n  qps_per_link = 2;\n'
+                '  connect_timeout_ms = 20000;\n  handshake_timeout_ms = 20000;\n'
+                '  keepalive_interval_ms = 300;\n  keepalive_timeout_ms = 3000;\n'
+                + mesh_test.cluster_key(args.build, work) + '};\n'
+                f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {args.port}; }},\n'
+                f'  {{ id = 2; addr = "127.0.0.1"; port = {args.port + 1}; }}\n);\n')
+    socks = {i: os.path.join(work, f"meshd{i}.sock") for i in (1, 2)}
+    logs = {i: os.path.join(work, f"meshd{i}.log") for i in (1, 2)}
+    procs, held = {}, []
+
+    def start(i, wrap=()):
+        with open(logs[i], "a") as lf:
+            procs[i] = subprocess.Popen([*wrap, meshd, "-c", conf, "-n", str(i), "-s", socks[i]],
+                                        stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
+
+    def ctl(i, *what):
+        r = subprocess.run([meshctl, "-j", "-s", socks[i], *what], capture_output=True, text=True, timeout=10)
+        return r.returncode == 0
+
+    def log(i):
+        with open(logs[i]) as f:
+            return f.read()
+
+    try:
+        start(1, ("prlimit", f"--nofile={args.nofile}:{args.nofile}"))
+        if not check(wait_until(lambda: ctl(1, "node"), 10), f"node 1 runs under prlimit --nofile={args.nofile}"):
+            raise RuntimeError("node 1 did not start")
+        for _ in range(120):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", args.port))
+            held.append(s)
+        for _ in range(80):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.setblocking(False)
+            try:
+                s.connect(socks[1])
+            except OSError:
+                pass
+            held.append(s)
+        time.sleep(0.5)
+        lines0 = len(log(1).splitlines())
+        c0, t0 = cpu_seconds(procs[1].pid), time.monotonic()
+        time.sleep(2.0)
+        share = (cpu_seconds(procs[1].pid) - c0) / (time.monotonic() - t0)
+        lines = len(log(1).splitlines()) - lines0
+        paused = "not accepting for" in log(1)
+        check(procs[1].poll() is None and paused and share < 0.25 and lines < 20,
+              f"out of descriptors under 200 held connections: meshd rests its listeners ({share:.0%} of a CPU "
+              f"over 2 s, {lines} log lines)", log(1)[-1500:])
+        for s in held:
+            s.close()
+        held.clear()
+        start(2)
+        up = wait_until(lambda: ctl(1, "links") and '"UP"' in subprocess.run(
+            [meshctl, "-j", "-s", socks[1], "links"], capture_output=True, text=True).stdout, 30, 0.1)
+        check(up, "the connections closed: node 1 accepts again (node 2's link UP) and meshctl answers")
+        for i in (2, 1):
+            procs[i].send_signal(signal.SIGTERM)
+        codes = [procs[i].wait(timeout=15) for i in (2, 1)]
+        check(codes == [0, 0], "SIGTERM: both meshd exit 0", str(codes))
+        bad = [ln for i in (1, 2) for ln in log(i).splitlines()
+               if "ERROR" in ln or "AddressSanitizer" in ln or "runtime error" in ln]
+        check(not bad, "no error lines or sanitizer reports in the meshd logs", "\n".join(bad[:10]))
+    except Exception as e:  # report, never hang
+        check(False, "test aborted", repr(e))
+    finally:
+        for s in held:
+            s.close()
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
+    return 1 if mesh_test.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
