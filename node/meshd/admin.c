@@ -326,7 +326,7 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->id = ch->id;
 	ci->local_node = m->self->id;
 	ci->local_port = ch->local_port;
-	ci->peer_node = ch->ctrl ? ch->ctrl->peer_node : 0;
+	ci->peer_node = ch->peer_node; /* never what the application's shared page says */
 	ci->peer_port = ch->peer_port;
 	ci->opener = ch->opener;
 	ci->state = (char *)channel_state_name(ch);

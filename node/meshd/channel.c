@@ -216,6 +216,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->ctrl->rx_off = MESH_RING_CTRL_SIZE + size;
 	ch->ctrl->channel_id = ch->id;
 	ch->ctrl->peer_node = l->peer->id;
+	ch->peer_node = l->peer->id;
 	ch->ctrl->spin_us = m->cfg->app_spin_us;
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[rail] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 	/* On the rail's device; its first QP stands for all of the rail's QPs. */
@@ -359,8 +360,8 @@ static void channel_break(struct channel *ch, int err, const char *fmt, ...)
 		if (!ch->link || ch->link->phase != LINK_UP)
 			channel_detach(ch);
 	}
-	log_warn("channel %u (node %u port %u): %s (%s)", ch->id, ch->link ? ch->link->peer->id : 0, ch->peer_port,
-		 ch->why, mesh_strerror(err));
+	log_warn("channel %u (node %u port %u): %s (%s)", ch->id, ch->peer_node, ch->peer_port, ch->why,
+		 mesh_strerror(err));
 }
 
 /* Reads and checks what the application published. */

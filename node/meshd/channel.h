@@ -43,6 +43,7 @@ struct channel {
 	struct channel *next; /* mesh's list */
 	uint32_t slot, peer_slot;
 	uint16_t local_port, peer_port;
+	uint32_t peer_node; /* meshd's own record (the ring's copy is the application's to overwrite) */
 	bool opener;
 	enum ch_state state;
 	uint64_t size;

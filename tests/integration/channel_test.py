@@ -162,7 +162,14 @@ def main():
         bad2.do_kick()
         check(wait_until(lambda: bad2.state()[0] & meshring.STATE_ERROR, 10) and bad2.state()[1] == -71,
               "an rx_cons beyond what arrived breaks that channel with -EPROTO")
-        for ch in (bad, peer, bad2, peer2):
+        # The page is the application's to scribble on: meshctl shows what meshd knows, not the page.
+        liar = meshring.connect(c.nodes[1]["sock"], 2, 7100, ring_size=4096)
+        peer3 = lst.accept()
+        cid = liar.u32(meshring.OFF_CHANNEL_ID)
+        liar.put32(meshring.OFF_PEER_NODE, 999)
+        shown = [ch["peer_node"] for ch in (c.ctl(1, "channels") or {}).get("channels", []) if ch["id"] == cid]
+        check(shown == [2], f"an application that overwrites its page's peer node: meshctl still shows node 2 {shown}")
+        for ch in (bad, peer, bad2, peer2, liar, peer3):
             ch.close()
         lst.close()
         r = run(2, "recv", 7101, 1)

@@ -17,6 +17,7 @@ OBJ_CHANNELS = 3
 
 # struct mesh_ring_ctrl offsets (proto/ring.h; checked by the test against a C build when in doubt)
 OFF_MAGIC, OFF_RING_SIZE, OFF_TX_OFF, OFF_RX_OFF = 0, 8, 16, 24
+OFF_CHANNEL_ID, OFF_PEER_NODE = 32, 36
 OFF_TX_PROD, OFF_RX_CONS, OFF_APP_FLAGS = 64, 128, 192
 OFF_TX_CONS, OFF_RX_PROD, OFF_STATE, OFF_ERROR = 256, 320, 384, 388
 RING_MAGIC = 0x4D52494E
