@@ -882,6 +882,27 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		channel_reject(l, o->slot, -EINVAL);
 		return;
 	}
+	{
+		/* What the peer has opened to us already: a peer cannot pin unbounded memory here. */
+		uint64_t n = 0, bytes = 2 * o->ring_size;
+
+		for (uint32_t i = 0; i < l->ch_cap; i++) {
+			const struct channel *c = l->ch_slots[i];
+
+			if (c && !c->opener) {
+				n++;
+				bytes += 2 * c->size;
+			}
+		}
+		if (n >= m->cfg->max_channels_per_link || bytes > ((uint64_t)m->cfg->max_ring_mib_per_link << 20)) {
+			log_warn("node %u opened a channel to port %u beyond its share: %llu channels and %llu MiB of rings "
+				 "with it (cluster.max_channels_per_link %u, max_ring_mib_per_link %u); refusing it",
+				 l->peer->id, o->dst_port, (unsigned long long)n + 1, (unsigned long long)(bytes >> 20),
+				 m->cfg->max_channels_per_link, m->cfg->max_ring_mib_per_link);
+			channel_reject(l, o->slot, -EBUSY);
+			return;
+		}
+	}
 	if (!mesh_link_rail_up(l, o->rail)) {
 		/* It failed here and the peer has not heard yet: its connect fails, a retry takes another. */
 		log_info("node %u opened a channel on rail %u, which is DOWN here", l->peer->id, o->rail);

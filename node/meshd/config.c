@@ -66,6 +66,11 @@ static const struct config_key config_keys[] = {
 		 "link handshakes in flight at once (dialled + accepted), so a large cluster does not storm itself"),
 	KEY_UINT(mailbox_size, "4096", MESH_MAILBOX_MIN, 1u << 20,
 		 "bytes of the registered per-link mailbox the peer may write and read"),
+	KEY_UINT(max_channels_per_link, "1024", 1, MESH_CHANNEL_SLOTS,
+		 "channels a peer may have opened to this node at once; one more is refused (ChannelReject -EBUSY)"),
+	KEY_UINT(max_ring_mib_per_link, "4096", 1, 1u << 20,
+		 "MiB of ring memory (both directions, pinned) the channels a peer opened may take at once; a "
+		 "channel beyond it is refused (ChannelReject -EBUSY)"),
 	KEY_STR(polling, polling, "adaptive", polling_choices,
 		"how meshd's data-path thread waits: event (sleeps in epoll, a wake-up per event, no CPU when "
 		"idle), busy (polls completion queues and rings without end: lowest latency, one CPU always "

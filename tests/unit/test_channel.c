@@ -50,7 +50,7 @@
 #define PEER_CREDIT_RKEY 0x5eed0002u
 #define ACCESS_RW (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE)
 #define MAX_APPS 16
-#define MAX_CHANS 4
+#define MAX_CHANS 6
 #define MAX_IDS 64
 
 enum { FD_MEMFD, FD_LIFELINE, FD_KICK, FD_WAKE }; /* the order of channel_ops.deliver's fds[] */
@@ -1227,6 +1227,53 @@ static void channel_on_message__listener_cannot_take_it__rejected_and_freed(void
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
 	assert_int_equal(c->t.m.n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
+	mt_finish(&c->t);
+}
+
+/* The reason of our first ChannelReject since from. */
+static int sent_reject_reason(struct ct *c, size_t from)
+{
+	PeerMsg *m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
+	int reason;
+
+	if (!m)
+		fail_msg("no ChannelReject was sent");
+	reason = m->channel_reject->reason;
+	mesh_peer_msg_free(m);
+	return reason;
+}
+
+/* A peer may have opened only so many channels, and so much ring memory, to us at once: one more is
+ * refused with -EBUSY (meshd would pin whatever a peer asks for); room again once one closes. */
+static void channel_on_message__open_beyond_the_peers_share__rejected_ebusy(void **state)
+{
+	struct ct *c = *state;
+	const char *why;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	c->t.cfg.max_channels_per_link = 2;
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
+	open_in(c, 50001, 7000, RING, 2, PEER_SLOT + 1);
+	h = chan_new(c, RING, PEER_SLOT + 2);
+	from = c->t.fx->n_posts;
+	peer_open(c, h, 50002, 7000, 2);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
+	assert_int_equal(sent_reject_reason(c, from), -EBUSY);
+	assert_int_equal(c->t.m.n_channels, 2);
+
+	/* The memory share, 1 MiB: the two small channels take 16 KiB (both directions), one with
+	 * 256 KiB rings 512 KiB more; a second such one would pass the share. */
+	c->t.cfg.max_channels_per_link = 100;
+	c->t.cfg.max_ring_mib_per_link = 1;
+	open_in(c, 50003, 7000, 256u << 10, 2, PEER_SLOT + 3);
+	h = chan_new(c, 256u << 10, PEER_SLOT + 4);
+	from = c->t.fx->n_posts;
+	peer_open(c, h, 50004, 7000, 2);
+	assert_int_equal(sent_reject_reason(c, from), -EBUSY);
+	assert_int_equal(c->t.m.n_channels, 3);
 	mt_finish(&c->t);
 }
 
@@ -2883,6 +2930,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_client_gone__listener__no_longer_accepts),
 	T(channel_on_message__listener_cannot_take_it__rejected_and_freed),
 	T(channel_on_message__open_with_more_qps_than_link__rejected_einval),
+	T(channel_on_message__open_beyond_the_peers_share__rejected_ebusy),
 	T(channel_on_kick__app_wrote__chunks_striped_round_robin),
 	T(channel_on_kick__large_ring__chunks_of_64k),
 	T(channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit),

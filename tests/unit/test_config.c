@@ -739,6 +739,7 @@ static char *dump_to_string(const struct mesh_config *cfg)
 static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
+	"max_channels_per_link", "max_ring_mib_per_link",
 	"polling", "poll_budget_us", "app_spin_us", "numa", "key_file", "log_level",
 };
 
