@@ -1022,17 +1022,41 @@ static void mesh_reject(struct mesh *m, xport_conn_t *c, const struct mesh_cm_pd
 	mesh_bury_conn(m, c);
 }
 
+/* Takes connection c as QP idx of the link (an attempt's or a rail's join): registers and posts
+ * receives as its first QP needs, then accepts with our private data answering req. */
+static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const struct mesh_cm_pdata *req)
+{
+	struct mesh *m = l->mesh;
+	uint8_t pdata[XPORT_PDATA_MAX];
+	struct mesh_cm_pdata rep = *req;
+	int ret, len;
+
+	c->ctx = l;
+	c->index = idx;
+	l->conns[idx] = c;
+	ret = link_register(l, c);
+	if (!ret)
+		ret = link_post_recvs(l, c);
+	if (ret)
+		return ret;
+	rep.kind = MESH_CM_ACCEPT;
+	rep.src_node = m->self->id;
+	rep.dst_node = req->src_node;
+	rep.boot_epoch = m->boot_epoch;
+	len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
+	return xport_accept(c, pdata, (size_t)len);
+}
+
 /* A connection request: validate the private data against the configuration and the dial rule,
  * then join it to the link's current attempt (or start a new one for a newer epoch). */
 static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 {
 	xport_conn_t *c = ev->conn;
-	struct mesh_cm_pdata pd, rep;
-	uint8_t pdata[XPORT_PDATA_MAX];
+	struct mesh_cm_pdata pd;
 	struct link *l;
 	uint32_t idx, rail = 0;
 	size_t xp = 0;
-	int ret, len;
+	int ret;
 
 	ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
 	if (!ret && pd.kind != MESH_CM_CONNECT)
@@ -1134,21 +1158,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			l->rail_gen[rail] = pd.rail_gen;
 			l->rail_attempt_ms[rail] = now_ms();
 		}
-		c->ctx = l;
-		c->index = idx;
-		l->conns[idx] = c;
-		ret = link_register(l, c);
-		if (!ret)
-			ret = link_post_recvs(l, c);
-		if (!ret) {
-			rep = pd;
-			rep.kind = MESH_CM_ACCEPT;
-			rep.src_node = m->self->id;
-			rep.dst_node = pd.src_node;
-			rep.boot_epoch = m->boot_epoch;
-			len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
-			ret = xport_accept(c, pdata, (size_t)len);
-		}
+		ret = link_accept_conn(l, c, idx, &pd);
 		if (ret)
 			link_rail_fail(l, rail, ret, "cannot accept QP %u of the rail's join", idx);
 		return;
@@ -1199,22 +1209,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		mesh_reject(m, c, &pd, -MESH_EDUPQP);
 		return;
 	}
-	c->ctx = l;
-	c->index = idx;
-	l->conns[idx] = c;
 	l->xp = (uint8_t)xp;
-	ret = link_register(l, c);
-	if (!ret)
-		ret = link_post_recvs(l, c);
-	if (!ret) {
-		rep = pd;
-		rep.kind = MESH_CM_ACCEPT;
-		rep.src_node = m->self->id;
-		rep.dst_node = pd.src_node;
-		rep.boot_epoch = m->boot_epoch;
-		len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
-		ret = xport_accept(c, pdata, (size_t)len);
-	}
+	ret = link_accept_conn(l, c, idx, &pd);
 	if (ret)
 		link_fail(l, ret, "cannot accept QP %u", idx);
 }
