@@ -303,6 +303,24 @@ static void mesh_auth__reflected_proof__refused(void **state)
 	mt_finish(t);
 }
 
+/* Node 1 accepts both QPs of rail 1's join we dialled (its current gen). */
+static void establish_rail1_join(struct mt *t, struct link *l)
+{
+	for (uint32_t i = 2; i < 4; i++) {
+		struct mesh_cm_pdata pd = {
+			.kind = MESH_CM_ACCEPT, .qp_index = (uint8_t)(i - 2), .qp_count = 2, .rail = 1, .rail_count = 2,
+			.flags = MESH_CM_F_RAIL_JOIN, .rail_gen = l->rail_gen[1],
+			.cluster_hash = mesh_cluster_hash("test"), .src_node = 1, .dst_node = 2, .link_epoch = l->epoch,
+			.boot_epoch = 4242,
+		};
+		uint8_t buf[XPORT_PDATA_MAX];
+		int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+		struct xport_event ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
+
+		deliver(t, &ev);
+	}
+}
+
 /* A rail's join proves the key on its first QP before RailUp counts: without the proof the rail
  * stays down. */
 static void mesh_auth__rail_join__proof_before_railup(void **state)
@@ -326,19 +344,7 @@ static void mesh_auth__rail_join__proof_before_railup(void **state)
 	tick_at(t, l->rail_next_dial_ms[1]);
 	assert_int_equal(l->rails_joining, 2u);
 	from = t->fx->n_posts;
-	for (uint32_t i = 2; i < 4; i++) {
-		struct mesh_cm_pdata pd = {
-			.kind = MESH_CM_ACCEPT, .qp_index = (uint8_t)(i - 2), .qp_count = 2, .rail = 1, .rail_count = 2,
-			.flags = MESH_CM_F_RAIL_JOIN, .rail_gen = l->rail_gen[1],
-			.cluster_hash = mesh_cluster_hash("test"), .src_node = 1, .dst_node = 2, .link_epoch = l->epoch,
-			.boot_epoch = 4242,
-		};
-		uint8_t buf[XPORT_PDATA_MAX];
-		int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
-
-		ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
-		deliver(t, &ev);
-	}
+	establish_rail1_join(t, l);
 	/* A RailUp before any proof: the join fails, the rail stays down. */
 	u.rail = 1;
 	u.gen = l->rail_gen[1];
@@ -356,19 +362,7 @@ static void mesh_auth__rail_join__proof_before_railup(void **state)
 	tick_at(t, l->rail_next_dial_ms[1]);
 	assert_int_equal(l->rails_joining, 2u);
 	from = t->fx->n_posts;
-	for (uint32_t i = 2; i < 4; i++) {
-		struct mesh_cm_pdata pd = {
-			.kind = MESH_CM_ACCEPT, .qp_index = (uint8_t)(i - 2), .qp_count = 2, .rail = 1, .rail_count = 2,
-			.flags = MESH_CM_F_RAIL_JOIN, .rail_gen = l->rail_gen[1],
-			.cluster_hash = mesh_cluster_hash("test"), .src_node = 1, .dst_node = 2, .link_epoch = l->epoch,
-			.boot_epoch = 4242,
-		};
-		uint8_t buf[XPORT_PDATA_MAX];
-		int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
-
-		ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
-		deliver(t, &ev);
-	}
+	establish_rail1_join(t, l);
 	peer_auth(t, l, 2, 1, l->rail_gen[1], from, true);
 	u.gen = l->rail_gen[1];
 	peer_send_on(t, l, 2, &msg);
