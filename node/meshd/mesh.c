@@ -1003,21 +1003,39 @@ static void link_dial(struct link *l)
 	}
 }
 
-static void mesh_reject(struct mesh *m, xport_conn_t *c, const struct mesh_cm_pdata *req, int reason)
+/* Refuses connection c for `reason`, with the detail (fmt) in our log only. Strangers choose how
+ * often we refuse them, so at most REJECT_LOG_BURST such lines per REJECT_LOG_INTERVAL_MS are
+ * written. The wire says only what a real peer acts on: come back later (EBUSY, ESHUTDOWN), with a
+ * newer epoch (ESTALE), not twice (EDUPQP), in our protocol version (EPROTOVER); every other reason
+ * is the generic MESH_EREFUSED, and no cluster hash, node id or epoch travels with it, so a prober
+ * learns neither the cluster's hash nor which of its fields was wrong. */
+static void mesh_reject(struct mesh *m, xport_conn_t *c, int reason, enum log_level lvl, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static void mesh_reject(struct mesh *m, xport_conn_t *c, int reason, enum log_level lvl, const char *fmt, ...)
 {
 	uint8_t pdata[XPORT_PDATA_MAX];
-	struct mesh_cm_pdata pd = {
-		.kind = MESH_CM_REJECT,
-		.cluster_hash = m->cluster_hash,
-		.src_node = m->self->id,
-		.dst_node = req ? req->src_node : 0,
-		.link_epoch = req ? req->link_epoch : 0,
-		.boot_epoch = m->boot_epoch,
-		.reason = reason,
-	};
-	int len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
+	struct mesh_cm_pdata pd = {.kind = MESH_CM_REJECT, .reason = -MESH_EREFUSED};
+	uint64_t dropped;
+	int len;
 
+	if (reason == -MESH_EBUSY || reason == -MESH_ESHUTDOWN || reason == -MESH_ESTALE || reason == -MESH_EDUPQP ||
+	    reason == -MESH_EPROTOVER)
+		pd.reason = reason;
 	m->peer_rejects++;
+	m->last_reject_reason = reason;
+	if (lvl <= log_current_level && log_ratelimit_ok(&m->reject_log, now_ms(), &dropped)) {
+		char detail[512];
+		va_list ap;
+
+		va_start(ap, fmt);
+		vsnprintf(detail, sizeof(detail), fmt, ap);
+		va_end(ap);
+		if (dropped)
+			log_warn("%llu connection refusals were not logged (more than %u in %u s)",
+				 (unsigned long long)dropped, REJECT_LOG_BURST, REJECT_LOG_INTERVAL_MS / 1000);
+		log_at(lvl, "rejecting %s%s: %s", c->peer_addr, detail, mesh_strerror(reason));
+	}
+	len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
 	xport_reject(c, pdata, (size_t)len);
 	mesh_bury_conn(m, c);
 }
@@ -1062,46 +1080,39 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	if (!ret && pd.kind != MESH_CM_CONNECT)
 		ret = -EPROTO;
 	if (ret) {
-		log_warn("rejecting %s: bad private data (%u bytes): %s", c->peer_addr, ev->pdata_len,
-			 mesh_strerror(ret));
 		/* Plain errno values do not fit the reason field: say "malformed" rather than nothing. */
-		mesh_reject(m, c, NULL, ret == -MESH_EBADMAGIC || ret == -MESH_EPROTOVER ? ret : -MESH_EPDATA);
+		mesh_reject(m, c, ret == -MESH_EBADMAGIC || ret == -MESH_EPROTOVER ? ret : -MESH_EPDATA, LOG_LVL_WARN,
+			    ": bad private data (%u bytes)", ev->pdata_len);
 		return;
 	}
 	if (pd.cluster_hash != m->cluster_hash) {
-		log_warn("rejecting %s (node %u): cluster hash 0x%08x, ours 0x%08x (\"%s\")", c->peer_addr, pd.src_node,
-			 pd.cluster_hash, m->cluster_hash, m->cfg->cluster_name);
-		mesh_reject(m, c, &pd, -MESH_ECLUSTER);
+		mesh_reject(m, c, -MESH_ECLUSTER, LOG_LVL_WARN, " (node %u): cluster hash 0x%08x, ours 0x%08x (\"%s\")",
+			    pd.src_node, pd.cluster_hash, m->cluster_hash, m->cfg->cluster_name);
 		return;
 	}
 	if (pd.dst_node != m->self->id) {
-		log_warn("rejecting %s (node %u): it dialled node %u, we are node %u", c->peer_addr, pd.src_node,
+		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, " (node %u): it dialled node %u, we are node %u", pd.src_node,
 			 pd.dst_node, m->self->id);
-		mesh_reject(m, c, &pd, -MESH_EUNKNOWNNODE);
 		return;
 	}
 	l = mesh_link_find(m, pd.src_node);
 	if (!l) {
-		log_warn("rejecting %s: node %u is not in %s", c->peer_addr, pd.src_node, m->cfg->path);
-		mesh_reject(m, c, &pd, -MESH_EUNKNOWNNODE);
+		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": node %u is not in %s", pd.src_node, m->cfg->path);
 		return;
 	}
 	if (!mesh_dials(pd.src_node, m->self->id)) {
-		log_warn("rejecting %s: node %u dialled node %u, but the higher id dials", c->peer_addr, pd.src_node,
+		mesh_reject(m, c, -MESH_EDIALRULE, LOG_LVL_WARN, ": node %u dialled node %u, but the higher id dials", pd.src_node,
 			 m->self->id);
-		mesh_reject(m, c, &pd, -MESH_EDIALRULE);
 		return;
 	}
 	if (pd.qp_count != m->cfg->qps_per_link) {
-		log_warn("rejecting %s (node %u): %u QPs per link, ours %u", c->peer_addr, pd.src_node, pd.qp_count,
+		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u QPs per link, ours %u", pd.src_node, pd.qp_count,
 			 m->cfg->qps_per_link);
-		mesh_reject(m, c, &pd, -MESH_EQPCOUNT);
 		return;
 	}
 	if (pd.rail_count != m->n_rails) {
-		log_warn("rejecting %s (node %u): %u rails, ours %u (nodes.rails)", c->peer_addr, pd.src_node,
+		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u rails, ours %u (nodes.rails)", pd.src_node,
 			 pd.rail_count, m->n_rails);
-		mesh_reject(m, c, &pd, -MESH_EQPCOUNT);
 		return;
 	}
 	/* Rail r's QPs come to rail r's address: a QP on another device could not reach the memory
@@ -1112,17 +1123,15 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			rail = (uint32_t)(i % m->n_rails);
 		}
 	if (rail != pd.rail) {
-		log_warn("rejecting %s (node %u): QP of rail %u came to %s, our rail %u", c->peer_addr, pd.src_node,
+		mesh_reject(m, c, -MESH_EPDATA, LOG_LVL_WARN, " (node %u): QP of rail %u came to %s, our rail %u", pd.src_node,
 			 pd.rail, mesh_node_addr(m->self, rail), rail);
-		mesh_reject(m, c, &pd, -MESH_EPDATA);
 		return;
 	}
 	/* A node is bound to its configured addresses: a connection claiming node N on rail r comes from
 	 * N's address of rail r (its dialler binds its source there), or it is a stranger. */
 	if (!util_addr_same_host(c->peer_addr, mesh_node_addr(l->peer, rail))) {
-		log_warn("rejecting %s: it claims node %u, whose rail %u address is %s", c->peer_addr, pd.src_node, rail,
+		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": it claims node %u, whose rail %u address is %s", pd.src_node, rail,
 			 mesh_node_addr(l->peer, rail));
-		mesh_reject(m, c, &pd, -MESH_EUNKNOWNNODE);
 		return;
 	}
 	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
@@ -1146,9 +1155,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		if (!bad && l->conns[idx])
 			bad = "that QP is already there", reason = -MESH_EDUPQP;
 		if (bad) {
-			log_info("rejecting %s (node %u): rail %u join gen %u of epoch %llu: %s", c->peer_addr, pd.src_node,
+			mesh_reject(m, c, reason, LOG_LVL_INFO, " (node %u): rail %u join gen %u of epoch %llu: %s", pd.src_node,
 				 rail, pd.rail_gen, (unsigned long long)pd.link_epoch, bad);
-			mesh_reject(m, c, &pd, reason);
 			return;
 		}
 		if (!(l->rails_joining & bit)) {
@@ -1166,17 +1174,14 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	/* Epochs follow the dialler's wall clock: one far in the future is a forgery that would make
 	 * every real attempt look stale. */
 	if (pd.link_epoch > util_wall_us() + LINK_EPOCH_AHEAD_US) {
-		log_warn("rejecting %s (node %u): epoch %llu is more than %llu s ahead of our clock", c->peer_addr,
-			 pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
-		mesh_reject(m, c, &pd, -MESH_ESTALE);
+		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu is more than %llu s ahead of our clock", pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
 		return;
 	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
 	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
-		log_warn("rejecting %s (node %u): stale epoch %llu, current %llu", c->peer_addr, pd.src_node,
+		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd.src_node,
 			 (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
-		mesh_reject(m, c, &pd, -MESH_ESTALE);
 		return;
 	}
 	/* With a cluster key an UP link whose peer is alive is not given up for an attempt that has
@@ -1185,16 +1190,13 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	 * keepalive intervals. */
 	if (pd.link_epoch > l->epoch && l->phase == LINK_UP && m->keys.n &&
 	    now_ms() - l->last_rx_ms < 2ull * m->cfg->keepalive_interval_ms) {
-		log_warn("rejecting %s (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive",
-			 c->peer_addr, pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
-		mesh_reject(m, c, &pd, -MESH_EBUSY);
+		mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_WARN, " (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive", pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		return;
 	}
 	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE) {
 		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
-			log_info("rejecting %s (node %u): %u handshakes in flight", c->peer_addr, pd.src_node,
+			mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_INFO, " (node %u): %u handshakes in flight", pd.src_node,
 				 m->handshakes);
-			mesh_reject(m, c, &pd, -MESH_EBUSY);
 			return;
 		}
 		if (l->phase != LINK_IDLE)
@@ -1204,9 +1206,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		link_begin(l, pd.link_epoch);
 	}
 	if (l->phase != LINK_QPS || l->conns[idx]) {
-		log_warn("rejecting %s (node %u): QP %u of epoch %llu %s", c->peer_addr, pd.src_node, idx,
+		mesh_reject(m, c, -MESH_EDUPQP, LOG_LVL_WARN, " (node %u): QP %u of epoch %llu %s", pd.src_node, idx,
 			 (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
-		mesh_reject(m, c, &pd, -MESH_EDUPQP);
 		return;
 	}
 	l->xp = (uint8_t)xp;
@@ -1598,7 +1599,7 @@ void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
 
 	if (ev->type == XPORT_EV_CONNECT_REQUEST) {
 		if (m->stopping) {
-			mesh_reject(m, ev->conn, NULL, -MESH_ESHUTDOWN);
+			mesh_reject(m, ev->conn, -MESH_ESHUTDOWN, LOG_LVL_INFO, ": we are stopping");
 			return;
 		}
 		mesh_on_request(m, ev);
@@ -1776,6 +1777,8 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 	}
 	m->n_xports = n_xports / m->n_rails;
 	m->cluster_hash = mesh_cluster_hash(cfg->cluster_name);
+	m->reject_log.burst = REJECT_LOG_BURST;
+	m->reject_log.interval_ms = REJECT_LOG_INTERVAL_MS;
 	m->boot_epoch = util_wall_us();
 	m->start_ms = now_ms();
 	m->links = calloc(cfg->n_nodes, sizeof(*m->links));

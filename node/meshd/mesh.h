@@ -15,6 +15,7 @@
 #include "auth.h"
 #include "channel.h"
 #include "config.h"
+#include "log.h"
 #include "numa_topo.h"
 #include "transport.h"
 #include "wire.h"
@@ -48,6 +49,8 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define LINK_REJECTS_PENDING 32
 #define LINK_ERR_MAX 160
 #define LINK_EPOCH_AHEAD_US (600ull * 1000000) /* a connect's epoch may lead our clock by 10 minutes */
+#define REJECT_LOG_BURST 20u           /* refusals logged per interval, at most */
+#define REJECT_LOG_INTERVAL_MS 10000u
 
 struct mesh;
 
@@ -228,6 +231,8 @@ struct mesh {
 	struct link *links; /* one per peer, sorted by peer id */
 	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
 	uint64_t peer_rejects;
+	int last_reject_reason;            /* the detail of the last refusal (the wire may say less) */
+	struct log_ratelimit reject_log;   /* refusals are logged at this rate at most */
 	uint64_t link_flaps;      /* UP links that went DOWN */
 	uint64_t channel_resumes; /* channels that resumed after their link came back */
 	uint64_t rail_failovers;  /* rails that failed while their link stayed UP on the others */

@@ -46,3 +46,19 @@ void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 	/* One fputs per line keeps lines whole when several meshd share a terminal or a log file. */
 	fprintf(stderr, "%s\n", line);
 }
+
+bool log_ratelimit_ok(struct log_ratelimit *rl, uint64_t now_ms, uint64_t *dropped)
+{
+	if (!rl->start_ms || now_ms - rl->start_ms >= rl->interval_ms) {
+		rl->start_ms = now_ms ? now_ms : 1;
+		rl->n = 0;
+	}
+	if (rl->n >= rl->burst) {
+		rl->dropped++;
+		return false;
+	}
+	rl->n++;
+	*dropped = rl->dropped;
+	rl->dropped = 0;
+	return true;
+}

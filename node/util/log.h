@@ -8,6 +8,8 @@
 #define MESH_UTIL_LOG_H
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
 
@@ -36,6 +38,20 @@ void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 #define log_warn(...) log_at(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_at(LOG_LVL_INFO, __VA_ARGS__)
 #define log_debug(...) log_at(LOG_LVL_DEBUG, __VA_ARGS__)
+/* A budget for lines that outsiders can cause (a stranger's connection requests): at most `burst`
+ * lines per `interval_ms`. Zero-initialise, then set both. */
+struct log_ratelimit {
+	uint32_t interval_ms;
+	uint32_t burst;
+	uint64_t start_ms;
+	uint32_t n;       /* lines of the current interval */
+	uint64_t dropped; /* lines refused since the last one written */
+};
+
+/* Whether a line may be written now. When it may, *dropped says how many were refused before
+ * it (for one "N lines not logged" line) and is reset. */
+bool log_ratelimit_ok(struct log_ratelimit *rl, uint64_t now_ms, uint64_t *dropped);
+
 #ifdef MESH_DEBUG_LOG
 #define log_trace(...) log_at(LOG_LVL_DEBUG, __VA_ARGS__)
 #else

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
 	bool garbage = false;
 	xport_t *x;
 	xport_conn_t *conn;
-	int c, ret, len, rc = 3;
+	int c, ret, len, rc = 3, leak = 0;
 	uint64_t deadline;
 
 	while ((c = getopt_long(argc, argv, "t:a:p:S:", opts, NULL)) != -1) {
@@ -118,9 +118,16 @@ int main(int argc, char **argv)
 			if (ev.type == XPORT_EV_ESTABLISHED) {
 				snprintf(got, sizeof(got), "accept");
 			} else if (ev.type == XPORT_EV_REJECTED) {
-				if (!mesh_cm_pdata_decode(ev.pdata, ev.pdata_len, &rep) && rep.kind == MESH_CM_REJECT)
+				if (!mesh_cm_pdata_decode(ev.pdata, ev.pdata_len, &rep) && rep.kind == MESH_CM_REJECT) {
 					snprintf(got, sizeof(got), "reject:%d", -rep.reason);
-				else
+					/* A refusal tells a stranger nothing about the cluster. */
+					if (rep.cluster_hash || rep.src_node || rep.dst_node || rep.link_epoch || rep.boot_epoch) {
+						printf("the reject reveals cluster hash 0x%08x, node %u, epochs %llu/%llu\n",
+						       rep.cluster_hash, rep.src_node, (unsigned long long)rep.link_epoch,
+						       (unsigned long long)rep.boot_epoch);
+						leak = 1;
+					}
+				} else
 					snprintf(got, sizeof(got), "reject:none");
 			} else if (ev.type == XPORT_EV_CONNECT_ERROR) {
 				snprintf(got, sizeof(got), "error:%s", ev.status_str ? ev.status_str : "?");
@@ -131,7 +138,9 @@ int main(int argc, char **argv)
 			if (!strncmp(got, "reject:", 7) && strcmp(got, "reject:none"))
 				printf(" (%s)", mesh_strerror(-atoi(got + 7)));
 			printf("\n");
-			if (!expect)
+			if (leak)
+				rc = 1;
+			else if (!expect)
 				rc = 0;
 			else if (!strcmp(expect, got) || (!strcmp(expect, "reject") && !strncmp(got, "reject:", 7)))
 				rc = 0;

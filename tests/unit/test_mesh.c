@@ -112,10 +112,21 @@ static void expect_rejected(struct mt *t, unsigned cid, uint64_t rejects_before,
 		fail_msg("conn %u was not rejected", cid);
 	pd = decode_pdata(r->pdata, r->pdata_len);
 	assert_int_equal(pd.kind, MESH_CM_REJECT);
-	assert_int_equal(pd.src_node, t->m.self->id);
-	assert_int_equal(pd.cluster_hash, mesh_cluster_hash("test"));
+	/* The wire reveals nothing of us: no node id, no cluster hash, no epochs ... */
+	assert_int_equal(pd.src_node, 0);
+	assert_int_equal(pd.dst_node, 0);
+	assert_int_equal(pd.cluster_hash, 0);
+	assert_int_equal(pd.link_epoch, 0);
+	assert_int_equal(pd.boot_epoch, 0);
+	/* ... and a generic reason unless the peer must act on it; the detail stays here. */
+	if (t->m.last_reject_reason != reason)
+		fail_msg("reject reason %d (%s), expected %d (%s)", t->m.last_reject_reason,
+			 mesh_strerror(t->m.last_reject_reason), reason, mesh_strerror(reason));
+	if (reason != -MESH_EBUSY && reason != -MESH_ESHUTDOWN && reason != -MESH_ESTALE && reason != -MESH_EDUPQP &&
+	    reason != -MESH_EPROTOVER)
+		reason = -MESH_EREFUSED;
 	if (pd.reason != reason)
-		fail_msg("reject reason %d (%s), expected %d (%s)", pd.reason, mesh_strerror(pd.reason), reason,
+		fail_msg("reason %d (%s) on the wire, expected %d (%s)", pd.reason, mesh_strerror(pd.reason), reason,
 			 mesh_strerror(reason));
 	assert_int_equal(t->m.peer_rejects, rejects_before + 1);
 	for (size_t i = 0; i < t->fx->n_accepts; i++)
@@ -721,6 +732,41 @@ static void check_reject(struct mt *t, const struct mesh_cm_pdata *pd, int reaso
 	unsigned cid = request(t, pd);
 
 	expect_rejected(t, cid, before, reason);
+}
+
+/* A stranger chooses how often we refuse it: our log keeps a budget of lines per interval. */
+static void log_ratelimit_ok__beyond_burst__refused_and_counted(void **state)
+{
+	struct log_ratelimit rl = {.interval_ms = 1000, .burst = 3};
+	uint64_t dropped = 99;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		assert_true(log_ratelimit_ok(&rl, 5000 + (uint64_t)i, &dropped));
+		assert_int_equal(dropped, 0);
+	}
+	for (int i = 0; i < 1000; i++)
+		assert_false(log_ratelimit_ok(&rl, 5500, &dropped));
+	assert_true(log_ratelimit_ok(&rl, 6000, &dropped));
+	assert_int_equal(dropped, 1000);
+	assert_true(log_ratelimit_ok(&rl, 6001, &dropped));
+	assert_int_equal(dropped, 0);
+}
+
+static void mesh_accept__200_strangers__every_one_refused_and_counted(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd;
+
+	mt_init(t, 1, ids0123, 4);
+	pd = request_pdata(t, 2, 0, EPOCH);
+	pd.cluster_hash = mesh_cluster_hash("prod");
+	for (int i = 0; i < 200; i++)
+		check_reject(t, &pd, -MESH_ECLUSTER);
+	assert_int_equal(t->m.peer_rejects, 200);
+	assert_int_equal(t->m.reject_log.dropped, 200 - REJECT_LOG_BURST);
+	expect_still_accepting(t, EPOCH);
+	mt_finish(t);
 }
 
 static void mesh_accept__other_cluster__rejected_ecluster(void **state)
@@ -1966,6 +2012,8 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_goodbye__on_up_link__down_naming_shutdown),
 	T(mesh_stop__up_link__goodbye_sent),
 	T(mesh_accept__valid_request__accepted_with_accept_pdata),
+	cmocka_unit_test(log_ratelimit_ok__beyond_burst__refused_and_counted),
+	T(mesh_accept__200_strangers__every_one_refused_and_counted),
 	T(mesh_accept__other_cluster__rejected_ecluster),
 	T(mesh_accept__lower_id_dials_higher__rejected_edialrule),
 	T(mesh_accept__unknown_node__rejected_eunknownnode),

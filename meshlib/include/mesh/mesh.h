@@ -55,7 +55,8 @@ enum mesh_errno {
 	MESH_EPEERRESTART = 2017, /* the peer's meshd restarted while the link was down: the channel is gone there */
 	MESH_ERESUMETIMEO = 2018, /* the link stayed DOWN longer than cluster.resume_timeout_ms */
 	MESH_EAUTH = 2019,        /* the peer did not prove the cluster key (cluster.key_file) */
-	MESH_ERRNO_LAST = 2020
+	MESH_EREFUSED = 2020,     /* the peer refused the connection; its log says why */
+	MESH_ERRNO_LAST = 2021
 };
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */
