@@ -37,7 +37,8 @@ static void usage(FILE *out)
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
 		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
 		"          cluster.key_file: meshctl keygen > /etc/rdmamesh/cluster.key; chmod 600 it\n"
-		"  channels  one row per open channel: ports, QPs, rail and device, ring, bytes and chunks\n"
+		"  channels  one row per open channel: ports, role, its user (the uid it counts against),\n"
+		"            QPs, rail and device, ring, bytes and chunks\n"
 		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
 		"            again, NUMA node of the ring pages (JSON also: rail_moves)\n"
 		"\n"
@@ -176,6 +177,7 @@ static const struct field channel_fields[] = {
 	CF("peer_node", "PEER", 5, F_U32, peer_node),
 	CF("peer_port", "PPORT", 5, F_U32, peer_port),
 	CF("opener", "ROLE", -6, F_OPENER, opener),
+	CF("owner_uid", "UID", 5, F_U32, owner_uid),
 	CF("state", "STATE", -11, F_STR, state),
 	CF("qps", "QPS", 3, F_U32, qps),
 	CF("rail", "RAIL", 4, F_U32, rail),

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <grp.h>
 #include <libgen.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -24,6 +25,41 @@ static int mkdir_parent(const char *path)
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		return -errno;
 	return 0;
+}
+
+/* Who may connect: the file's mode and group are the policy (connect(2) needs write permission on
+ * the socket file). The socket is created 0600 (umask) and opened to the group only once it is
+ * theirs, so there is no moment when others may connect. */
+static void admin_set_access(const char *path, const char *group)
+{
+	struct group gr, *res = NULL;
+	char buf[4096], *end;
+	unsigned long gid;
+
+	if (!group[0]) {
+		log_info("%s: mode 0600 (cluster.socket_group is \"\"): only uid %u may use it", path, (unsigned)geteuid());
+		return;
+	}
+	gid = strtoul(group, &end, 10);
+	if (*end || end == group) {
+		if (getgrnam_r(group, &gr, buf, sizeof(buf), &res) || !res) {
+			log_warn("%s: group %s does not exist: only uid %u may use the control socket (mode 0600); create "
+				 "the group (systemd-sysusers, groupadd) or set cluster.socket_group",
+				 path, group, (unsigned)geteuid());
+			return;
+		}
+		gid = res->gr_gid;
+	}
+	if (chown(path, (uid_t)-1, (gid_t)gid)) {
+		log_warn("%s: cannot give it to group %s (gid %lu): %m; only uid %u may use it (mode 0600)", path, group,
+			 gid, (unsigned)geteuid());
+		return;
+	}
+	if (chmod(path, 0660)) {
+		log_warn("%s: chmod 0660: %m; only uid %u may use it", path, (unsigned)geteuid());
+		return;
+	}
+	log_info("%s: mode 0660, group %s (gid %lu): applications in that group may use it", path, group, gid);
 }
 
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
@@ -68,12 +104,19 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen,
 			close(probe);
 		unlink(path);
 	}
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 64)) {
-		ret = -errno;
-		log_error("cannot listen on %s: %m", path);
+	{
+		mode_t old = umask(0177);
+
+		ret = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : 0;
+		umask(old);
+	}
+	if (ret || listen(fd, 64)) {
+		ret = ret ? ret : -errno;
+		log_error("cannot listen on %s: %s", path, strerror(-ret));
 		close(fd);
 		return ret;
 	}
+	admin_set_access(path, m->cfg->socket_group);
 	ee.data.u64 = tag_listen | (uint32_t)fd;
 	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee)) {
 		ret = -errno;
@@ -124,6 +167,19 @@ void admin_on_listen(struct admin *a)
 			log_warn("%d local clients connected: refusing one more", ADMIN_CLIENTS_MAX);
 			close(fd);
 			continue;
+		}
+		{
+			struct ucred cred;
+			socklen_t cl = sizeof(cred);
+
+			/* The kernel's word, not the client's: ports, channels and quotas belong to this uid. */
+			if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl)) {
+				log_warn("local client: SO_PEERCRED: %m; refusing it");
+				close(fd);
+				continue;
+			}
+			a->client_uid[slot] = cred.uid;
+			a->client_pid[slot] = cred.pid;
 		}
 		ee.data.u64 = a->tag_client | (uint32_t)fd;
 		if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ee)) {
@@ -310,11 +366,8 @@ static void admin_reply(struct admin *a, int slot, const CtlReply *r)
 static void admin_reply_error(struct admin *a, int slot, int status, const char *why)
 {
 	CtlReply r = CTL_REPLY__INIT;
-	struct ucred cred = {0};
-	socklen_t cl = sizeof(cred);
 
-	getsockopt(a->clients[slot], SOL_SOCKET, SO_PEERCRED, &cred, &cl);
-	log_warn("local client pid %d uid %u: bad request: %s", cred.pid, cred.uid, why);
+	log_warn("local client pid %d uid %u: bad request: %s", a->client_pid[slot], a->client_uid[slot], why);
 	a->errors++;
 	r.status = status;
 	r.error = (char *)why;
@@ -328,6 +381,7 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->local_port = ch->local_port;
 	ci->peer_node = ch->peer_node; /* never what the application's shared page says */
 	ci->peer_port = ch->peer_port;
+	ci->owner_uid = ch->owner_uid;
 	ci->opener = ch->opener;
 	ci->state = (char *)channel_state_name(ch);
 	ci->qps = ch->qps;
@@ -472,7 +526,7 @@ static void admin_channel_request(struct admin *a, int slot, const CtlRequest *r
 	int fd = a->clients[slot], ret;
 
 	if (req->op == CTL_OP__CTL_OP_LISTEN) {
-		ret = channel_listen(a->mesh, (uint16_t)req->port, fd, &why);
+		ret = channel_listen(a->mesh, (uint16_t)req->port, fd, a->client_uid[slot], &why);
 		admin_deliver(a, fd, ret, why, NULL, NULL);
 		return;
 	}
@@ -485,11 +539,12 @@ static void admin_channel_request(struct admin *a, int slot, const CtlRequest *r
 
 		ret = channel_connect(a->mesh, req->node, (uint16_t)req->port, req->ring_size, req->qps,
 				      req->has_numa ? req->numa_node : -1, caller,
-				      req->has_rail ? (int)MIN(req->rail, (uint32_t)INT32_MAX) : -1, fd, &why);
+				      req->has_rail ? (int)MIN(req->rail, (uint32_t)INT32_MAX) : -1, fd, a->client_uid[slot],
+				      &why);
 	}
 	if (ret) {
-		log_info("local client fd %d: connect to node %u port %u: %s (%s)", fd, req->node, req->port,
-			 why ? why : "", mesh_strerror(ret));
+		log_info("local client pid %d uid %u: connect to node %u port %u: %s (%s)", a->client_pid[slot],
+			 a->client_uid[slot], req->node, req->port, why ? why : "", mesh_strerror(ret));
 		admin_deliver(a, fd, ret, why, NULL, NULL);
 	}
 }

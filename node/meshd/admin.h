@@ -23,6 +23,8 @@ struct admin {
 	struct mesh *mesh;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int clients[ADMIN_CLIENTS_MAX];
+	uint32_t client_uid[ADMIN_CLIENTS_MAX]; /* SO_PEERCRED at accept: whose channels and ports */
+	int client_pid[ADMIN_CLIENTS_MAX];
 	uint64_t errors;
 	/* Out of descriptors the listening socket stays readable: it leaves the epoll set until then
 	 * (admin_tick puts it back) instead of waking the loop without end. 0: watched. */
@@ -31,7 +33,8 @@ struct admin {
 };
 
 /* Binds path (creating its directory, replacing a stale socket, refusing a live one) and adds the
- * listening fd to epfd. */
+ * listening fd to epfd. The socket is mode 0660 with group cluster.socket_group, so applications
+ * run in that group; without the group (or with ""), 0600: meshd's user only. */
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
 	       struct mesh *m);
 void admin_close(struct admin *a);

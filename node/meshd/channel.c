@@ -665,13 +665,19 @@ static void channel_pump(struct channel *ch)
 
 /* ---- local clients ---- */
 
-int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **why)
+int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, const char **why)
 {
 	struct listener *li;
 
+	/* Otherwise any local user could take a well-known port before its service starts and receive
+	 * its channels. */
+	if (port < CH_PORT_PRIVILEGED && uid != 0) {
+		*why = "ports below 1024 are root's (as in TCP)";
+		return -EACCES;
+	}
 	for (li = m->listeners; li; li = li->next) {
 		if (li->port == port) {
-			*why = "port already has a listener";
+			*why = li->uid == uid ? "port already has a listener" : "port already has a listener of another user";
 			return -EADDRINUSE;
 		}
 	}
@@ -682,9 +688,32 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **wh
 	}
 	li->port = port;
 	li->fd = client_fd;
+	li->uid = uid;
 	li->next = m->listeners;
 	m->listeners = li;
-	log_debug("listening on port %u for client fd %d", port, client_fd);
+	log_debug("listening on port %u for client fd %d (uid %u)", port, client_fd, uid);
+	return 0;
+}
+
+/* Whether uid may hold one more channel of ring_size: a local user cannot take every slot or pin
+ * unbounded memory through meshd. Channels still closing count: their memory is still pinned. */
+static int channel_quota(struct mesh *m, uint32_t uid, uint64_t ring_size, const char **why)
+{
+	uint64_t n = 0, bytes = 2 * ring_size;
+
+	for (const struct channel *ch = m->channels; ch; ch = ch->next)
+		if (ch->owner_uid == uid) {
+			n++;
+			bytes += 2 * ch->size;
+		}
+	if (n >= m->cfg->max_channels_per_uid) {
+		*why = "the user holds cluster.max_channels_per_uid channels already";
+		return -EDQUOT;
+	}
+	if (bytes > m->cfg->max_ring_bytes_per_uid) {
+		*why = "the user's rings would exceed cluster.max_ring_bytes_per_uid";
+		return -EDQUOT;
+	}
 	return 0;
 }
 
@@ -696,7 +725,7 @@ static uint16_t channel_ephemeral_port(struct mesh *m)
 }
 
 int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
-		    int caller_node, int rail_req, int client_fd, const char **why)
+		    int caller_node, int rail_req, int client_fd, uint32_t uid, const char **why)
 {
 	struct link *l;
 	struct channel *ch;
@@ -740,9 +769,13 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		*why = "the NUMA hint names no online node of this machine (meshctl node lists them)";
 		return -EINVAL;
 	}
+	ret = channel_quota(m, uid, ring_size, why);
+	if (ret)
+		return ret;
 	ch = channel_new(l, ring_size, qps, rail, numa_node, why, &ret);
 	if (!ch)
 		return ret;
+	ch->owner_uid = uid;
 	ch->opener = true;
 	ch->state = CH_OPENING;
 	ch->peer_port = port;
@@ -903,6 +936,13 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 			return;
 		}
 	}
+	ret = channel_quota(m, li->uid, o->ring_size, &why);
+	if (ret) {
+		log_warn("node %u opened a channel to port %u: %s (uid %u); refusing it", l->peer->id, o->dst_port, why,
+			 li->uid);
+		channel_reject(l, o->slot, ret);
+		return;
+	}
 	if (!mesh_link_rail_up(l, o->rail)) {
 		/* It failed here and the peer has not heard yet: its connect fails, a retry takes another. */
 		log_info("node %u opened a channel on rail %u, which is DOWN here", l->peer->id, o->rail);
@@ -915,6 +955,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		return;
 	}
 	ch->state = CH_OPEN;
+	ch->owner_uid = li->uid;
 	ch->peer_slot = o->slot;
 	ch->local_port = (uint16_t)o->dst_port;
 	ch->peer_port = (uint16_t)o->src_port;

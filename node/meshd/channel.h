@@ -22,6 +22,7 @@
 
 #define CH_WINDOW 256u          /* chunks in flight per direction (sender); < 2^16 for the sequence numbers */
 #define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
+#define CH_PORT_PRIVILEGED 1024u /* ports below it: root's to listen on, as in TCP */
 #define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: [0..1] in (peer writes), [2..3] out */
 
 struct mesh;
@@ -44,6 +45,7 @@ struct channel {
 	uint32_t slot, peer_slot;
 	uint16_t local_port, peer_port;
 	uint32_t peer_node; /* meshd's own record (the ring's copy is the application's to overwrite) */
+	uint32_t owner_uid; /* the local user it counts against: the opener's, or the listener's */
 	bool opener;
 	enum ch_state state;
 	uint64_t size;
@@ -116,7 +118,8 @@ struct channel {
 struct listener {
 	struct listener *next;
 	uint16_t port;
-	int fd; /* the client connection that listens */
+	int fd;       /* the client connection that listens */
+	uint32_t uid; /* its user (SO_PEERCRED): channels accepted on the port are theirs */
 };
 
 /* What admin.c provides: delivery of a channel to an application. */
@@ -137,14 +140,16 @@ struct channel_ops {
  * is the next power of two, at most 8192 for 16 QPs (under half the 16-bit sequence space). */
 uint32_t channel_rx_window(uint32_t qps);
 
-/* Requests from local clients. Return 0 when answered later (connect) or done, else a negative errno
- * to answer now; *why names the problem. */
-int channel_listen(struct mesh *m, uint16_t port, int client_fd, const char **why);
+/* Requests from local clients (uid: the client's, from SO_PEERCRED). Return 0 when answered later
+ * (connect) or done, else a negative errno to answer now; *why names the problem. A port has one
+ * listener; ports below 1024 are root's, as in TCP. Every channel counts against its owner's
+ * cluster.max_channels_per_uid and max_ring_bytes_per_uid: beyond them -EDQUOT. */
+int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, const char **why);
 /* numa_hint: the application's node for the channel, -1 none; caller_node: the node the connecting
  * thread ran on, -1 unknown; rail: the rail asked for, -1 none. With several rails the device is the
  * rail asked for, else the one on the hint's node, else on the caller's node, else rail 0. */
 int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
-		    int caller_node, int rail, int client_fd, const char **why);
+		    int caller_node, int rail, int client_fd, uint32_t uid, const char **why);
 /* A client connection went away: its listeners go, its pending connect is abandoned. */
 void channel_client_gone(struct mesh *m, int client_fd);
 

@@ -16,6 +16,7 @@
 
 enum config_type {
 	CFG_UINT,
+	CFG_BYTES, /* 64-bit bytes: an integer, or a string with a suffix ("16G") */
 	CFG_STRING,
 	CFG_NUMA, /* "auto", "off" or a node number (an integer, or a string of digits) */
 };
@@ -26,7 +27,7 @@ struct config_key {
 	size_t offset;
 	size_t size; /* string buffer size */
 	const char *def;
-	uint32_t min, max;
+	uint64_t min, max;
 	const char *const *choices; /* strings: allowed values, NULL-terminated; NULL = any */
 	const char *help;
 };
@@ -37,6 +38,8 @@ static const char *const polling_choices[] = {"adaptive", "busy", "event", NULL}
 
 #define KEY_UINT(n, def, lo, hi, help) \
 	{#n, CFG_UINT, offsetof(struct mesh_config, n), 0, def, lo, hi, NULL, help}
+#define KEY_BYTES(n, def, lo, hi, help) \
+	{#n, CFG_BYTES, offsetof(struct mesh_config, n), 0, def, lo, hi, NULL, help}
 #define KEY_STR(n, field, def, choices, help) \
 	{#n, CFG_STRING, offsetof(struct mesh_config, field), sizeof(((struct mesh_config *)0)->field), def, 0, 0, choices, help}
 
@@ -71,6 +74,15 @@ static const struct config_key config_keys[] = {
 	KEY_UINT(max_ring_mib_per_link, "4096", 1, 1u << 20,
 		 "MiB of ring memory (both directions, pinned) the channels a peer opened may take at once; a "
 		 "channel beyond it is refused (ChannelReject -EBUSY)"),
+	KEY_UINT(max_channels_per_uid, "4096", 1, 1u << 20,
+		 "channels one local user (uid) may hold at once, opened or accepted; one more is refused "
+		 "(-EDQUOT)"),
+	KEY_BYTES(max_ring_bytes_per_uid, "16G", 1ull << 20, 1ull << 50,
+		"bytes of ring memory (both directions, pinned) the channels of one local user (uid) may take at "
+		"once; a channel beyond it is refused (-EDQUOT)"),
+	KEY_STR(socket_group, socket_group, "rdmamesh", NULL,
+		"group that may use the control socket (mode 0660): applications run in it; when the group does "
+		"not exist, or for \"\", only meshd's user may (mode 0600)"),
 	KEY_STR(polling, polling, "adaptive", polling_choices,
 		"how meshd's data-path thread waits: event (sleeps in epoll, a wake-up per event, no CPU when "
 		"idle), busy (polls completion queues and rings without end: lowest latency, one CPU always "
@@ -131,10 +143,13 @@ static int setting_line(const config_setting_t *s)
 static int config_set_uint(struct mesh_config *cfg, const struct config_key *k, long long v,
 			   const char *path, int line, char *err, size_t errlen)
 {
-	if (v < (long long)k->min || v > (long long)k->max)
-		return config_fail(err, errlen, path, line, "cluster.%s %lld out of range %u..%u", k->name, v,
-				   k->min, k->max);
-	*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)v;
+	if (v < 0 || (uint64_t)v < k->min || (uint64_t)v > k->max)
+		return config_fail(err, errlen, path, line, "cluster.%s %lld out of range %llu..%llu", k->name, v,
+				   (unsigned long long)k->min, (unsigned long long)k->max);
+	if (k->type == CFG_BYTES)
+		*(uint64_t *)((char *)cfg + k->offset) = (uint64_t)v;
+	else
+		*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)v;
 	return 0;
 }
 
@@ -219,6 +234,8 @@ static int config_defaults(struct mesh_config *cfg)
 			continue;
 		if (k->type == CFG_UINT)
 			*(uint32_t *)((char *)cfg + k->offset) = (uint32_t)strtoul(k->def, NULL, 10);
+		else if (k->type == CFG_BYTES)
+			util_parse_bytes(k->def, (uint64_t *)((char *)cfg + k->offset));
 		else if (k->type == CFG_NUMA)
 			numa_parse(k->def, cfg->numa, sizeof(cfg->numa), &cfg->numa_mode, k->name, "", 0, NULL, 0);
 		else
@@ -246,11 +263,25 @@ static int config_read_cluster(struct mesh_config *cfg, config_setting_t *grp, c
 		if (!k)
 			return config_fail(err, errlen, path, line,
 					   "unknown key cluster.%s (meshd --dump-config lists the keys)", name);
-		if (k->type == CFG_UINT) {
+		if (k->type == CFG_BYTES && config_setting_type(s) == CONFIG_TYPE_STRING) {
+			uint64_t v;
+
+			if (util_parse_bytes(config_setting_get_string(s), &v) || v > INT64_MAX)
+				return config_fail(err, errlen, path, line,
+						   "cluster.%s \"%s\" is not a size (digits with an optional K, M, G or T)",
+						   name, config_setting_get_string(s));
+			ret = config_set_uint(cfg, k, (long long)v, path, line, err, errlen);
+		} else if (k->type == CFG_UINT || k->type == CFG_BYTES) {
 			int t = config_setting_type(s);
 
 			if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
-				return config_fail(err, errlen, path, line, "cluster.%s must be an integer", name);
+				return config_fail(err, errlen, path, line, "cluster.%s must be an integer%s", name,
+						   k->type == CFG_BYTES ? " or a size string (\"16G\")" : "");
+			/* libconfig reads a number beyond 32 bits without the L suffix as 0. */
+			if (t == CONFIG_TYPE_INT && k->type == CFG_BYTES && !config_setting_get_int64(s))
+				return config_fail(err, errlen, path, line,
+						   "cluster.%s is 0 or too large for a plain integer: write a size string "
+						   "(\"16G\") or add the L suffix (17179869184L)", name);
 			ret = config_set_uint(cfg, k, config_setting_get_int64(s), path, line, err, errlen);
 		} else if (k->type == CFG_NUMA) {
 			ret = numa_setting(s, cfg->numa, sizeof(cfg->numa), &cfg->numa_mode, "cluster.numa", path, err,
@@ -512,20 +543,23 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 		const struct config_key *k = &config_keys[i];
 		char range[48], cur[CONFIG_NAME_MAX + 8] = "";
 
-		if (k->type == CFG_UINT) {
-			snprintf(range, sizeof(range), "%u..%u", k->min, k->max);
-			if (cfg)
+		if (k->type == CFG_UINT || k->type == CFG_BYTES) {
+			snprintf(range, sizeof(range), "%llu..%llu", (unsigned long long)k->min, (unsigned long long)k->max);
+			if (cfg && k->type == CFG_BYTES)
+				snprintf(cur, sizeof(cur), "%llu",
+					 (unsigned long long)*(const uint64_t *)((const char *)cfg + k->offset));
+			else if (cfg)
 				snprintf(cur, sizeof(cur), "%u", *(const uint32_t *)((const char *)cfg + k->offset));
 		} else {
 			if (k->type == CFG_NUMA)
-				snprintf(range, sizeof(range), "auto|off|0..%u", k->max);
+				snprintf(range, sizeof(range), "auto|off|0..%llu", (unsigned long long)k->max);
 			else
 				snprintf(range, sizeof(range), "string");
 			if (cfg)
 				snprintf(cur, sizeof(cur), "\"%s\"", (const char *)cfg + k->offset);
 		}
 		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s%s%s\n", k->name,
-			k->type == CFG_UINT ? "integer" : "string", !k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range,
+			k->type == CFG_STRING || k->type == CFG_NUMA ? "string" : k->type == CFG_BYTES ? "size" : "integer", !k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range,
 			k->help,
 			cfg ? "; in force: " : "", cur);
 	}

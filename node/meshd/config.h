@@ -49,6 +49,9 @@ struct mesh_config {
 	uint32_t mailbox_size;
 	uint32_t max_channels_per_link; /* channels a peer may have opened to us at once */
 	uint32_t max_ring_mib_per_link; /* MiB of ring memory (both directions) those may take */
+	uint32_t max_channels_per_uid;  /* channels one local user may hold at once */
+	uint64_t max_ring_bytes_per_uid; /* ring bytes (both directions) those may take */
+	char socket_group[64];           /* may use the control socket; "" or missing: meshd's user only */
 	char polling[16];        /* busy | adaptive | event: how the data-path thread waits */
 	uint32_t poll_budget_us; /* adaptive: keep polling this long after the last work */
 	uint32_t app_spin_us;    /* hint to libmesh: poll a ring this long before sleeping */

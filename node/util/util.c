@@ -153,3 +153,29 @@ int util_addr_ifname(const char *addr, char *name, size_t len)
 	}
 	return ret;
 }
+
+int util_parse_bytes(const char *s, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	uint64_t v = 0;
+	const char *u;
+	unsigned shift = 0;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	if (*s) {
+		u = strchr(units, *s);
+		if (!u || s[1])
+			return -EINVAL;
+		shift = 10u * (unsigned)(u - units + 1);
+		if (v > UINT64_MAX >> shift)
+			return -EINVAL;
+	}
+	*out = v << shift;
+	return 0;
+}

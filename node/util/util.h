@@ -33,5 +33,8 @@ int util_addr_same_host(const char *peer, const char *addr);
 
 /* Copies at most size-1 bytes and always terminates; returns strlen(src). */
 size_t util_strlcpy(char *dst, const char *src, size_t size);
+/* "4096", "64K", "16G": decimal digits with an optional binary suffix K, M, G or T. 0, or -EINVAL
+ * for anything else (no sign, no space, no overflow). */
+int util_parse_bytes(const char *s, uint64_t *out);
 
 #endif

@@ -81,6 +81,8 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 	c->mailbox_size = 4096;
 	c->max_channels_per_link = MESH_CHANNEL_SLOTS;
 	c->max_ring_mib_per_link = 1u << 20;
+	c->max_channels_per_uid = 1u << 20;
+	c->max_ring_bytes_per_uid = 1ull << 50;
 	snprintf(c->polling, sizeof(c->polling), "event");
 	c->app_spin_us = 77; /* an odd value a test can recognise in the ring */
 	snprintf(c->numa, sizeof(c->numa), "auto");

@@ -45,6 +45,9 @@
 #define CHUNK (RING / 4)
 #define CLIENT_FD 1001 /* a connecting client: only a number to channel.c and to the fake deliver */
 #define LISTEN_FD 1002
+#define ROOT 0u     /* the uid of a client (SO_PEERCRED) */
+#define ALICE 1000u
+#define BOB 1001u
 #define PEER_SLOT 7u /* the peer meshd's slot of a channel */
 #define PEER_RX_RKEY 0x5eed0001u
 #define PEER_CREDIT_RKEY 0x5eed0002u
@@ -686,7 +689,7 @@ static struct chan *connect_out(struct ct *c, uint16_t port, uint64_t size, uint
 	const char *why = NULL;
 	struct chan *h = chan_new(c, size, peer_slot);
 	PeerMsg *m;
-	int ret = channel_connect(&c->t.m, PEER, port, size, qps, -1, -1, -1, CLIENT_FD, &why);
+	int ret = channel_connect(&c->t.m, PEER, port, size, qps, -1, -1, -1, CLIENT_FD, ROOT, &why);
 
 	if (ret)
 		fail_msg("channel_connect: %s (%s)", mesh_strerror(ret), why ? why : "?");
@@ -825,7 +828,7 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	ct_init(c, 3);
 	from = c->t.fx->n_posts;
 	regs = c->t.fx->n_regs;
-	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, -1, -1, -1, CLIENT_FD, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, -1, -1, -1, CLIENT_FD, ROOT, &why), 0);
 	/* TX (local), RX and the credit word in (remote write), the credit word out (local). */
 	assert_int_equal(c->t.fx->n_regs, regs + 4);
 	r = find_regs(c, RING);
@@ -876,7 +879,7 @@ static void channel_connect__qps_and_ring_unset__link_qps_and_default_ring(void 
 		size_t from = c->t.fx->n_posts;
 		PeerMsg *m;
 
-		assert_int_equal(channel_connect(&c->t.m, PEER, 80, i ? RING : 0, ask[i], -1, -1, -1, CLIENT_FD, &why), 0);
+		assert_int_equal(channel_connect(&c->t.m, PEER, 80, i ? RING : 0, ask[i], -1, -1, -1, CLIENT_FD, ROOT, &why), 0);
 		m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
 		assert_non_null(m);
 		assert_int_equal(m->channel_open->qps, want[i]);
@@ -986,7 +989,7 @@ static void expect_connect_refused(struct ct *c, uint32_t node, int err)
 {
 	size_t regs = c->t.fx->n_regs, posts = c->t.fx->n_posts;
 	const char *why = NULL;
-	int ret = channel_connect(&c->t.m, node, 80, RING, 0, -1, -1, -1, CLIENT_FD, &why);
+	int ret = channel_connect(&c->t.m, node, 80, RING, 0, -1, -1, -1, CLIENT_FD, ROOT, &why);
 
 	if (ret != err)
 		fail_msg("channel_connect to node %u: %d (%s), expected %d (%s)", node, ret, mesh_strerror(ret), err,
@@ -1037,7 +1040,7 @@ static void channel_connect__registration_fails__refused_nothing_left(void **sta
 	posts = c->t.fx->n_posts;
 	/* TX and RX register, the credit word does not. */
 	c->t.fx->fail_mr_reg = (struct fake_fail){.err = -EFAULT, .skip = 2};
-	ret = channel_connect(&c->t.m, PEER, 80, RING, 2, -1, -1, -1, CLIENT_FD, &why);
+	ret = channel_connect(&c->t.m, PEER, 80, RING, 2, -1, -1, -1, CLIENT_FD, ROOT, &why);
 	assert_true(ret < 0);
 	assert_non_null(why);
 	if (!strstr(why, "registration"))
@@ -1119,7 +1122,7 @@ static void channel_on_message__open_to_listener__delivered_and_accepted(void **
 	size_t from;
 
 	ct_init(c, 3);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
 	h = open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
 	r = find_regs(c, RING);
 	/* The Accept named the ring and credit word the peer may write, with their keys. */
@@ -1188,8 +1191,8 @@ static void channel_client_gone__listener__no_longer_accepts(void **state)
 	PeerMsg *m;
 
 	ct_init(c, 2);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, &why), -EADDRINUSE);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, ROOT, &why), -EADDRINUSE);
 	channel_client_gone(&c->t.m, LISTEN_FD);
 	h = chan_new(c, RING, PEER_SLOT);
 	from = c->t.fx->n_posts;
@@ -1201,7 +1204,7 @@ static void channel_client_gone__listener__no_longer_accepts(void **state)
 	assert_int_equal(c->n_apps, 0);
 	assert_int_equal(c->t.m.n_channels, 0);
 	/* The port is free for another client. */
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, ROOT, &why), 0);
 	mt_finish(&c->t);
 }
 
@@ -1214,7 +1217,7 @@ static void channel_on_message__listener_cannot_take_it__rejected_and_freed(void
 	PeerMsg *m;
 
 	ct_init(c, 2);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
 	h = chan_new(c, RING, PEER_SLOT);
 	from = c->t.fx->n_posts;
 	c->deliver_err = -EPIPE;
@@ -1254,7 +1257,7 @@ static void channel_on_message__open_beyond_the_peers_share__rejected_ebusy(void
 
 	ct_init(c, 2);
 	c->t.cfg.max_channels_per_link = 2;
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
 	open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
 	open_in(c, 50001, 7000, RING, 2, PEER_SLOT + 1);
 	h = chan_new(c, RING, PEER_SLOT + 2);
@@ -1277,6 +1280,85 @@ static void channel_on_message__open_beyond_the_peers_share__rejected_ebusy(void
 	mt_finish(&c->t);
 }
 
+/* Like TCP: a user other than root cannot take a well-known port before its service starts. */
+static void channel_listen__port_below_1024_not_root__eacces(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_listen(&c->t.m, 80, LISTEN_FD, ALICE, &why), -EACCES);
+	assert_non_null(strstr(why, "below 1024"));
+	assert_int_equal(channel_listen(&c->t.m, 1023, LISTEN_FD, ALICE, &why), -EACCES);
+	assert_int_equal(channel_listen(&c->t.m, 1024, LISTEN_FD, ALICE, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 80, LISTEN_FD + 1, ROOT, &why), 0);
+	mt_finish(&c->t);
+}
+
+static void channel_listen__port_held_by_another_user__eaddrinuse_naming_it(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ALICE, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, BOB, &why), -EADDRINUSE);
+	assert_non_null(strstr(why, "another user"));
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, ROOT, &why), -EADDRINUSE);
+	mt_finish(&c->t);
+}
+
+/* Every user has a share of channels and of pinned ring memory: one more is -EDQUOT for that user
+ * alone, and a channel that closes gives its room back. */
+static void channel_connect__beyond_the_users_quota__edquot(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	struct channel *ch;
+
+	ct_init(c, 2);
+	c->t.cfg.max_channels_per_uid = 2;
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
+	for (ch = c->t.m.channels; ch; ch = ch->next)
+		assert_int_equal(ch->owner_uid, ALICE);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), -EDQUOT);
+	assert_non_null(strstr(why, "max_channels_per_uid"));
+	assert_int_equal(c->t.m.n_channels, 2);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, BOB, &why), 0);
+
+	/* Bytes: both directions count; 2 x 64 KiB fits 128 KiB, a third ring of 4 KiB does not. */
+	c->t.cfg.max_channels_per_uid = 100;
+	c->t.cfg.max_ring_bytes_per_uid = 2 * (2 * RING) + (2u * (64u << 10));
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, 64u << 10, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, 4096, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), -EDQUOT);
+	assert_non_null(strstr(why, "max_ring_bytes_per_uid"));
+	mt_finish(&c->t);
+}
+
+/* Channels accepted on a port are its listener's: they count against that user's quota, and the
+ * peer's connect hears -EDQUOT. */
+static void channel_on_message__open_beyond_the_listeners_quota__rejected_edquot(void **state)
+{
+	struct ct *c = *state;
+	const char *why;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	c->t.cfg.max_channels_per_uid = 1;
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ALICE, &why), 0);
+	h = open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
+	assert_int_equal(channel_find(&c->t.m, h->id)->owner_uid, ALICE);
+	h = chan_new(c, RING, PEER_SLOT + 1);
+	from = c->t.fx->n_posts;
+	peer_open(c, h, 50001, 7000, 2);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
+	assert_int_equal(sent_reject_reason(c, from), -EDQUOT);
+	assert_int_equal(c->t.m.n_channels, 1);
+	mt_finish(&c->t);
+}
+
 static void channel_on_message__open_with_more_qps_than_link__rejected_einval(void **state)
 {
 	struct ct *c = *state;
@@ -1286,7 +1368,7 @@ static void channel_on_message__open_with_more_qps_than_link__rejected_einval(vo
 	PeerMsg *m;
 
 	ct_init(c, 2);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
 	h = chan_new(c, RING, PEER_SLOT);
 	from = c->t.fx->n_posts;
 	peer_open(c, h, 50000, 7000, 3);
@@ -2398,7 +2480,7 @@ static void channel_rail_down__acceptor__follows_the_openers_rail(void **state)
 	const char *why;
 
 	ct_init_rails(c);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, &why), 0);
+	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
 	h = open_in(c, 50000, 7000, RING, 2, PEER_SLOT);
 	ch = chn(c, h);
 	from = c->t.fx->n_posts;
@@ -2929,6 +3011,10 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_message__open_without_listener__rejected_econnrefused),
 	T(channel_client_gone__listener__no_longer_accepts),
 	T(channel_on_message__listener_cannot_take_it__rejected_and_freed),
+	T(channel_listen__port_below_1024_not_root__eacces),
+	T(channel_listen__port_held_by_another_user__eaddrinuse_naming_it),
+	T(channel_connect__beyond_the_users_quota__edquot),
+	T(channel_on_message__open_beyond_the_listeners_quota__rejected_edquot),
 	T(channel_on_message__open_with_more_qps_than_link__rejected_einval),
 	T(channel_on_message__open_beyond_the_peers_share__rejected_ebusy),
 	T(channel_on_kick__app_wrote__chunks_striped_round_robin),

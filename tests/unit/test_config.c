@@ -400,6 +400,59 @@ static void config_load__poll_budget_too_large__rejected_with_range(void **state
 			  3, "cluster.poll_budget_us 2000000 out of range", "0..1000000");
 }
 
+/* 64 GiB does not fit a 32-bit integer: the byte budget is read as 64 bits. */
+static void config_load__uid_quotas_and_group__loaded(void **state)
+{
+	struct cfg_test *t = *state;
+	int ret = load_text(t, "cluster = {\n  name = \"lab\";\n  max_channels_per_uid = 10;\n"
+			       "  max_ring_bytes_per_uid = 68719476736L;\n  socket_group = \"users\";\n};\n" NODES1);
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_int_equal(t->cfg.max_channels_per_uid, 10);
+	assert_true(t->cfg.max_ring_bytes_per_uid == 68719476736ull);
+	assert_string_equal(t->cfg.socket_group, "users");
+	ret = load_text(t, "cluster = {\n  name = \"lab\";\n};\n" NODES1);
+	assert_int_equal(ret, 0);
+	assert_int_equal(t->cfg.max_channels_per_uid, 4096);
+	assert_true(t->cfg.max_ring_bytes_per_uid == 16ull << 30);
+	assert_string_equal(t->cfg.socket_group, "rdmamesh");
+	ret = load_text(t, "cluster = {\n  name = \"lab\";\n  max_ring_bytes_per_uid = \"512M\";\n};\n" NODES1);
+	assert_int_equal(ret, 0);
+	assert_true(t->cfg.max_ring_bytes_per_uid == 512ull << 20);
+}
+
+/* libconfig reads 68719476736 without L as 0: say so rather than "0 out of range". */
+static void config_load__ring_bytes_per_uid_beyond_32_bits_without_l__rejected_naming_the_fix(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  max_ring_bytes_per_uid = 68719476736;\n"
+			  "};\n" NODES1,
+			  3, "cluster.max_ring_bytes_per_uid is 0 or too large", "\"16G\"");
+}
+
+static void config_load__ring_bytes_per_uid_bad_suffix__rejected_with_line(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  max_ring_bytes_per_uid = \"16GB\";\n"
+			  "};\n" NODES1,
+			  3, "\"16GB\" is not a size", NULL);
+}
+
+static void config_load__ring_bytes_per_uid_below_1mib__rejected_with_range(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  max_ring_bytes_per_uid = 4096;\n"
+			  "};\n" NODES1,
+			  3, "cluster.max_ring_bytes_per_uid 4096 out of range", "1048576..1125899906842624");
+}
+
 static void config_load__busy_polling__loaded(void **state)
 {
 	struct cfg_test *t = *state;
@@ -739,7 +792,7 @@ static char *dump_to_string(const struct mesh_config *cfg)
 static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
-	"max_channels_per_link", "max_ring_mib_per_link",
+	"max_channels_per_link", "max_ring_mib_per_link", "max_channels_per_uid", "max_ring_bytes_per_uid", "socket_group",
 	"polling", "poll_budget_us", "app_spin_us", "numa", "key_file", "log_level",
 };
 
@@ -808,7 +861,7 @@ static void config_dump__every_printed_default__loads_back(void **state)
 		}
 		if (!strcmp(def, "\"\""))
 			def[0] = '\0'; /* an empty default, printed quoted */
-		if (!strcmp(type, "string"))
+		if (!strcmp(type, "string") || !strcmp(type, "size"))
 			n += (size_t)snprintf(text + n, sizeof(text) - n, "  %s = \"%s\";\n", key, def);
 		else
 			n += (size_t)snprintf(text + n, sizeof(text) - n, "  %s = %s;\n", key, def);
@@ -925,6 +978,10 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__log_level_loud__rejected_with_choices),
 	T(config_load__polling_spin__rejected_with_choices),
 	T(config_load__poll_budget_too_large__rejected_with_range),
+	T(config_load__uid_quotas_and_group__loaded),
+	T(config_load__ring_bytes_per_uid_below_1mib__rejected_with_range),
+	T(config_load__ring_bytes_per_uid_beyond_32_bits_without_l__rejected_naming_the_fix),
+	T(config_load__ring_bytes_per_uid_bad_suffix__rejected_with_line),
 	T(config_load__busy_polling__loaded),
 	T(config_load__numa_each_form__mode_parsed),
 	T(config_load__numa_near__rejected_with_choices),
