@@ -1052,7 +1052,9 @@ static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const
 	c->ctx = l;
 	c->index = idx;
 	l->conns[idx] = c;
-	ret = link_register(l, c);
+	ret = xport_admit(c);
+	if (!ret)
+		ret = link_register(l, c);
 	if (!ret)
 		ret = link_post_recvs(l, c);
 	if (ret)

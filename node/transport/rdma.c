@@ -451,6 +451,23 @@ static int rdma_connect_to(xport_t *x, const char *src, const char *addr, uint16
 	return 0;
 }
 
+/* An incoming request the owner will accept: its CQ and QP, now and not at the request, so a
+ * stranger's requests cost no verbs resources. On failure the request is rejected here. */
+static int rdma_admit(xport_conn_t *xc)
+{
+	struct rdma_conn *c = to_rc(xc);
+	int ret;
+
+	if (!c->passive || c->cq)
+		return 0;
+	ret = rdma_conn_setup_qp(c);
+	if (ret) {
+		log_warn("rejecting %s: cannot set up its QP: %s", c->base.peer_addr, strerror(-ret));
+		rdma_reject(c->id, NULL, 0);
+	}
+	return ret;
+}
+
 static int rdma_accept_conn(xport_conn_t *xc, const void *pdata, size_t len)
 {
 	struct rdma_conn *c = to_rc(xc);
@@ -662,14 +679,7 @@ static int rdma_cm_handle(struct rdma_xport *rx, struct rdma_cm_event *cme, stru
 		c->req_initiator_depth = cme->param.conn.initiator_depth;
 		c->req_responder_resources = cme->param.conn.responder_resources;
 		peer_addr_str(cme->id, c->base.peer_addr, sizeof(c->base.peer_addr));
-		ret = rdma_conn_setup_qp(c);
-		if (ret) {
-			log_warn("rejecting %s: cannot set up its QP: %s", c->base.peer_addr, strerror(-ret));
-			rdma_reject(cme->id, NULL, 0);
-			/* Destroy after the ack: rdma_destroy_id waits for unacked events of the id. */
-			c->base.ctx = NULL;
-			return -1;
-		}
+		/* No CQ or QP yet: the owner judges the private data first (rdma_admit). */
 		ev_conn(ev, XPORT_EV_CONNECT_REQUEST, c, 0, cme);
 		return 1;
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -881,6 +891,7 @@ const struct xport_ops xport_rdma_ops = {
 	.event_fd = rdma_event_fd,
 	.listen = rdma_listen_on,
 	.connect = rdma_connect_to,
+	.admit = rdma_admit,
 	.accept = rdma_accept_conn,
 	.reject = rdma_reject_conn,
 	.disconnect = rdma_disconnect_conn,

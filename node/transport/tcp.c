@@ -44,6 +44,16 @@
 #define TCP_TICK_MS 100
 #define TCP_ACCEPT_PAUSE_MS 100 /* out of descriptors: the listener rests this long */
 #define TCP_LISTEN_BACKLOG 256
+/* What a connection may make us buffer before it is accepted: one CONNECT frame. */
+#define TCP_HANDSHAKE_MAX (TCP_FRAME_HDR_LEN + TCP_FRAME_PDATA_MAX)
+/* Connections that have not said who they are yet (no CONNECT): in all, and from one address. A
+ * real node's QPs pass this state in microseconds; a stranger holding sockets open is capped
+ * (sshd's MaxStartups is the same idea) and dropped at connect_timeout_ms. */
+#define TCP_PENDING_MAX 256u
+#define TCP_PENDING_PER_SOURCE 64u
+/* READ responses queued for the socket: beyond this the requester's further input waits until
+ * they drain (an RC responder has a bounded number of reads in flight too). */
+#define TCP_OUT_MAX (32u << 20)
 
 enum tcp_conn_state {
 	TC_CONNECTING,   /* active: TCP connect in progress */
@@ -101,6 +111,7 @@ struct tcp_conn {
 	size_t in_len, in_cap;
 	/* output */
 	struct tcp_out *out_head, *out_tail;
+	size_t out_bytes; /* queued, not written yet */
 	struct tcp_unacked *unacked_head, *unacked_tail;
 	uint32_t n_unacked;
 	uint32_t acks_owed; /* frames we applied and have not acknowledged yet */
@@ -133,6 +144,8 @@ struct tcp_xport {
 	 * until this time instead of waking the loop without end. 0: watched. */
 	uint64_t accept_paused_until;
 	uint64_t accept_pauses; /* logged on the first and every 100th */
+	uint64_t pending_refused; /* connections closed at once: too many not past CONNECT */
+	struct log_ratelimit pending_log;
 	char listen_addr[XPORT_ADDR_MAX];
 	bool timer_on;
 	struct tcp_conn *conns;
@@ -407,6 +420,7 @@ static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *
 	tcp_frame_header(f, o->data);
 	if (payload)
 		memcpy(o->data + TCP_FRAME_HDR_LEN, payload, f->payload_len);
+	c->out_bytes += o->len;
 	if (c->out_tail)
 		c->out_tail->next = o;
 	else
@@ -437,6 +451,7 @@ static void tcp_conn_flush(struct tcp_conn *c)
 		c->out_head = o->next;
 		if (!c->out_head)
 			c->out_tail = NULL;
+		c->out_bytes -= o->len;
 		if (o->op) {
 			struct tcp_unacked *u = malloc(sizeof(*u));
 
@@ -457,6 +472,13 @@ static void tcp_conn_flush(struct tcp_conn *c)
 			c->n_unacked++;
 		}
 		free(o);
+	}
+	if (c->in_blocked && c->out_bytes <= TCP_OUT_MAX / 2 && c->state == TC_ESTABLISHED) {
+		/* A READ request that waited for room goes on (a SEND waiting for a receive just waits
+		 * again). */
+		c->in_blocked = false;
+		c->kicked = true;
+		tcp_wake(c->tx);
 	}
 	tcp_conn_watch(c);
 }
@@ -631,6 +653,8 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 	case TCP_F_READ_REQ: {
 		struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
 
+		if (c->out_bytes && c->out_bytes + TCP_FRAME_HDR_LEN + f->arg > TCP_OUT_MAX)
+			return 0; /* the requester does not read its responses: wait until they drain */
 		dst = tcp_region(c, f->rkey, f->raddr, f->arg, XPORT_ACCESS_REMOTE_READ, "READ");
 		if (!dst)
 			return -1;
@@ -664,6 +688,42 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 	}
 }
 
+/* A frame whose header is in and whose payload is not yet: judged now, so that only a frame we will
+ * take makes us buffer its payload (a stranger's header announcing 16 MiB costs us 32 bytes).
+ * 1: read on, 0: it waits for a posted receive (stop reading), -1: the connection ended. */
+static int tcp_conn_check_header(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	if (f->type == TCP_F_CONNECT || f->type == TCP_F_ACCEPT || f->type == TCP_F_REJECT)
+		return 1; /* at most 56 bytes (tcp_frame_peek); the state is checked when it is complete */
+	if (c->state != TC_ESTABLISHED) {
+		tcp_conn_protocol_error(c, "data frame type %u before the connection was accepted", f->type);
+		return -1;
+	}
+	switch (f->type) {
+	case TCP_F_SEND:
+		if (!c->recv_count)
+			return 0;
+		if (f->payload_len > c->recvs[c->recv_head].len) {
+			tcp_conn_protocol_error(c, "message of %u bytes for a receive of %u", f->payload_len,
+						c->recvs[c->recv_head].len);
+			return -1;
+		}
+		return 1;
+	case TCP_F_WRITE:
+	case TCP_F_WRITE_IMM:
+		return tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE") ? 1 : -1;
+	case TCP_F_READ_RESP:
+		for (struct tcp_read *rd = c->reads; rd; rd = rd->next)
+			if (rd->id == f->id && rd->len == f->payload_len)
+				return 1;
+		tcp_conn_protocol_error(c, "READ response %llu of %u bytes matches no outstanding read",
+					(unsigned long long)f->id, f->payload_len);
+		return -1;
+	default:
+		return 1;
+	}
+}
+
 /* Parses and handles the buffered input; stops when a frame must wait for a receive. */
 static void tcp_conn_process(struct tcp_conn *c)
 {
@@ -679,8 +739,11 @@ static void tcp_conn_process(struct tcp_conn *c)
 			tcp_conn_protocol_error(c, "%s", why);
 			break;
 		}
-		if (n == 0)
+		if (n == 0) {
+			if (tcp_frame_peek(c->in + off, c->in_len - off, &f, &why) == 1 && !tcp_conn_check_header(c, &f))
+				c->in_blocked = true;
 			break;
+		}
 		r = tcp_conn_frame(c, &f);
 		if (r == 0) {
 			c->in_blocked = true;
@@ -709,8 +772,26 @@ static void tcp_conn_readable(struct tcp_conn *c)
 	for (int rounds = 0; rounds < 16 && c->state != TC_CLOSED && !c->in_blocked && c->state != TC_REQUESTED;
 	     rounds++) {
 		ssize_t n;
+		size_t room;
 
-		if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
+		if (c->state != TC_ESTABLISHED) {
+			/* Not accepted yet: one CONNECT (or ACCEPT) frame is all we hold for it. */
+			if (c->in_len >= TCP_HANDSHAKE_MAX) {
+				tcp_conn_protocol_error(c, "more than a handshake frame before the connection was accepted");
+				return;
+			}
+			if (c->in_cap < TCP_HANDSHAKE_MAX) {
+				uint8_t *p = realloc(c->in, TCP_HANDSHAKE_MAX);
+
+				if (!p) {
+					tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -ENOMEM, "out of memory");
+					return;
+				}
+				c->in = p;
+				c->in_cap = TCP_HANDSHAKE_MAX;
+			}
+			room = TCP_HANDSHAKE_MAX - c->in_len;
+		} else if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
 			/* Room for the frame being assembled, at most one maximal frame. */
 			size_t nc = c->in_len + TCP_READ_CHUNK;
 			uint8_t *p;
@@ -726,8 +807,11 @@ static void tcp_conn_readable(struct tcp_conn *c)
 			}
 			c->in = p;
 			c->in_cap = nc;
+			room = c->in_cap - c->in_len;
+		} else {
+			room = c->in_cap - c->in_len;
 		}
-		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
 		if (n < 0 && errno == EINTR)
@@ -853,6 +937,8 @@ static int tcp_create(const struct xport_attr *attr, xport_t **out)
 		return -ENOMEM;
 	tx->base.ops = &xport_tcp_ops;
 	tx->attr = *attr;
+	tx->pending_log.burst = 10;
+	tx->pending_log.interval_ms = 10000;
 	tx->lfd = tx->evfd = tx->tfd = -1;
 	tx->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tx->epfd < 0) {
@@ -938,22 +1024,30 @@ static int tcp_listen_on(xport_t *x, const char *addr, uint16_t port)
 	return 0;
 }
 
-static void peer_str(const struct sockaddr_storage *ss, char *buf, size_t len)
+/* The numeric host of ss into host; returns its port. */
+static uint16_t peer_host(const struct sockaddr_storage *ss, char *host, size_t len)
 {
-	char host[INET6_ADDRSTRLEN] = "?";
-	uint16_t port = 0;
-
+	snprintf(host, len, "?");
 	if (ss->ss_family == AF_INET) {
 		const struct sockaddr_in *s = (const struct sockaddr_in *)ss;
 
-		inet_ntop(AF_INET, &s->sin_addr, host, sizeof(host));
-		port = ntohs(s->sin_port);
-	} else if (ss->ss_family == AF_INET6) {
+		inet_ntop(AF_INET, &s->sin_addr, host, (socklen_t)len);
+		return ntohs(s->sin_port);
+	}
+	if (ss->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)ss;
 
-		inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof(host));
-		port = ntohs(s->sin6_port);
+		inet_ntop(AF_INET6, &s->sin6_addr, host, (socklen_t)len);
+		return ntohs(s->sin6_port);
 	}
+	return 0;
+}
+
+static void peer_str(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+	uint16_t port = peer_host(ss, host, sizeof(host));
+
 	snprintf(buf, len, "%s:%u", host, port);
 }
 
@@ -979,6 +1073,29 @@ static void tcp_accept_all(struct tcp_xport *tx)
 				log_warn("tcp accept: %m");
 			}
 			return;
+		}
+		{
+			char src[INET6_ADDRSTRLEN];
+			uint32_t total = 0, same = 0;
+			uint64_t dropped;
+
+			peer_host(&ss, src, sizeof(src));
+			for (c = tx->conns; c; c = c->next)
+				if (c->state == TC_WAIT_REQUEST) {
+					total++;
+					same += util_addr_same_host(c->base.peer_addr, src);
+				}
+			if (total >= TCP_PENDING_MAX || same >= TCP_PENDING_PER_SOURCE) {
+				tx->pending_refused++;
+				if (log_ratelimit_ok(&tx->pending_log, util_now_ms(), &dropped))
+					log_warn("tcp %s: closing the connection of %s at once: %u connections (%u from "
+						 "that address) have not said who they are yet, at most %u (%u per "
+						 "address); %llu closed so far", tx->listen_addr, src, total, same,
+						 TCP_PENDING_MAX, TCP_PENDING_PER_SOURCE,
+						 (unsigned long long)tx->pending_refused);
+				close(fd);
+				continue;
+			}
 		}
 		c = tcp_conn_new(tx, fd);
 		if (!c) {

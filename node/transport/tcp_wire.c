@@ -4,7 +4,7 @@
 
 #include "tcp_wire.h"
 
-long tcp_frame_parse(const uint8_t *buf, size_t len, struct tcp_frame *f, const char **why)
+int tcp_frame_peek(const uint8_t *buf, size_t len, struct tcp_frame *f, const char **why)
 {
 	struct tcp_frame_wire w;
 	uint32_t plen;
@@ -55,16 +55,26 @@ long tcp_frame_parse(const uint8_t *buf, size_t len, struct tcp_frame *f, const 
 	default:
 		break;
 	}
-	if (len - TCP_FRAME_HDR_LEN < plen)
-		return 0;
 	f->type = w.type;
 	f->payload_len = plen;
 	f->raddr = be64toh(w.raddr);
 	f->id = be64toh(w.id);
 	f->rkey = be32toh(w.rkey);
 	f->arg = be32toh(w.arg);
+	f->payload = NULL;
+	return 1;
+}
+
+long tcp_frame_parse(const uint8_t *buf, size_t len, struct tcp_frame *f, const char **why)
+{
+	int ret = tcp_frame_peek(buf, len, f, why);
+
+	if (ret <= 0)
+		return ret;
+	if (len - TCP_FRAME_HDR_LEN < f->payload_len)
+		return 0;
 	f->payload = buf + TCP_FRAME_HDR_LEN;
-	return (long)(TCP_FRAME_HDR_LEN + plen);
+	return (long)(TCP_FRAME_HDR_LEN + f->payload_len);
 }
 
 void tcp_frame_header(const struct tcp_frame *f, uint8_t out[TCP_FRAME_HDR_LEN])

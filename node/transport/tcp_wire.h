@@ -48,6 +48,9 @@ struct tcp_frame {
 	const uint8_t *payload; /* points into the parsed buffer */
 };
 
+/* Decodes and checks the header at the start of buf, before its payload arrives: 1 with f filled
+ * (f->payload NULL), 0 when fewer than 32 bytes are there, or -EPROTO with *why. */
+int tcp_frame_peek(const uint8_t *buf, size_t len, struct tcp_frame *f, const char **why);
 /* Parses the frame at the start of buf. Returns its total length (header + payload) when complete,
  * 0 when more bytes are needed, or -EPROTO with *why naming the problem. Never reads past len. */
 long tcp_frame_parse(const uint8_t *buf, size_t len, struct tcp_frame *f, const char **why);

@@ -112,6 +112,10 @@ struct xport_ops {
 	 * CONNECT_ERROR follows. */
 	int (*connect)(xport_t *x, const char *src_addr, const char *addr, uint16_t port,
 		       const void *pdata, size_t pdata_len, void *ctx, uint32_t index, xport_conn_t **out);
+	/* Optional: readies an incoming request for accept (rdma: creates its CQ and QP). Called once
+	 * the owner judged the request's private data, before it registers memory on the connection or
+	 * posts receives: a request that is rejected never costs a QP. */
+	int (*admit)(xport_conn_t *c);
 	int (*accept)(xport_conn_t *c, const void *pdata, size_t pdata_len);
 	int (*reject)(xport_conn_t *c, const void *pdata, size_t pdata_len);
 	int (*disconnect)(xport_conn_t *c);
@@ -175,6 +179,10 @@ static inline int xport_connect(xport_t *x, const char *src, const char *addr, u
 				size_t len, void *ctx, uint32_t index, xport_conn_t **out)
 {
 	return x->ops->connect(x, src, addr, port, pdata, len, ctx, index, out);
+}
+static inline int xport_admit(xport_conn_t *c)
+{
+	return c->xport->ops->admit ? c->xport->ops->admit(c) : 0;
 }
 static inline int xport_accept(xport_conn_t *c, const void *pdata, size_t len)
 {

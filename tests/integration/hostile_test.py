@@ -7,7 +7,13 @@
      meshd spin (93% of a CPU, 47 MB of log in 3 s): now it rests each listener for a while, so over
      2 s it uses under a quarter of a CPU and logs a handful of lines. Once the connections close it
      accepts again: node 2, started then, brings its link UP, and meshctl answers.
-  2. SIGTERM: node 1 exits 0; no error lines or sanitizer reports in its log.
+  2. Before the handshake (node 1 restarted without the limit; the stranger at 127.0.0.2, the nodes
+     at 127.0.0.1): 12 connections each announce a 16 MiB frame and stream it; they used to take
+     meshd from 3 MiB to 187 MiB, now each is closed after its 32-byte header and node 1's RSS
+     grows by less than 8 MiB. 200 connections that never say who they are: node 1 holds at most
+     64 from that address and closes the rest at once, and node 2, restarted meanwhile, rejoins
+     within seconds.
+  3. SIGTERM: both exit 0; no error lines or sanitizer reports in the logs.
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
 import argparse
@@ -15,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -29,6 +36,37 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def stranger(port, payload=b""):
+    """A non-blocking connection from 127.0.0.2 (not a node's address) that sends payload."""
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))
+    s.connect(("127.0.0.1", port))
+    s.setblocking(False)
+    if payload:
+        try:
+            s.send(payload)
+        except OSError:
+            pass
+    return s
+
+
+def closed_by_peer(s):
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def main():
@@ -103,6 +141,57 @@ def main():
         up = wait_until(lambda: ctl(1, "links") and '"UP"' in subprocess.run(
             [meshctl, "-j", "-s", socks[1], "links"], capture_output=True, text=True).stdout, 30, 0.1)
         check(up, "the connections closed: node 1 accepts again (node 2's link UP) and meshctl answers")
+
+        # 2. Before the handshake. Node 1 again, without the descriptor limit.
+        procs[1].send_signal(signal.SIGTERM)
+        procs[1].wait(timeout=15)
+        start(1)
+        check(wait_until(lambda: '"UP"' in subprocess.run([meshctl, "-j", "-s", socks[1], "links"],
+                                                          capture_output=True, text=True).stdout, 30, 0.1),
+              "node 1 restarted without the limit: link UP")
+        time.sleep(1.0)
+        rss0 = rss_kib(procs[1].pid)
+        # A SEND header announcing 16 MiB, then the bytes: nothing is accepted yet, so nothing of it
+        # may be buffered.
+        hdr = struct.pack(">BBHIQQII", 4, 0, 0, 16 << 20, 0, 0, 0, 0)
+        big = [stranger(args.port, hdr) for _ in range(12)]
+        chunk, sent = b"\0" * (1 << 20), [0] * len(big)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and any(n < (16 << 20) for n in sent):
+            for i, s in enumerate(big):
+                if sent[i] >= 16 << 20:
+                    continue
+                try:
+                    sent[i] += s.send(chunk)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    sent[i] = 16 << 20  # reset by meshd: done
+            time.sleep(0.01)
+        time.sleep(0.5)
+        grown = rss_kib(procs[1].pid) - rss0
+        gone = sum(closed_by_peer(s) for s in big)
+        check(gone == len(big) and grown < 8 << 10,
+              f"12 connections announcing 16 MiB frames before the handshake: all closed by node 1, its RSS "
+              f"grew {grown} KiB", f"{gone} closed; " + log(1)[-800:])
+        for s in big:
+            s.close()
+
+        idle = [stranger(args.port) for _ in range(200)]
+        time.sleep(1.0)
+        dropped = sum(closed_by_peer(s) for s in idle)
+        check(200 - dropped <= 64 and "have not said who they are yet" in log(1),
+              f"200 silent connections from one address: node 1 holds {200 - dropped} (at most 64), closes "
+              f"the rest at once and says so")
+        procs[2].send_signal(signal.SIGTERM)
+        procs[2].wait(timeout=15)
+        t0 = time.monotonic()
+        start(2)
+        up = wait_until(lambda: '"UP"' in subprocess.run([meshctl, "-j", "-s", socks[1], "links"],
+                                                         capture_output=True, text=True).stdout, 15, 0.1)
+        check(up, f"meanwhile node 2 restarts and rejoins node 1 in {time.monotonic() - t0:.1f} s")
+        for s in idle:
+            s.close()
         for i in (2, 1):
             procs[i].send_signal(signal.SIGTERM)
         codes = [procs[i].wait(timeout=15) for i in (2, 1)]

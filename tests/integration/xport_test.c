@@ -161,6 +161,7 @@ static void pair_connect(struct pair *p, bool post_server_recvs)
 	assert_memory_equal(ev->pdata, req, sizeof(req));
 	p->sc = ev->conn;
 	p->sc->ctx = p;
+	assert_int_equal(xport_admit(p->sc), 0);
 	assert_int_equal(xport_mr_reg(p->sc, p->region + GUARD_LEN, REGION_LEN,
 				      XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ,
 				      &p->smr_remote),
