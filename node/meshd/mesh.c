@@ -1050,6 +1050,7 @@ static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const
 	int ret, len;
 
 	c->ctx = l;
+	c->scope = l; /* what we register through it is for this link's peer alone */
 	c->index = idx;
 	l->conns[idx] = c;
 	ret = xport_admit(c);

@@ -2,7 +2,8 @@
  * The rdma provider: librdmacm for connection management, libibverbs for PD/MR/CQ/QP.
  *
  * One rdma_cm event channel per provider instance; per device (ibv_context seen on a cm id) one
- * PD and one completion channel; per connection one CQ, so that destroying a connection also
+ * completion channel, and one PD per connection scope (xport_conn.scope: meshd's link), so an rkey
+ * given to one peer is refused by the NIC on every other peer's QPs; per connection one CQ, so that destroying a connection also
  * destroys every completion it could still report (no stale wr_id can reach the owner after
  * conn_destroy). The provider's event fd is an epoll fd holding the cm channel and every
  * completion channel, so the owner waits on one fd.
@@ -31,9 +32,17 @@
 struct rdma_dev {
 	struct rdma_dev *next;
 	struct ibv_context *verbs;
-	struct ibv_pd *pd;
 	struct ibv_comp_channel *cch;
 	uint8_t rd_atomic; /* RDMA READs in flight we may ask for / grant */
+};
+
+/* The protection domain of one scope on one device, held by its connections and registrations. */
+struct rdma_pd {
+	struct rdma_pd *next;
+	struct rdma_dev *dev;
+	const void *scope;
+	struct ibv_pd *pd;
+	unsigned refs;
 };
 
 struct rdma_conn;
@@ -45,6 +54,7 @@ struct rdma_xport {
 	int epfd;
 	struct rdma_cm_id *listen_id;
 	struct rdma_dev *devs;
+	struct rdma_pd *pds;
 	struct rdma_conn *conns;   /* all live connections */
 	struct rdma_conn *dirty;   /* connections whose CQ may hold completions */
 	bool polling;              /* busy polling (poll_all): notifications are not re-armed */
@@ -55,6 +65,7 @@ struct rdma_conn {
 	struct rdma_xport *rx;
 	struct rdma_cm_id *id;
 	struct rdma_dev *dev;
+	struct rdma_pd *pd; /* its scope's on its device, once its QP exists */
 	struct ibv_cq *cq;
 	struct rdma_conn *prev, *next;
 	struct rdma_conn *dirty_next;
@@ -71,6 +82,7 @@ struct rdma_conn {
 struct rdma_mr {
 	struct xport_mr base;
 	struct ibv_mr *mr;
+	struct rdma_pd *pd;
 };
 
 static struct rdma_xport *to_rx(xport_t *x)
@@ -115,9 +127,48 @@ static void rdma_dev_destroy(struct rdma_dev *d)
 		return;
 	if (d->cch)
 		ibv_destroy_comp_channel(d->cch);
-	if (d->pd)
-		ibv_dealloc_pd(d->pd);
 	free(d);
+}
+
+/* The PD of scope on dev, allocated on first use; the caller holds a reference. */
+static struct rdma_pd *rdma_pd_get(struct rdma_xport *rx, struct rdma_dev *dev, const void *scope)
+{
+	struct rdma_pd *p;
+
+	for (p = rx->pds; p; p = p->next)
+		if (p->dev == dev && p->scope == scope) {
+			p->refs++;
+			return p;
+		}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->pd = ibv_alloc_pd(dev->verbs);
+	if (!p->pd) {
+		log_error("ibv_alloc_pd %s: %m", ibv_get_device_name(dev->verbs->device));
+		free(p);
+		return NULL;
+	}
+	p->dev = dev;
+	p->scope = scope;
+	p->refs = 1;
+	p->next = rx->pds;
+	rx->pds = p;
+	return p;
+}
+
+static void rdma_pd_put(struct rdma_xport *rx, struct rdma_pd *p)
+{
+	struct rdma_pd **pp;
+
+	if (!p || --p->refs)
+		return;
+	for (pp = &rx->pds; *pp != p; pp = &(*pp)->next)
+		;
+	*pp = p->next;
+	if (ibv_dealloc_pd(p->pd))
+		log_warn("ibv_dealloc_pd: %m");
+	free(p);
 }
 
 /* The device state of a cm id's ibv_context, created on first use. */
@@ -145,12 +196,6 @@ static int rdma_dev_get(struct rdma_xport *rx, struct ibv_context *verbs, struct
 		goto err_free;
 	}
 	d->rd_atomic = (uint8_t)MIN(MIN(da.max_qp_rd_atom, da.max_qp_init_rd_atom), RDMA_RD_ATOMIC_MAX);
-	d->pd = ibv_alloc_pd(verbs);
-	if (!d->pd) {
-		ret = errno ? -errno : -ENOMEM;
-		log_error("ibv_alloc_pd %s: %m", ibv_get_device_name(verbs->device));
-		goto err_free;
-	}
 	d->cch = ibv_create_comp_channel(verbs);
 	if (!d->cch) {
 		ret = errno ? -errno : -ENOMEM;
@@ -230,6 +275,7 @@ static void rdma_conn_destroy(xport_conn_t *xc)
 		rdma_destroy_qp(c->id);
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
+	rdma_pd_put(rx, c->pd);
 	if (c->id)
 		rdma_destroy_id(c->id);
 	if (c->prev)
@@ -251,6 +297,9 @@ static int rdma_conn_setup_qp(struct rdma_conn *c)
 	ret = rdma_dev_get(rx, c->id->verbs, &c->dev);
 	if (ret)
 		return ret;
+	c->pd = rdma_pd_get(rx, c->dev, c->base.scope);
+	if (!c->pd)
+		return -ENOMEM;
 	c->cq = ibv_create_cq(c->id->verbs, depth, c, c->dev->cch, 0);
 	if (!c->cq) {
 		ret = errno ? -errno : -ENOMEM;
@@ -272,7 +321,7 @@ static int rdma_conn_setup_qp(struct rdma_conn *c)
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
 	qa.sq_sig_all = 0;
-	if (rdma_create_qp(c->id, c->dev->pd, &qa)) {
+	if (rdma_create_qp(c->id, c->pd->pd, &qa)) {
 		ret = -errno;
 		/* For an incoming request this is the peer's attempt failing, not meshd: the caller rejects
 		 * it with a warning and the peer re-dials. Seen as EINVAL under emulation when a restarted
@@ -355,6 +404,15 @@ static void rdma_destroy(xport_t *x)
 		rdma_conn_destroy(&rx->conns->base);
 	if (rx->listen_id)
 		rdma_destroy_id(rx->listen_id);
+	/* Registrations the owner still holds keep their PD: report, then free what is left. */
+	while (rx->pds) {
+		struct rdma_pd *p = rx->pds;
+
+		rx->pds = p->next;
+		log_warn("rdma: a protection domain still held %u times at exit", p->refs);
+		ibv_dealloc_pd(p->pd);
+		free(p);
+	}
 	while ((d = rx->devs)) {
 		rx->devs = d->next;
 		rdma_dev_destroy(d);
@@ -435,6 +493,7 @@ static int rdma_connect_to(xport_t *x, const char *src, const char *addr, uint16
 	}
 	id->context = c;
 	c->base.ctx = ctx;
+	c->base.scope = ctx;
 	c->base.index = index;
 	c->port = port;
 	snprintf(c->base.peer_addr, sizeof(c->base.peer_addr), "%s:%u", addr, port);
@@ -514,7 +573,7 @@ static int rdma_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned a
 	struct rdma_mr *m;
 	int flags = 0;
 
-	if (!c->dev)
+	if (!c->pd)
 		return -ENOTCONN;
 	if (access & XPORT_ACCESS_LOCAL)
 		flags |= IBV_ACCESS_LOCAL_WRITE;
@@ -525,7 +584,7 @@ static int rdma_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned a
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->mr = ibv_reg_mr(c->dev->pd, addr, len, flags);
+	m->mr = ibv_reg_mr(c->pd->pd, addr, len, flags);
 	if (!m->mr) {
 		int ret = errno ? -errno : -ENOMEM;
 
@@ -533,6 +592,8 @@ static int rdma_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned a
 		free(m);
 		return ret;
 	}
+	m->pd = c->pd;
+	m->pd->refs++;
 	m->base.xport = xc->xport;
 	m->base.addr = addr;
 	m->base.len = len;
@@ -549,6 +610,7 @@ static void rdma_mr_deregister(xport_mr_t *xm)
 	if (!m)
 		return;
 	ibv_dereg_mr(m->mr);
+	rdma_pd_put(to_rx(m->base.xport), m->pd);
 	free(m);
 }
 

@@ -133,6 +133,7 @@ struct tcp_conn {
 struct tcp_mr {
 	struct xport_mr base;
 	unsigned access;
+	const void *scope; /* only connections of this scope may reach it (xport_conn.scope) */
 	struct tcp_mr *next;
 };
 
@@ -500,6 +501,11 @@ static uint8_t *tcp_region(struct tcp_conn *c, uint32_t rkey, uint64_t raddr, ui
 
 	if (!m) {
 		tcp_conn_protocol_error(c, "%s with unknown rkey 0x%x", what, rkey);
+		return NULL;
+	}
+	if (m->scope != c->base.scope) {
+		/* A key this peer was never given: another link's (as a QP of another PD on rdma). */
+		tcp_conn_protocol_error(c, "%s with rkey 0x%x, which was given to another peer", what, rkey);
 		return NULL;
 	}
 	if (!(m->access & access)) {
@@ -1144,6 +1150,7 @@ static int tcp_connect_to(xport_t *x, const char *src, const char *addr, uint16_
 		return -ENOMEM;
 	}
 	c->base.ctx = ctx;
+	c->base.scope = ctx;
 	c->base.index = index;
 	snprintf(c->base.peer_addr, sizeof(c->base.peer_addr), "%s:%u", addr, port);
 	memcpy(c->pdata, pdata, len);
@@ -1239,6 +1246,7 @@ static int tcp_mr_register(xport_conn_t *xc, void *addr, size_t len, unsigned ac
 	m->base.lkey = key;
 	m->base.rkey = key;
 	m->access = access;
+	m->scope = xc->scope;
 	m->next = tx->mrs;
 	tx->mrs = m;
 	*out = &m->base;
@@ -1263,11 +1271,15 @@ static void tcp_mr_deregister(xport_mr_t *xm)
 	free(m);
 }
 
-/* The local buffer of a post must lie in the registration it names, as verbs' lkey check. */
-static int tcp_check_local(const xport_mr_t *mr, const void *buf, uint32_t len)
+/* The local buffer of a post must lie in the registration it names, of the connection's scope, as
+ * verbs' lkey check. */
+static int tcp_check_local(const struct tcp_conn *c, const xport_mr_t *mr, const void *buf, uint32_t len)
 {
-	uintptr_t b = (uintptr_t)buf, base = (uintptr_t)mr->addr;
+	uintptr_t b = (uintptr_t)buf, base;
 
+	if (!mr || ((const struct tcp_mr *)mr)->scope != c->base.scope)
+		return -EINVAL;
+	base = (uintptr_t)mr->addr;
 	if (b < base || b - base > mr->len || len > mr->len - (b - base))
 		return -EFAULT;
 	return 0;
@@ -1282,7 +1294,7 @@ static int tcp_post(xport_conn_t *xc, xport_mr_t *mr, uint8_t type, const void *
 
 	if (c->state != TC_ESTABLISHED)
 		return -ENOTCONN;
-	if (tcp_check_local(mr, buf, len))
+	if (tcp_check_local(c, mr, buf, len))
 		return -EFAULT;
 	if (len > TCP_FRAME_PAYLOAD_MAX)
 		return -EMSGSIZE;
@@ -1324,7 +1336,7 @@ static int tcp_post_read(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 
 	if (c->state != TC_ESTABLISHED)
 		return -ENOTCONN;
-	if (tcp_check_local(mr, buf, len))
+	if (tcp_check_local(c, mr, buf, len))
 		return -EFAULT;
 	if (len > TCP_FRAME_PAYLOAD_MAX)
 		return -EMSGSIZE;
@@ -1356,7 +1368,7 @@ static int tcp_post_recv(xport_conn_t *xc, xport_mr_t *mr, void *buf, uint32_t l
 
 	if (c->state == TC_CLOSED)
 		return -ENOTCONN;
-	if (len && tcp_check_local(mr, buf, len))
+	if (len && tcp_check_local(c, mr, buf, len))
 		return -EFAULT;
 	if (c->recv_count == c->recv_cap)
 		return -ENOMEM;

@@ -40,6 +40,12 @@ struct xport {
 struct xport_conn {
 	xport_t *xport;
 	void *ctx;      /* owner's pointer; NULL marks a detached connection */
+	/* Protection scope: memory registered through this connection is reachable only by the peers
+	 * of connections of the same scope (on rdma a protection domain per scope and device, in the
+	 * tcp provider a registration table per scope), so a key given to one peer is worthless on
+	 * another's connections. connect sets it to ctx; for an incoming request the owner sets it
+	 * before admit. */
+	const void *scope;
 	uint32_t index; /* owner's index (e.g. QP number within a link) */
 	char peer_addr[XPORT_ADDR_MAX];
 };
@@ -120,7 +126,7 @@ struct xport_ops {
 	int (*reject)(xport_conn_t *c, const void *pdata, size_t pdata_len);
 	int (*disconnect)(xport_conn_t *c);
 	void (*conn_destroy)(xport_conn_t *c);
-	/* Registers memory on the connection's device; valid for every conn on that device. */
+	/* Registers memory on the connection's device and scope; valid for every conn of both. */
 	int (*mr_reg)(xport_conn_t *c, void *addr, size_t len, unsigned access, xport_mr_t **out);
 	void (*mr_dereg)(xport_mr_t *mr);
 	int (*post_send)(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t wr_id);

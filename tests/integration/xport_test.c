@@ -467,6 +467,59 @@ static void xport_write__unknown_rkey__fails_nothing_written(void **state)
 		assert_int_equal(p->region[GUARD_LEN + i], 0x11);
 }
 
+/* Registrations are scoped per connection scope (meshd: per link): a key registered for one peer's
+ * connection is refused on another scope's connection, which fails with nothing written, while the
+ * first goes on. On rdma the NIC refuses it (a PD per scope), in the tcp provider its table. */
+static void xport_write__rkey_of_another_scope__fails_nothing_written(void **state)
+{
+	static const char req[] = "other-link";
+	static int other_scope;
+	struct pair *p = *state;
+	struct xport_event *ev;
+	xport_conn_t *cc2, *sc2;
+	xport_mr_t *cmr2 = NULL;
+
+	pair_connect(p, false);
+	assert_int_equal(xport_connect(p->cli.x, NULL, addr, p->port, req, sizeof(req), &other_scope, 8, &cc2), 0);
+	ev = wait_ev(p, &p->srv, XPORT_EV_CONNECT_REQUEST, -1);
+	sc2 = ev->conn;
+	sc2->ctx = &other_scope;
+	sc2->scope = &other_scope;
+	assert_int_equal(xport_admit(sc2), 0);
+	assert_int_equal(xport_accept(sc2, req, sizeof(req)), 0);
+	wait_ev(p, &p->cli, XPORT_EV_ESTABLISHED, -1);
+	wait_ev(p, &p->srv, XPORT_EV_ESTABLISHED, -1);
+	assert_int_equal(xport_mr_reg(cc2, p->cbuf, 4096, XPORT_ACCESS_LOCAL, &cmr2), 0);
+
+	fill(p->cbuf, 4096, 9);
+	memset(p->region + GUARD_LEN, 0x11, REGION_LEN);
+	assert_int_equal(xport_post_write(cc2, cmr2, p->cbuf, 4096, (uintptr_t)p->region + GUARD_LEN,
+					  p->smr_remote->rkey, 1),
+			 0);
+	expect_access_failure(p);
+	for (size_t i = 0; i < 4096; i++)
+		assert_int_equal(p->region[GUARD_LEN + i], 0x11);
+	xport_disconnect(cc2);
+	xport_conn_destroy(cc2);
+	xport_conn_destroy(sc2);
+	xport_mr_dereg(cmr2);
+
+	/* The first connection, whose key it is, still writes there. */
+	p->cli.n = 0;
+	assert_int_equal(xport_post_write(p->cc, p->cmr, p->cbuf, 4096, (uintptr_t)p->region + GUARD_LEN,
+					  p->smr_remote->rkey, 3),
+			 0);
+	ev = wait_ev(p, &p->cli, XPORT_EV_COMPLETION, XPORT_OP_WRITE);
+	assert_int_equal(ev->status, 0);
+	assert_int_equal(xport_post_read(p->cc, p->cmr, p->cbuf + 8192, 64, (uintptr_t)p->region + GUARD_LEN,
+					 p->smr_remote->rkey, 4),
+			 0);
+	ev = wait_ev(p, &p->cli, XPORT_EV_COMPLETION, XPORT_OP_READ);
+	assert_int_equal(ev->status, 0);
+	assert_memory_equal(p->region + GUARD_LEN, p->cbuf, 4096);
+	guards_intact(p);
+}
+
 static void xport_write__past_region_end__fails_nothing_written(void **state)
 {
 	struct pair *p = *state;
@@ -566,6 +619,8 @@ static const struct CMUnitTest tests[] = {
 					pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_read__in_bounds__returns_region_bytes, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write__unknown_rkey__fails_nothing_written, pair_setup, pair_teardown),
+	cmocka_unit_test_setup_teardown(xport_write__rkey_of_another_scope__fails_nothing_written, pair_setup,
+					pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write__past_region_end__fails_nothing_written, pair_setup,
 					pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_read__before_region__fails, pair_setup, pair_teardown),

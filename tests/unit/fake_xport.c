@@ -177,6 +177,7 @@ static int fake_connect(xport_t *x, const char *src_addr, const char *addr, uint
 		return -EINVAL;
 	fc = conn_new(fx, addr, false);
 	fc->base.ctx = ctx;
+	fc->base.scope = ctx;
 	fc->base.index = index;
 	r = cm_rec(fx->connects, &fx->n_connects, fc, pdata, pdata_len);
 	copy_str(r->src_addr, src_addr, sizeof(r->src_addr));

@@ -171,6 +171,7 @@ static void mesh_tick__middle_node__dials_lower_only_and_waits_for_higher(void *
 		assert_string_equal(t->fx->connects[i].src_addr, "10.0.0.2");
 		assert_int_equal(t->fx->connects[i].port, 7471);
 		assert_ptr_equal(t->fx->connects[i].ctx, l1);
+		assert_ptr_equal(l1->conns[i]->scope, l1); /* the link's own protection scope */
 	}
 	assert_int_equal(l3->phase, LINK_IDLE);
 	/* Node 3 dials us; however long we wait, we never dial it. */
@@ -689,6 +690,8 @@ static void mesh_accept__valid_request__accepted_with_accept_pdata(void **state)
 	pd = request_pdata(t, 2, 0, EPOCH);
 	c0 = request(t, &pd);
 	expect_accepted(t, c0, &pd);
+	/* Its registrations are the link's alone: another peer's connection cannot use their keys. */
+	assert_ptr_equal(fake_conn_by_id(t->fx, c0)->base.scope, l);
 	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
 	assert_int_equal(t->m.handshakes, 1);
 	assert_int_equal(t->m.peer_rejects, 0);
