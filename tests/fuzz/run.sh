@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (build-fuzz/: ASan + UBSan + libFuzzer) and fuzzes each
-# for SECONDS (default 60), one after the other, on a copy of the committed corpus plus freshly
+# for SECONDS (default 60), one after the other (for hours: tests/fuzz/run.sh 14400, or one target
+# alone: build-fuzz/tests/fuzz/fuzz_mesh_state -max_total_time=14400 CORPUS_DIR), on a copy of the committed corpus plus freshly
 # generated seeds, so that the tree stays clean. Fails on any crash, leak, timeout or out-of-memory,
 # and prints the reproducer.
 #
@@ -32,7 +33,7 @@ secs=${1:-60}
 bdir=${MESH_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${MESH_JOBS:-$(nproc)}
 max_len=${MESH_FUZZ_MAX_LEN:-4200}
-targets=(tcp_frame peer_decoders)
+targets=(tcp_frame peer_decoders mesh_state)
 
 if ! command -v clang >/dev/null; then
 	echo "fuzz: clang not found (deploy/install-deps.sh installs clang and libclang-rt-dev)" >&2
@@ -61,7 +62,9 @@ for t in "${targets[@]}"; do
 	work="$run/$t"
 	committed="$root/tests/fuzz/corpus/fuzz_$t"
 	cp "$committed"/* "$work/corpus/"
-	cp "$work/seeds"/* "$work/corpus/" # the seeds of the current encoders win over committed ones
+	# The seeds of the current encoders win over committed ones (mesh_state has none: its corpus is
+	# committed only).
+	find "$work/seeds" -maxdepth 1 -type f -exec cp {} "$work/corpus/" \;
 	n_in=$(find "$work/corpus" -type f | wc -l)
 	echo "fuzz: fuzz_$t for ${secs}s on $n_in inputs (log: ${work#"$root"/}/fuzz.log)"
 
@@ -91,7 +94,8 @@ for t in "${targets[@]}"; do
 	if [ "$update" = 1 ]; then
 		merged="$work/merged"
 		mkdir -p "$merged"
-		cp "$work/seeds"/* "$merged/"
+		find "$work/seeds" -maxdepth 1 -type f -exec cp {} "$merged/" \;
+		find "$committed" -maxdepth 1 -type f -name 'seed-*' -exec cp -n {} "$merged/" \;
 		find "$committed" -maxdepth 1 -type f -name 'regress-*' -exec cp {} "$merged/" \;
 		"$bin" -merge=1 -rss_limit_mb=2048 -timeout=10 -max_len="$max_len" "$merged" "$work/corpus" \
 			>"$work/merge.log" 2>&1 || { echo "fuzz: merge failed, see $work/merge.log" >&2; exit 1; }
