@@ -5,7 +5,8 @@
 #   2. valgrind over the unit tests of the release build;
 #   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
-#      and ratios printed, never asserted; it fails only when meshbench or meshd fails);
+#      and ratios printed, never asserted; it fails only when meshbench or meshd fails), and link
+#      formation of 16 nodes with and without the cluster key (host, then VM);
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
 #   6. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
 # Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
@@ -59,6 +60,20 @@ if [ "$bench_rc" = 77 ]; then
 	[ "${MESH_REQUIRE_RDMA:-0}" = 1 ] && { echo "MESH_REQUIRE_RDMA=1: failing instead of skipping"; exit 1; }
 elif [ "$bench_rc" != 0 ]; then
 	echo "benchmark FAILED (exit $bench_rc)"
+	exit 1
+fi
+
+# Link formation of 16 nodes with and without the cluster key: what the proof costs (figures and
+# ratios printed, never asserted; fails only when a mesh does not form).
+step "benchmark: formation of 16 nodes with and without the key (host tcp, then the VM)"
+python3 tests/bench/formation.py --build build --rounds 3
+form_rc=0
+tests/rdma/vm-test.sh -a "10.77.0.1/24" -- python3 "$(pwd)/tests/bench/formation.py" --build "$(pwd)/build" \
+	--transport rdma --addr 10.77.0.1 --rounds 3 || form_rc=$?
+if [ "$form_rc" = 77 ]; then
+	echo "formation benchmark in the VM skipped: the VM cannot run here"
+elif [ "$form_rc" != 0 ]; then
+	echo "formation benchmark in the VM FAILED (exit $form_rc)"
 	exit 1
 fi
 

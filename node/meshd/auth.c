@@ -118,6 +118,18 @@ int auth_load_keys(const char *path, struct auth_keys *k, char *err, size_t errl
 	if (!k->n)
 		ret = auth_fail(err, errlen, -EINVAL, "cluster.key_file %s: no key in it (`meshctl keygen > %s`)", path,
 				path);
+	if (!ret) {
+		/* OpenSSL sets itself up on the first HMAC of a process (2.3 ms measured here): pay it now,
+		 * before the listener opens, not in the first link's handshake. */
+		static const uint8_t zero[AUTH_NONCE_LEN];
+		struct auth_transcript t = {.cluster = "", .nonce_dialler = zero, .nonce_acceptor = zero};
+		uint8_t mac[AUTH_MAC_LEN];
+
+		if (auth_prove(k, &t, mac))
+			ret = auth_fail(err, errlen, -EIO, "cluster.key_file %s: HMAC-SHA256 (OpenSSL) does not work",
+					path);
+		OPENSSL_cleanse(mac, sizeof(mac));
+	}
 out:
 	OPENSSL_cleanse(buf, sizeof(buf));
 	if (ret)
