@@ -8,6 +8,8 @@ What it asserts, in order:
      link is UP with qps_per_link QPs and a peer mailbox (addr, len, rkey); time to full mesh.
   2. Hostile peers (wrong cluster, lower id dialling higher, unknown node, bad version, garbage
      private data) are refused with a generic reason that reveals nothing (the detail in the refuser's log), and every link stays UP.
+     A whole rogue meshd with another key claims the top node from its own address while the real
+     one runs: never UP, the real links keep their epoch and UP count (both providers; rdma in the VM).
   3. Garbage on the local control socket gets an error reply; meshd keeps serving.
   4. SIGSTOP of a node: its peers take their links DOWN by keepalive timeout; SIGCONT heals.
      A node paused past its own (shorter) keepalive timeout, while its peers kept sending, keeps
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -246,6 +249,35 @@ def main():
             check(ok, f"peer with {what} rejected by node {node} ({expect}), revealing nothing", out)
             check(wait_until(lambda: detail in open(c.nodes[node]["log"]).read(), 5),
                   f"node {node}'s log says why: '{detail}'")
+        # 2b. a whole rogue meshd with another key claims node top, from node top's own address (its
+        # listener on another port) while the real node runs: nobody gives it the link, and the real
+        # links keep their epoch and their UP count.
+        before = {i: dict(c.links(i)[top]) for i in c.nodes if i != top}
+        rogue_dir = os.path.join(workdir, "rogue")
+        os.makedirs(rogue_dir, exist_ok=True)
+        with open(c.conf) as f:
+            text = f.read()
+        cluster_key(args.build, rogue_dir)  # another key, same file name
+        rport = args.base_port + 40
+        rconf = os.path.join(rogue_dir, "mesh.conf")
+        with open(rconf, "w") as f:
+            f.write(re.sub(r'(id = %d; addr = "[^"]+"; port = )\d+' % top, r"\g<1>%d" % rport, text))
+        rsock = os.path.join(rogue_dir, "rogue.sock")
+        with open(os.path.join(rogue_dir, "rogue.log"), "w") as lf:
+            rogue = subprocess.Popen([c.bin("meshd"), "-c", rconf, "-n", str(top), "-s", rsock],
+                                     stdout=lf, stderr=lf)
+        time.sleep(4)
+        r = subprocess.run([c.bin("meshctl"), "-j", "-s", rsock, "links"], capture_output=True, text=True)
+        rogue_up = '"UP"' in r.stdout
+        alive = rogue.poll() is None
+        rogue.terminate()
+        rogue.wait(timeout=15)
+        refused = "is UP and its peer alive" in open(c.nodes[1]["log"]).read()
+        after = {i: c.links(i)[top] for i in before}
+        kept = all(after[i]["epoch"] == before[i]["epoch"] and after[i]["ups"] == before[i]["ups"] and
+                   after[i]["state"] == "UP" for i in before)
+        check(alive and refused and not rogue_up and kept, f"a rogue meshd with another key claiming node {top} from its address: never "
+              f"UP, the real links keep their epoch and UP count", f"rogue links: {r.stdout[:300]}")
         check(wait_until(c.all_up, 5), "every link still UP after the hostile peers")
         rej = c.ctl(1, "node")["peer_rejects"]
         check(rej >= 6, f"node 1 counted the rejected peers (peer_rejects {rej})")
