@@ -41,6 +41,7 @@ static void usage(FILE *out)
 		"            QPs, rail and device, ring, bytes and chunks\n"
 		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
 		"            again, NUMA node of the ring pages (JSON also: rail_moves)\n"
+		"  ports   one row per listening port: its user and process, channels accepted there\n"
 		"\n"
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
@@ -124,6 +125,7 @@ static void json_close(struct out *o, char brace)
 
 enum field_kind {
 	F_U32,
+	F_I32,
 	F_U64,
 	F_STR,
 	F_BOOL,
@@ -273,6 +275,9 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 	case F_U32:
 		snprintf(buf, sizeof(buf), "%" PRIu32, *(const uint32_t *)p);
 		break;
+	case F_I32:
+		snprintf(buf, sizeof(buf), "%" PRId32, *(const int32_t *)p);
+		break;
 	case F_U64:
 		snprintf(buf, sizeof(buf), "%" PRIu64, *(const uint64_t *)p);
 		break;
@@ -394,6 +399,30 @@ static void print_channels(struct out *o, const CtlReply *r)
 	if (r->node)
 		printf("node %" PRIu32 " (%s): %zu channels\n", r->node->id, r->node->cluster, r->n_channels);
 	print_rows(o, NULL, channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels, r->n_channels);
+}
+
+#define PF(key, head, width, kind, member) {key, head, width, kind, offsetof(PortInfo, member)}
+static const struct field port_fields[] = {
+	PF("port", "PORT", 5, F_U32, port),
+	PF("owner_uid", "UID", 5, F_U32, owner_uid),
+	PF("owner_pid", "PID", 7, F_I32, owner_pid),
+	PF("channels", "CHANNELS", 8, F_U32, channels),
+};
+
+static void print_ports(struct out *o, const CtlReply *r)
+{
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "node");
+		printf("%" PRIu32, r->node ? r->node->id : 0);
+		print_rows(o, "ports", port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports);
+		json_close(o, '}');
+		putchar('\n');
+		return;
+	}
+	if (r->node)
+		printf("node %" PRIu32 " (%s): %zu listening ports\n", r->node->id, r->node->cluster, r->n_ports);
+	print_rows(o, NULL, port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports);
 }
 
 static void print_links(struct out *o, const CtlReply *r)
@@ -523,6 +552,7 @@ int main(int argc, char **argv)
 		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
 		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
 		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
+		{"ports", CTL_OBJECT__CTL_OBJECT_PORTS, print_ports},
 	};
 	struct out o = {.first = true};
 	const char *sock = getenv(MESH_SOCKET_ENV);
@@ -575,7 +605,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, keygen)\n",
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, keygen)\n",
 				argv[optind]);
 			return 1;
 		}

@@ -558,6 +558,7 @@ void admin_on_client(struct admin *a, int fd)
 	LinkInfo *lis = NULL, **lptrs = NULL;
 	MailboxInfo *mbs = NULL;
 	ChannelInfo *cis = NULL, **cptrs = NULL;
+	PortInfo *pis = NULL, **pptrs = NULL;
 	struct numa_show numa;
 	const char *why;
 	char version[16];
@@ -629,6 +630,31 @@ void admin_on_client(struct admin *a, int fd)
 		}
 		r.channels = cptrs;
 	}
+	if (req->object == CTL_OBJECT__CTL_OBJECT_PORTS) {
+		size_t np = 0;
+
+		for (const struct listener *li = a->mesh->listeners; li; li = li->next)
+			np++;
+		pis = calloc(np ? np : 1, sizeof(*pis));
+		pptrs = calloc(np ? np : 1, sizeof(*pptrs));
+		if (!pis || !pptrs) {
+			admin_reply_error(a, slot, -ENOMEM, "out of memory");
+			goto out;
+		}
+		for (const struct listener *li = a->mesh->listeners; li; li = li->next) {
+			PortInfo *pi = &pis[r.n_ports];
+			int cs = admin_slot_of(a, li->fd);
+
+			port_info__init(pi);
+			pi->port = li->port;
+			pi->owner_uid = li->uid;
+			pi->owner_pid = cs >= 0 ? a->client_pid[cs] : 0;
+			for (const struct channel *ch = a->mesh->channels; ch; ch = ch->next)
+				pi->channels += !ch->opener && ch->local_port == li->port;
+			pptrs[r.n_ports++] = pi;
+		}
+		r.ports = pptrs;
+	}
 	admin_reply(a, slot, &r);
 out:
 	free(lis);
@@ -636,5 +662,7 @@ out:
 	free(mbs);
 	free(cis);
 	free(cptrs);
+	free(pis);
+	free(pptrs);
 	mesh_ctl_req_free(req);
 }

@@ -9,7 +9,8 @@ act as other users (setpriv), else it prints 'skip: <reason>' and exits 77.
   4. Quotas (cluster.max_channels_per_uid = 2): the user's third channel is refused with EDQUOT while
      root still opens one; a listener's accepted channels count against its user, so node 2 refuses
      a third channel to root's port with EDQUOT, which the opener hears.
-  5. meshctl channels shows each channel's owner uid (the opener's, the listener's).
+  5. meshctl channels shows each channel's owner uid (the opener's, the listener's), meshctl ports
+     each listening port's.
   6. SIGTERM: both meshd exit 0; no error lines or sanitizer reports in their logs.
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
@@ -154,6 +155,9 @@ def main():
         check(len(mine) == 2 and all(c["opener"] for c in mine),
               f"node 1: meshctl channels shows the user's two channels with uid {NOBODY}",
               json.dumps(chans)[:600])
+        ports = (ctl(1, "ports") or {}).get("ports", [])
+        check(sorted((p["port"], p.get("owner_uid", 0)) for p in ports) == [(7001, 0), (7002, NOBODY)],
+              f"node 1: meshctl ports shows root's 7001 and the user's 7002 with their uids", json.dumps(ports))
         acc = (ctl(2, "channels") or {}).get("channels", [])
         check(len(acc) == 2 and all(c.get("owner_uid", 0) == 0 and not c["opener"] for c in acc),
               "node 2: the accepted channels are the listener's (uid 0)", json.dumps(acc)[:600])
