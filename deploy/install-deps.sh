@@ -9,7 +9,7 @@ build_pkgs=(
     build-essential cmake pkg-config git
     libibverbs-dev librdmacm-dev rdma-core ibverbs-providers
     libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev libssl-dev
-    iproute2 python3
+    libsystemd-dev iproute2 python3
     scdoc man-db
 )
 # The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.

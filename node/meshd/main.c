@@ -18,6 +18,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -95,7 +96,32 @@ struct daemon {
 	struct mesh mesh;
 	struct admin admin;
 	int epfd, tfd, sfd;
+	/* systemd (Type=notify): WATCHDOG=1 every half of WatchdogSec from the tick, so a loop that
+	 * stalls gets meshd restarted; STATUS= when the count of links UP changes. */
+	uint64_t wd_every_ms, wd_last_ms;
+	uint32_t status_up;
 };
+
+/* STATUS= for systemctl status: links UP of all. No-op without $NOTIFY_SOCKET. */
+static void notify_status(struct daemon *d, const char *extra)
+{
+	uint32_t up = mesh_links_up(&d->mesh);
+
+	d->status_up = up;
+	sd_notifyf(0, "%sSTATUS=node %u: %u of %zu links UP", extra, d->mesh.self->id, up, d->mesh.n_links);
+}
+
+/* From the tick, which runs only after the batch's receives: a stalled loop stops feeding the
+ * watchdog. */
+static void notify_tick(struct daemon *d, uint64_t now)
+{
+	if (d->wd_every_ms && now - d->wd_last_ms >= d->wd_every_ms) {
+		sd_notify(0, "WATCHDOG=1");
+		d->wd_last_ms = now;
+	}
+	if (mesh_links_up(&d->mesh) != d->status_up)
+		notify_status(d, "");
+}
 
 static int add_fd(int epfd, int fd, uint64_t tag)
 {
@@ -454,6 +480,7 @@ static int run(struct dp *dp)
 			mesh_tick(m, util_now_ms());
 			mesh_reap(m);
 			admin_tick(&d->admin, util_now_ms());
+			notify_tick(d, util_now_ms());
 		}
 		/* What the handlers released goes after the batch (no event above may still name it). */
 		mesh_reap(m);
@@ -757,6 +784,16 @@ int main(int argc, char **argv)
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
 	numa_setup(&d);
+	{
+		uint64_t usec = 0;
+
+		/* Half the interval systemd allows, as sd_watchdog_enabled(3) advises. */
+		if (sd_watchdog_enabled(0, &usec) > 0)
+			d.wd_every_ms = MAX(1u, usec / 2000);
+		d.wd_last_ms = util_now_ms();
+		/* The listeners and the control socket are up: applications may connect. */
+		notify_status(&d, "READY=1\n");
+	}
 	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++) {
 		d.dp[r].d = &d;
 		d.dp[r].rail = r;
@@ -765,6 +802,7 @@ int main(int argc, char **argv)
 	}
 	if (!run_data_path(&d))
 		status = 0;
+	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
 	admin_close(&d.admin);
 out_timer:
 	close(d.tfd);
