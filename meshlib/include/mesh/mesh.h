@@ -41,7 +41,7 @@ enum mesh_errno {
 	MESH_EDIALRULE = 2003,    /* a lower node id dialled a higher one */
 	MESH_EUNKNOWNNODE = 2004, /* node id not in the configuration */
 	MESH_ESTALE = 2005,       /* connection attempt older than the current link epoch */
-	MESH_EBUSY = 2006,        /* too many handshakes in flight, try later */
+	MESH_EBUSY = 2006,        /* busy: too many handshakes in flight, or the link is UP and alive; try later */
 	MESH_EQPCOUNT = 2007,     /* peers disagree on qps_per_link */
 	MESH_EBADMAGIC = 2008,    /* private data or message is not from a mesh peer */
 	MESH_EPROOF = 2009,       /* the peer's mailbox key failed the write/read proof */
