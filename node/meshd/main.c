@@ -474,9 +474,14 @@ static int run(struct dp *dp)
 		 * not scheduled for a while (paused, or a loaded machine) finds its peers' keepalives in
 		 * this batch, and must not declare a merely delayed link dead. */
 		if (tick) {
+			int got = 0;
+
+			/* Every completion queue, not only the notified ones: a thread stopped while it
+			 * polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what arrived
+			 * meanwhile raised no readiness, and the timer must not judge before reading it. */
 			for (size_t i = 0; i < d->n_xports; i++)
-				if (dp_owns(dp, i) && d->more[i])
-					d->more[i] = drain_xport(d, d->xports[i]);
+				if (dp_owns(dp, i))
+					d->more[i] = drain_xport_n(d, d->xports[i], true, &got);
 			mesh_tick(m, util_now_ms());
 			mesh_reap(m);
 			admin_tick(&d->admin, util_now_ms());
