@@ -104,7 +104,8 @@ struct tcp_conn {
 	enum tcp_conn_state state;
 	uint64_t deadline_ms; /* connect / request deadline */
 	uint32_t ev_mask;     /* EPOLLIN/EPOLLOUT currently asked for */
-	bool in_blocked;      /* a SEND waits for a posted receive */
+	bool in_blocked;      /* a SEND waits for a posted receive, or a READ request for output room */
+	bool out_waiting;     /* that READ request: flushing below TCP_OUT_MAX / 2 lets it go on */
 	bool kicked;          /* buffered input to process in the next poll */
 	/* input */
 	uint8_t *in;
@@ -474,9 +475,9 @@ static void tcp_conn_flush(struct tcp_conn *c)
 		}
 		free(o);
 	}
-	if (c->in_blocked && c->out_bytes <= TCP_OUT_MAX / 2 && c->state == TC_ESTABLISHED) {
-		/* A READ request that waited for room goes on (a SEND waiting for a receive just waits
-		 * again). */
+	if (c->out_waiting && c->out_bytes <= TCP_OUT_MAX / 2 && c->state == TC_ESTABLISHED) {
+		/* The READ request that waited for room goes on. */
+		c->out_waiting = false;
 		c->in_blocked = false;
 		c->kicked = true;
 		tcp_wake(c->tx);
@@ -521,19 +522,45 @@ static uint8_t *tcp_region(struct tcp_conn *c, uint32_t rkey, uint64_t raddr, ui
 	return (uint8_t *)(uintptr_t)raddr;
 }
 
-/* Takes the oldest posted receive for a message of len bytes; false if none is posted (wait). */
-static int tcp_take_recv(struct tcp_conn *c, uint32_t len, struct tcp_recv *out)
+/* Whether the oldest posted receive takes a message of len bytes: 1, 0 when none is posted (wait),
+ * -1 after a protocol error (too long). */
+static int tcp_recv_fits(struct tcp_conn *c, uint32_t len)
 {
 	if (!c->recv_count)
 		return 0;
-	*out = c->recvs[c->recv_head];
-	if (len > out->len) {
-		tcp_conn_protocol_error(c, "message of %u bytes for a receive of %u", len, out->len);
+	if (len > c->recvs[c->recv_head].len) {
+		tcp_conn_protocol_error(c, "message of %u bytes for a receive of %u", len, c->recvs[c->recv_head].len);
 		return -1;
 	}
+	return 1;
+}
+
+/* Takes the oldest posted receive for a message of len bytes; 0 if none is posted (wait). */
+static int tcp_take_recv(struct tcp_conn *c, uint32_t len, struct tcp_recv *out)
+{
+	int ret = tcp_recv_fits(c, len);
+
+	if (ret <= 0)
+		return ret;
+	*out = c->recvs[c->recv_head];
 	c->recv_head = (c->recv_head + 1) % c->recv_cap;
 	c->recv_count--;
 	return 1;
+}
+
+/* The link to the outstanding read `id` of len bytes, or NULL after a protocol error. */
+static struct tcp_read **tcp_read_find(struct tcp_conn *c, uint64_t id, uint32_t len)
+{
+	struct tcp_read **pp;
+
+	for (pp = &c->reads; *pp && (*pp)->id != id; pp = &(*pp)->next)
+		;
+	if (!*pp || (*pp)->len != len) {
+		tcp_conn_protocol_error(c, "READ response %llu of %u bytes matches no outstanding read",
+					(unsigned long long)id, len);
+		return NULL;
+	}
+	return pp;
 }
 
 static int tcp_send_ack(struct tcp_conn *c)
@@ -659,8 +686,10 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 	case TCP_F_READ_REQ: {
 		struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
 
-		if (c->out_bytes && c->out_bytes + TCP_FRAME_HDR_LEN + f->arg > TCP_OUT_MAX)
-			return 0; /* the requester does not read its responses: wait until they drain */
+		if (c->out_bytes && c->out_bytes + TCP_FRAME_HDR_LEN + f->arg > TCP_OUT_MAX) {
+			c->out_waiting = true; /* the requester does not read its responses: wait until they drain */
+			return 0;
+		}
 		dst = tcp_region(c, f->rkey, f->raddr, f->arg, XPORT_ACCESS_REMOTE_READ, "READ");
 		if (!dst)
 			return -1;
@@ -672,16 +701,11 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 		return 1;
 	}
 	case TCP_F_READ_RESP: {
-		struct tcp_read **pp, *rd;
+		struct tcp_read **pp = tcp_read_find(c, f->id, f->payload_len), *rd;
 
-		for (pp = &c->reads; *pp && (*pp)->id != f->id; pp = &(*pp)->next)
-			;
-		rd = *pp;
-		if (!rd || rd->len != f->payload_len) {
-			tcp_conn_protocol_error(c, "READ response %llu of %u bytes matches no outstanding read",
-						(unsigned long long)f->id, f->payload_len);
+		if (!pp)
 			return -1;
-		}
+		rd = *pp;
 		*pp = rd->next;
 		memcpy(rd->buf, f->payload, f->payload_len);
 		tcp_ev_completion(c, XPORT_OP_READ, rd->wr_id, f->payload_len, 0, NULL);
@@ -707,24 +731,12 @@ static int tcp_conn_check_header(struct tcp_conn *c, const struct tcp_frame *f)
 	}
 	switch (f->type) {
 	case TCP_F_SEND:
-		if (!c->recv_count)
-			return 0;
-		if (f->payload_len > c->recvs[c->recv_head].len) {
-			tcp_conn_protocol_error(c, "message of %u bytes for a receive of %u", f->payload_len,
-						c->recvs[c->recv_head].len);
-			return -1;
-		}
-		return 1;
+		return tcp_recv_fits(c, f->payload_len);
 	case TCP_F_WRITE:
 	case TCP_F_WRITE_IMM:
 		return tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE") ? 1 : -1;
 	case TCP_F_READ_RESP:
-		for (struct tcp_read *rd = c->reads; rd; rd = rd->next)
-			if (rd->id == f->id && rd->len == f->payload_len)
-				return 1;
-		tcp_conn_protocol_error(c, "READ response %llu of %u bytes matches no outstanding read",
-					(unsigned long long)f->id, f->payload_len);
-		return -1;
+		return tcp_read_find(c, f->id, f->payload_len) ? 1 : -1;
 	default:
 		return 1;
 	}
@@ -796,7 +808,6 @@ static void tcp_conn_readable(struct tcp_conn *c)
 				c->in = p;
 				c->in_cap = TCP_HANDSHAKE_MAX;
 			}
-			room = TCP_HANDSHAKE_MAX - c->in_len;
 		} else if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
 			/* Room for the frame being assembled, at most one maximal frame. */
 			size_t nc = c->in_len + TCP_READ_CHUNK;
@@ -813,10 +824,8 @@ static void tcp_conn_readable(struct tcp_conn *c)
 			}
 			c->in = p;
 			c->in_cap = nc;
-			room = c->in_cap - c->in_len;
-		} else {
-			room = c->in_cap - c->in_len;
 		}
+		room = c->state == TC_ESTABLISHED ? c->in_cap - c->in_len : TCP_HANDSHAKE_MAX - c->in_len;
 		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
@@ -1057,6 +1066,31 @@ static void peer_str(const struct sockaddr_storage *ss, char *buf, size_t len)
 	snprintf(buf, len, "%s:%u", host, port);
 }
 
+/* Whether a new connection from ss must be closed at once: TCP_PENDING_MAX connections in all, or
+ * TCP_PENDING_PER_SOURCE from its address, have not sent their CONNECT yet. Says so, rate-limited. */
+static bool tcp_too_many_pending(struct tcp_xport *tx, const struct sockaddr_storage *ss)
+{
+	char src[INET6_ADDRSTRLEN];
+	uint32_t total = 0, same = 0;
+	uint64_t dropped;
+
+	peer_host(ss, src, sizeof(src));
+	for (const struct tcp_conn *c = tx->conns; c; c = c->next)
+		if (c->state == TC_WAIT_REQUEST) {
+			total++;
+			same += util_addr_same_host(c->base.peer_addr, src);
+		}
+	if (total < TCP_PENDING_MAX && same < TCP_PENDING_PER_SOURCE)
+		return false;
+	tx->pending_refused++;
+	if (log_ratelimit_ok(&tx->pending_log, util_now_ms(), &dropped))
+		log_warn("tcp %s: closing the connection of %s at once: %u connections (%u from that address) have "
+			 "not said who they are yet, at most %u (%u per address); %llu closed so far",
+			 tx->listen_addr, src, total, same, TCP_PENDING_MAX, TCP_PENDING_PER_SOURCE,
+			 (unsigned long long)tx->pending_refused);
+	return true;
+}
+
 static void tcp_accept_all(struct tcp_xport *tx)
 {
 	for (;;) {
@@ -1080,28 +1114,9 @@ static void tcp_accept_all(struct tcp_xport *tx)
 			}
 			return;
 		}
-		{
-			char src[INET6_ADDRSTRLEN];
-			uint32_t total = 0, same = 0;
-			uint64_t dropped;
-
-			peer_host(&ss, src, sizeof(src));
-			for (c = tx->conns; c; c = c->next)
-				if (c->state == TC_WAIT_REQUEST) {
-					total++;
-					same += util_addr_same_host(c->base.peer_addr, src);
-				}
-			if (total >= TCP_PENDING_MAX || same >= TCP_PENDING_PER_SOURCE) {
-				tx->pending_refused++;
-				if (log_ratelimit_ok(&tx->pending_log, util_now_ms(), &dropped))
-					log_warn("tcp %s: closing the connection of %s at once: %u connections (%u from "
-						 "that address) have not said who they are yet, at most %u (%u per "
-						 "address); %llu closed so far", tx->listen_addr, src, total, same,
-						 TCP_PENDING_MAX, TCP_PENDING_PER_SOURCE,
-						 (unsigned long long)tx->pending_refused);
-				close(fd);
-				continue;
-			}
+		if (tcp_too_many_pending(tx, &ss)) {
+			close(fd);
+			continue;
 		}
 		c = tcp_conn_new(tx, fd);
 		if (!c) {
