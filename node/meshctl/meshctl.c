@@ -384,21 +384,33 @@ static void print_rows(struct out *o, const char *key, const struct field *field
 	}
 }
 
-static void print_channels(struct out *o, const CtlReply *r)
+/* A list object: JSON {"node": id, key: [rows]}, or a title line (when meshd named its node) over
+ * the table. */
+static void print_list(struct out *o, const CtlReply *r, const char *key, const struct field *fields, size_t nf,
+		       void *const *rows, size_t n, const char *title)
 {
 	if (o->json) {
 		json_open(o, NULL, '{');
 		json_key(o, "node");
 		printf("%" PRIu32, r->node ? r->node->id : 0);
-		print_rows(o, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels,
-			   r->n_channels);
+		print_rows(o, key, fields, nf, rows, n);
 		json_close(o, '}');
 		putchar('\n');
 		return;
 	}
 	if (r->node)
-		printf("node %" PRIu32 " (%s): %zu channels\n", r->node->id, r->node->cluster, r->n_channels);
-	print_rows(o, NULL, channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels, r->n_channels);
+		puts(title);
+	print_rows(o, NULL, fields, nf, rows, n);
+}
+
+static void print_channels(struct out *o, const CtlReply *r)
+{
+	char title[160];
+
+	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu channels", r->node ? r->node->id : 0,
+		 r->node ? r->node->cluster : "", r->n_channels);
+	print_list(o, r, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels,
+		   r->n_channels, title);
 }
 
 #define PF(key, head, width, kind, member) {key, head, width, kind, offsetof(PortInfo, member)}
@@ -411,35 +423,21 @@ static const struct field port_fields[] = {
 
 static void print_ports(struct out *o, const CtlReply *r)
 {
-	if (o->json) {
-		json_open(o, NULL, '{');
-		json_key(o, "node");
-		printf("%" PRIu32, r->node ? r->node->id : 0);
-		print_rows(o, "ports", port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports);
-		json_close(o, '}');
-		putchar('\n');
-		return;
-	}
-	if (r->node)
-		printf("node %" PRIu32 " (%s): %zu listening ports\n", r->node->id, r->node->cluster, r->n_ports);
-	print_rows(o, NULL, port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports);
+	char title[160];
+
+	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu listening ports", r->node ? r->node->id : 0,
+		 r->node ? r->node->cluster : "", r->n_ports);
+	print_list(o, r, "ports", port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports, title);
 }
 
 static void print_links(struct out *o, const CtlReply *r)
 {
-	if (o->json) {
-		json_open(o, NULL, '{');
-		json_key(o, "node");
-		printf("%" PRIu32, r->node ? r->node->id : 0);
-		print_rows(o, "links", link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links, r->n_links);
-		json_close(o, '}');
-		putchar('\n');
-		return;
-	}
-	if (r->node)
-		printf("node %" PRIu32 " (%s) links: %" PRIu32 " of %" PRIu32 " UP\n", r->node->id, r->node->cluster,
-		       r->node->links_up, r->node->peers);
-	print_rows(o, NULL, link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links, r->n_links);
+	char title[160];
+
+	snprintf(title, sizeof(title), "node %" PRIu32 " (%s) links: %" PRIu32 " of %" PRIu32 " UP",
+		 r->node ? r->node->id : 0, r->node ? r->node->cluster : "", r->node ? r->node->links_up : 0,
+		 r->node ? r->node->peers : 0);
+	print_list(o, r, "links", link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links, r->n_links, title);
 }
 
 static void print_node(struct out *o, const CtlReply *r)

@@ -538,6 +538,10 @@ const struct config_node *config_node_find(const struct mesh_config *cfg, uint32
 
 void config_dump(FILE *out, const struct mesh_config *cfg)
 {
+	/* As the dump (and mesh.conf(5), made from it) names each type. */
+	static const char *const type_names[] = {
+		[CFG_UINT] = "integer", [CFG_BYTES] = "size", [CFG_STRING] = "string", [CFG_NUMA] = "string"};
+
 	fprintf(out, "# cluster = { ... };  every key, with its default, range and meaning\n");
 	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
 		const struct config_key *k = &config_keys[i];
@@ -558,10 +562,8 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 			if (cfg)
 				snprintf(cur, sizeof(cur), "\"%s\"", (const char *)cfg + k->offset);
 		}
-		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s%s%s\n", k->name,
-			k->type == CFG_STRING || k->type == CFG_NUMA ? "string" : k->type == CFG_BYTES ? "size" : "integer", !k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range,
-			k->help,
-			cfg ? "; in force: " : "", cur);
+		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s%s%s\n", k->name, type_names[k->type],
+			!k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range, k->help, cfg ? "; in force: " : "", cur);
 	}
 	fprintf(out, "# nodes = ( { ... }, ... );  one entry per node\n");
 	for (size_t i = 0; i < ARRAY_SIZE(node_keys); i++) {

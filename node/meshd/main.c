@@ -18,8 +18,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
-#include <systemd/sd-daemon.h>
 #include <sys/timerfd.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <mesh/mesh.h>

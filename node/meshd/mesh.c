@@ -1094,8 +1094,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		return;
 	}
 	if (pd.dst_node != m->self->id) {
-		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, " (node %u): it dialled node %u, we are node %u", pd.src_node,
-			 pd.dst_node, m->self->id);
+		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, " (node %u): it dialled node %u, we are node %u",
+			    pd.src_node, pd.dst_node, m->self->id);
 		return;
 	}
 	l = mesh_link_find(m, pd.src_node);
@@ -1104,18 +1104,18 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		return;
 	}
 	if (!mesh_dials(pd.src_node, m->self->id)) {
-		mesh_reject(m, c, -MESH_EDIALRULE, LOG_LVL_WARN, ": node %u dialled node %u, but the higher id dials", pd.src_node,
-			 m->self->id);
+		mesh_reject(m, c, -MESH_EDIALRULE, LOG_LVL_WARN, ": node %u dialled node %u, but the higher id dials",
+			    pd.src_node, m->self->id);
 		return;
 	}
 	if (pd.qp_count != m->cfg->qps_per_link) {
-		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u QPs per link, ours %u", pd.src_node, pd.qp_count,
-			 m->cfg->qps_per_link);
+		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u QPs per link, ours %u", pd.src_node,
+			    pd.qp_count, m->cfg->qps_per_link);
 		return;
 	}
 	if (pd.rail_count != m->n_rails) {
-		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u rails, ours %u (nodes.rails)", pd.src_node,
-			 pd.rail_count, m->n_rails);
+		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u rails, ours %u (nodes.rails)",
+			    pd.src_node, pd.rail_count, m->n_rails);
 		return;
 	}
 	/* Rail r's QPs come to rail r's address: a QP on another device could not reach the memory
@@ -1126,15 +1126,15 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			rail = (uint32_t)(i % m->n_rails);
 		}
 	if (rail != pd.rail) {
-		mesh_reject(m, c, -MESH_EPDATA, LOG_LVL_WARN, " (node %u): QP of rail %u came to %s, our rail %u", pd.src_node,
-			 pd.rail, mesh_node_addr(m->self, rail), rail);
+		mesh_reject(m, c, -MESH_EPDATA, LOG_LVL_WARN, " (node %u): QP of rail %u came to %s, our rail %u",
+			    pd.src_node, pd.rail, mesh_node_addr(m->self, rail), rail);
 		return;
 	}
 	/* A node is bound to its configured addresses: a connection claiming node N on rail r comes from
 	 * N's address of rail r (its dialler binds its source there), or it is a stranger. */
 	if (!util_addr_same_host(c->peer_addr, mesh_node_addr(l->peer, rail))) {
-		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": it claims node %u, whose rail %u address is %s", pd.src_node, rail,
-			 mesh_node_addr(l->peer, rail));
+		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": it claims node %u, whose rail %u address is %s",
+			    pd.src_node, rail, mesh_node_addr(l->peer, rail));
 		return;
 	}
 	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
@@ -1158,8 +1158,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		if (!bad && l->conns[idx])
 			bad = "that QP is already there", reason = -MESH_EDUPQP;
 		if (bad) {
-			mesh_reject(m, c, reason, LOG_LVL_INFO, " (node %u): rail %u join gen %u of epoch %llu: %s", pd.src_node,
-				 rail, pd.rail_gen, (unsigned long long)pd.link_epoch, bad);
+			mesh_reject(m, c, reason, LOG_LVL_INFO, " (node %u): rail %u join gen %u of epoch %llu: %s",
+				    pd.src_node, rail, pd.rail_gen, (unsigned long long)pd.link_epoch, bad);
 			return;
 		}
 		if (!(l->rails_joining & bit)) {
@@ -1177,14 +1177,16 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	/* Epochs follow the dialler's wall clock: one far in the future is a forgery that would make
 	 * every real attempt look stale. */
 	if (pd.link_epoch > util_wall_us() + LINK_EPOCH_AHEAD_US) {
-		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu is more than %llu s ahead of our clock", pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
+		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu is more than %llu s ahead of our clock",
+			    pd.src_node, (unsigned long long)pd.link_epoch,
+			    (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
 		return;
 	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
 	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
 		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd.src_node,
-			 (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
+			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		return;
 	}
 	/* With a cluster key an UP link whose peer is alive is not given up for an attempt that has
@@ -1193,13 +1195,15 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	 * keepalive intervals. */
 	if (pd.link_epoch > l->epoch && l->phase == LINK_UP && m->keys.n &&
 	    now_ms() - l->last_rx_ms < 2ull * m->cfg->keepalive_interval_ms) {
-		mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_WARN, " (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive", pd.src_node, (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
+		mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_WARN,
+			    " (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive", pd.src_node,
+			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		return;
 	}
 	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE) {
 		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
 			mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_INFO, " (node %u): %u handshakes in flight", pd.src_node,
-				 m->handshakes);
+				    m->handshakes);
 			return;
 		}
 		if (l->phase != LINK_IDLE)
@@ -1210,7 +1214,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	}
 	if (l->phase != LINK_QPS || l->conns[idx]) {
 		mesh_reject(m, c, -MESH_EDUPQP, LOG_LVL_WARN, " (node %u): QP %u of epoch %llu %s", pd.src_node, idx,
-			 (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
+			    (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
 		return;
 	}
 	l->xp = (uint8_t)xp;

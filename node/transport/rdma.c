@@ -3,9 +3,9 @@
  *
  * One rdma_cm event channel per provider instance; per device (ibv_context seen on a cm id) one
  * completion channel, and one PD per connection scope (xport_conn.scope: meshd's link), so an rkey
- * given to one peer is refused by the NIC on every other peer's QPs; per connection one CQ, so that destroying a connection also
- * destroys every completion it could still report (no stale wr_id can reach the owner after
- * conn_destroy). The provider's event fd is an epoll fd holding the cm channel and every
+ * given to one peer is refused by the NIC on every other peer's QPs; per connection one CQ, so that
+ * destroying a connection also destroys every completion it could still report (no stale wr_id can
+ * reach the owner after conn_destroy). The provider's event fd is an epoll fd holding the cm channel and every
  * completion channel, so the owner waits on one fd.
  */
 #include <arpa/inet.h>
