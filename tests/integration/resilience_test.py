@@ -27,18 +27,15 @@ What it asserts, in order:
 Every namespace and process is removed on every path. Prints one line per check and a closing
 'N passed, M failed' line.
 
-With --devices (the Soft-RoCE VM: `rxe-vm -r "10.78.0.1/24" -r ...`) both meshd run in this
-namespace on the given addresses (--addrs1, --addrs2: one per rail): the same checks over real verbs.
-There `--outage stop` makes each outage by stopping node 2's meshd (SIGSTOP) past the keepalive timeout:
-in the VM a rail NIC set down while QPs send on it does not carry rxe traffic between the guest's own
-addresses again after it is set up (even new processes cannot connect), a limit of the emulated NICs
-that a real network does not have; a stopped meshd is an outage of the whole link all the same (both
-ends take it DOWN, the QPs are destroyed, the link re-forms with new QPs). For the same reason the VM
-runs no rail flaps (`--rail-cut none`): nothing cuts one rail there. A blackhole rule for a rail's
-addresses (ip rule, the local table moved after it) changed nothing in a trial: both meshd showed both
-rails UP for 7 s under it, because rxe hands traffic between the guest's own addresses back to itself
-inside the driver. Cutting a rail over real verbs needs two rxe devices joined by a network (two VMs,
-or network namespaces with rxe netns support); the tcp provider tests rail loss on the host.
+With --devices (the Soft-RoCE VM) both meshd run in this namespace on the given addresses (--addrs1,
+--addrs2: one per rail): the same checks over real verbs. With --cabled the rails are rxe-vm's cabled
+rails (`rxe-vm -c "10.78.0.1/24 10.78.0.2/24" -c ...`): node 1's address at one end of each cable, node
+2's at the other, a Soft-RoCE device at each end, the traffic between them on the (emulated) wire;
+a rail loss is its cable cut ($RXE_VM_CABLE K down: every frame lost both ways), a whole-link outage
+every cable cut. Without cables, rails that carry both nodes' addresses cannot be cut (rxe hands
+traffic between the guest's own addresses back to itself inside the driver): run them with
+`--rail-cut none --outage stop` (each outage node 2's meshd stopped with SIGSTOP past the keepalive
+timeout: an outage of the whole link all the same).
 """
 import argparse
 import json
@@ -103,11 +100,13 @@ class Hosts:
 
 class LocalHosts:
     """Both nodes in this namespace (the VM): rail r is device devs[r], which carries an address of
-    each node; down takes the rail away from both."""
+    each node; down takes the rail away from both. With cable (rxe-vm -c: $RXE_VM_CABLE), rail r is
+    cabled rail r instead, node 1 at its end a and node 2 at its end b: down cuts the cable."""
 
-    def __init__(self, devs, addrs1, addrs2):
+    def __init__(self, devs, addrs1, addrs2, cable=None):
         self.ns = {1: None, 2: None}
         self.devs = devs
+        self.cable = cable
         self.rails = len(devs)
         self.addr = {1: addrs1, 2: addrs2}
 
@@ -116,11 +115,17 @@ class LocalHosts:
             raise RuntimeError("--devices, --addrs1 and --addrs2 must name as many rails")
 
     def set_rail(self, r, up):
-        ip("link", "set", self.devs[r], "up" if up else "down")
+        if self.cable:
+            subprocess.run([self.cable, str(r), "up" if up else "down"], check=True)
+        else:
+            ip("link", "set", self.devs[r], "up" if up else "down")
 
     def cleanup(self):
-        for d in self.devs:
-            ip("link", "set", d, "up", check_rc=False)
+        for r in range(self.rails):
+            try:
+                self.set_rail(r, True)
+            except subprocess.CalledProcessError:
+                pass
         return []
 
 
@@ -225,12 +230,20 @@ def main():
     ap.add_argument("--devices", default="", help="run both nodes here, rails on these devices (the VM)")
     ap.add_argument("--addrs1", default="", help="with --devices: node 1's address on each rail")
     ap.add_argument("--addrs2", default="", help="with --devices: node 2's address on each rail")
+    ap.add_argument("--cabled", action="store_true",
+                    help="with --devices: the rails are rxe-vm's cabled rails (-c), cut with $RXE_VM_CABLE")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
 
     tag = f"mtr{os.getpid()}x{random.randrange(16 ** 4):04x}"
     if args.devices:
-        hosts = LocalHosts(args.devices.split(), args.addrs1.split(), args.addrs2.split())
+        cable = None
+        if args.cabled:
+            cable = os.environ.get("RXE_VM_CABLE")
+            if not cable:
+                print("--cabled: $RXE_VM_CABLE is not set (run in rxe-vm with -c)")
+                return 2
+        hosts = LocalHosts(args.devices.split(), args.addrs1.split(), args.addrs2.split(), cable)
         args.rails = hosts.rails
     else:
         preflight(tag)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one test command inside the Soft-RoCE VM (tests/rdma/rxe-vm), for ctest.
-#   tests/rdma/vm-test.sh [-a "ADDR/PREFIX ..."] [-n NUMA_NODES] [-r "ADDR/PREFIX ..."]... -- COMMAND [ARG...]
+#   tests/rdma/vm-test.sh [-a "ADDR/PREFIX ..."] [-n NUMA_NODES] [-r "ADDR/PREFIX ..."]...
+#                         [-c "ADDR/PREFIX ADDR/PREFIX"]... -- COMMAND [ARG...]   (rxe-vm's options)
 # Exits 77 (skipped, with the reason) when the VM cannot run here, unless MESH_REQUIRE_RDMA=1
 # (CI sets it): then that is a failure, because the rdma provider's tests must never be skipped
 # silently. Inside the VM, MESH_REQUIRE_RDMA=1 is always set: there RDMA must work.
@@ -13,11 +14,12 @@ while [ $# -gt 0 ]; do
 	-a) addrs=$2; shift 2 ;;
 	-n) numa=(-n "$2"); shift 2 ;;
 	-r) rails+=(-r "$2"); shift 2 ;;
+	-c) rails+=(-c "$2"); shift 2 ;;
 	--) shift; break ;;
 	*) break ;;
 	esac
 done
-[ $# -ge 1 ] || { echo "usage: vm-test.sh [-a ADDRS] [-n NUMA_NODES] [-r RAIL_ADDRS]... -- COMMAND..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: vm-test.sh [-a ADDRS] [-n NUMA_NODES] [-r RAIL_ADDRS]... [-c "ADDR ADDR"]... -- COMMAND..." >&2; exit 2; }
 
 if ! why=$("$here/rxe-vm" --check 2>&1); then
 	echo "skip: the Soft-RoCE VM cannot run here: $why"
