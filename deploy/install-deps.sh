@@ -11,6 +11,9 @@ build_pkgs=(
     libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev libssl-dev
     libsystemd-dev iproute2 python3
     scdoc man-db
+    # Packaging and the unit's checks (tests/install): cpack's dpkg-shlibdeps (dpkg-dev) and file,
+    # lintian, strace; the Kubernetes manifests' test reads YAML.
+    dpkg-dev file lintian strace systemd python3-yaml
 )
 # The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.
 vm_pkgs=(

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""deploy/k8s without a cluster: the manifests parsed (python3-yaml) and the fields the README
+promises asserted, and the entry point meshd-k8s-start run for real against the built meshd.
+
+  * DaemonSet: hostNetwork; NODE_NAME from spec.nodeName; started by meshd-k8s-start; mesh.conf and
+    node-ids from the ConfigMap at /etc/rdmamesh; an rdma/ resource (the RDMA shared device plugin);
+    IPC_LOCK added, everything else dropped; /run/meshd a hostPath; liveness an HTTP GET of /metrics
+    on the port of the ConfigMap's cluster.metrics_listen; the key from a Secret as a file.
+  * ConfigMap: every node-ids line names an id of mesh.conf's nodes, once each.
+  * Application pod: the same hostPath at /run/meshd, in socket_group's gid (supplementalGroups).
+  * meshd-k8s-start: NODE_NAME=worker-b starts meshd as node 2 (meshctl node says so); an unlisted
+    node, a doubled name and a non-numeric id are refused with their reason.
+Skipped (77) without python3-yaml.
+"""
+import argparse
+import json
+import shutil
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import yaml
+except ImportError:
+    print("skip: python3-yaml is not installed (deploy/install-deps.sh installs it)")
+    sys.exit(77)
+
+fails = []
+
+
+def check(ok, what, detail=""):
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok or not detail else f": {detail}"))
+    if not ok:
+        fails.append(what)
+
+
+def load(k8s):
+    docs = {}
+    for name in sorted(os.listdir(k8s)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(k8s, name)) as f:
+                for d in yaml.safe_load_all(f):
+                    if d:
+                        docs[(d["kind"], d["metadata"]["name"])] = d
+    return docs
+
+
+def manifests(k8s):
+    docs = load(k8s)
+    print(f"     parsed: {', '.join(f'{k}/{n}' for k, n in docs)}")
+    ds = docs.get(("DaemonSet", "meshd"))
+    cm = docs.get(("ConfigMap", "rdmamesh-config"))
+    pod = next((d for (k, _), d in docs.items() if k == "Pod"), None)
+    check(ds and cm and pod, "a DaemonSet meshd, a ConfigMap rdmamesh-config and an application Pod")
+    if not (ds and cm and pod):
+        return
+    conf, ids = cm["data"]["mesh.conf"], cm["data"]["node-ids"]
+    spec = ds["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+
+    check(spec.get("hostNetwork") is True, "DaemonSet: hostNetwork")
+    env = {e["name"]: e for e in c.get("env", [])}
+    check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
+          "DaemonSet: NODE_NAME from spec.nodeName")
+    check(c["command"][0].endswith("meshd-k8s-start"), "DaemonSet: started by meshd-k8s-start (node name -> node id)")
+    cfg = mounts.get("/etc/rdmamesh")
+    check(cfg and vols[cfg["name"]].get("configMap", {}).get("name") == "rdmamesh-config",
+          "DaemonSet: /etc/rdmamesh is the ConfigMap rdmamesh-config")
+    rdma = [k for k in c["resources"]["limits"] if k.startswith("rdma/")]
+    check(rdma and int(c["resources"]["limits"][rdma[0]]) >= 1,
+          f"DaemonSet: the RDMA device from the shared device plugin ({rdma})")
+    caps = c["securityContext"]["capabilities"]
+    check(caps.get("add") == ["IPC_LOCK"] and caps.get("drop") == ["ALL"], "DaemonSet: IPC_LOCK added, ALL else dropped",
+          str(caps))
+    sock = mounts.get("/run/meshd")
+    check(sock and vols[sock["name"]].get("hostPath", {}).get("path") == "/run/meshd",
+          "DaemonSet: /run/meshd (the control socket) is a hostPath")
+    key = [m for m in c["volumeMounts"] if "secret" in vols[m["name"]]]
+    kf = re.search(r'key_file\s*=\s*"([^"]+)"', conf)
+    check(key and kf and key[0]["mountPath"] == kf.group(1) and key[0].get("subPath"),
+          "DaemonSet: the Secret's key mounted as a file (subPath) where mesh.conf's key_file says")
+    ml = re.search(r'metrics_listen\s*=\s*"([^"]+):(\d+)"', conf)
+    probe = c.get("livenessProbe", {}).get("httpGet", {})
+    check(ml and probe.get("path") == "/metrics" and probe.get("port") == int(ml.group(2))
+          and probe.get("host", ml.group(1)) == ml.group(1),
+          f"DaemonSet: liveness GET /metrics on cluster.metrics_listen ({ml and ml.group(0)})", str(probe))
+
+    node_ids = set(int(x) for x in re.findall(r"\{\s*id\s*=\s*(\d+)", conf))
+    pairs = [l.split() for l in ids.splitlines() if l.strip() and not l.strip().startswith("#")]
+    names = [p[0] for p in pairs]
+    check(pairs and all(len(p) == 2 and p[1].isdigit() and int(p[1]) in node_ids for p in pairs)
+          and len(set(names)) == len(names) and len(set(p[1] for p in pairs)) == len(pairs),
+          f"ConfigMap: node-ids maps {len(pairs)} Kubernetes nodes to distinct ids of mesh.conf's nodes {sorted(node_ids)}")
+
+    ps = pod["spec"]
+    pvols = {v["name"]: v for v in ps["volumes"]}
+    pm = [m for ct in ps["containers"] for m in ct.get("volumeMounts", []) if m["mountPath"] == "/run/meshd"]
+    check(pm and pvols[pm[0]["name"]].get("hostPath", {}).get("path") == "/run/meshd",
+          "application pod: mounts the hostPath /run/meshd")
+    grp = re.search(r'socket_group\s*=\s*"(\d+)"', conf)
+    check(grp and int(grp.group(1)) in ps.get("securityContext", {}).get("supplementalGroups", []),
+          f"application pod: in socket_group's gid ({grp and grp.group(1)})")
+    run_as_group = c["securityContext"].get("runAsGroup")
+    check(grp and run_as_group == int(grp.group(1)), "DaemonSet: meshd runs with socket_group's gid (no CAP_CHOWN needed)")
+
+
+def entry_point(k8s, build, port):
+    meshd = os.path.join(build, "node", "meshd")
+    meshctl = os.path.join(build, "node", "meshctl")
+    script = os.path.join(k8s, "meshd-k8s-start")
+    work = tempfile.mkdtemp(prefix="mesh-k8s-")
+    conf = os.path.join(work, "mesh.conf")
+    with open(conf, "w") as f:
+        f.write('cluster = { name = "k8s"; transport = "tcp"; };\n'
+                f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {port}; }},\n'
+                f'  {{ id = 2; addr = "127.0.0.1"; port = {port + 1}; }}\n);\n')
+    ids = os.path.join(work, "node-ids")
+    sock = os.path.join(work, "meshd.sock")
+    env = dict(os.environ, MESH_CONFIG=conf, MESH_NODE_IDS=ids, MESH_SOCKET=sock, MESHD=meshd)
+
+    def run(text, node, wait):
+        with open(ids, "w") as f:
+            f.write(text)
+        p = subprocess.Popen(["sh", script], env=dict(env, NODE_NAME=node), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        if not wait:
+            return p
+        out, _ = p.communicate(timeout=10)
+        return p.returncode, out
+
+    p = run("# name id\nworker-a 1\nworker-b 2\n", "worker-b", False)
+    try:
+        node = None
+        for _ in range(100):
+            r = subprocess.run([meshctl, "-s", sock, "-j", "node"], capture_output=True, text=True)
+            if r.returncode == 0:
+                node = json.loads(r.stdout).get("id")
+                break
+            time.sleep(0.1)
+        check(node == 2, "meshd-k8s-start: NODE_NAME=worker-b runs meshd as node 2 (meshctl node)", f"node {node}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+    for text, name, want in (("worker-a 1\n", "worker-z", 'no line for Kubernetes node "worker-z"'),
+                             ("worker-a 1\nworker-a 2\n", "worker-a", "listed 2 times"),
+                             ("worker-a one\n", "worker-a", "is not a number"),
+                             ("worker-a 7\n", "worker-a", "node id 7 is not in nodes")):
+        rc, out = run(text, name, True)
+        check(rc != 0 and want in out, f"meshd-k8s-start refuses: {want}", f"exit {rc}: {out.strip()}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--k8s", default="deploy/k8s")
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--port", type=int, default=17980)
+    args = ap.parse_args()
+    manifests(args.k8s)
+    entry_point(os.path.abspath(args.k8s), os.path.abspath(args.build), args.port)
+    print(f"k8s: {'FAILED: ' + '; '.join(fails) if fails else 'all checks passed'}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
