@@ -1,5 +1,7 @@
 #include <endian.h>
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <mesh/mesh.h>
@@ -10,8 +12,9 @@
 int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len)
 {
 	struct mesh_cm_wire w;
+	bool proof = pd->flags & MESH_CM_F_PROOF;
 
-	if (len < sizeof(w))
+	if (len < sizeof(w) + (proof ? MESH_AUTH_MAC_LEN : 0))
 		return -ENOSPC;
 	memset(&w, 0, sizeof(w));
 	w.magic = htobe32(MESH_CM_MAGIC);
@@ -30,8 +33,12 @@ int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len)
 	w.boot_epoch = htobe64(pd->boot_epoch);
 	if (pd->reason < 0 && -pd->reason > MESH_ERRNO_BASE && -pd->reason - MESH_ERRNO_BASE <= UINT16_MAX)
 		w.reason = htobe16((uint16_t)(-pd->reason - MESH_ERRNO_BASE));
+	memcpy(w.nonce, pd->nonce, sizeof(w.nonce));
 	memcpy(buf, &w, sizeof(w));
-	return (int)sizeof(w);
+	if (!proof)
+		return (int)sizeof(w);
+	memcpy((uint8_t *)buf + sizeof(w), pd->mac, MESH_AUTH_MAC_LEN);
+	return (int)(sizeof(w) + MESH_AUTH_MAC_LEN);
 }
 
 int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
@@ -39,13 +46,16 @@ int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
 	struct mesh_cm_wire w;
 	struct mesh_cm_pdata pd;
 
-	if (!buf || len < sizeof(w))
+	if (!buf || len < offsetof(struct mesh_cm_wire, qp_index))
 		return -EBADMSG;
-	memcpy(&w, buf, sizeof(w));
+	memcpy(&w, buf, offsetof(struct mesh_cm_wire, qp_index));
 	if (be32toh(w.magic) != MESH_CM_MAGIC)
 		return -MESH_EBADMAGIC;
 	if (w.version != MESH_CM_VERSION)
 		return -MESH_EPROTOVER;
+	if (len < sizeof(w))
+		return -EBADMSG;
+	memcpy(&w, buf, sizeof(w));
 	if (w.kind < MESH_CM_CONNECT || w.kind > MESH_CM_REJECT)
 		return -EPROTO;
 	if (w.kind != MESH_CM_REJECT &&
@@ -55,7 +65,9 @@ int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
 		w.rail_count = 1;
 	if (w.rail_count > MESH_RAILS_MAX || w.rail >= w.rail_count)
 		return -EPROTO;
-	if (w.flags & ~MESH_CM_F_RAIL_JOIN)
+	if (w.flags & ~(MESH_CM_F_RAIL_JOIN | MESH_CM_F_PROOF))
+		return -EPROTO;
+	if ((w.flags & MESH_CM_F_PROOF) && (w.kind != MESH_CM_ACCEPT || len < sizeof(w) + MESH_AUTH_MAC_LEN))
 		return -EPROTO;
 	memset(&pd, 0, sizeof(pd));
 	pd.version = w.version;
@@ -73,6 +85,9 @@ int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out)
 	pd.boot_epoch = be64toh(w.boot_epoch);
 	if (w.reason)
 		pd.reason = -(MESH_ERRNO_BASE + (int)be16toh(w.reason));
+	memcpy(pd.nonce, w.nonce, sizeof(pd.nonce));
+	if (w.flags & MESH_CM_F_PROOF)
+		memcpy(pd.mac, (const uint8_t *)buf + sizeof(w), MESH_AUTH_MAC_LEN);
 	*out = pd;
 	return 0;
 }
@@ -178,8 +193,6 @@ static const char *peer_msg_check(const PeerMsg *m)
 		return m->rail_up->rail >= MESH_RAILS_MAX || m->rail_up->gen > 65535 ? "rail_up: rail or gen out of range" : NULL;
 	case PEER_MSG__BODY_LINK_ACK:
 		return NULL;
-	case PEER_MSG__BODY_AUTH_NONCE:
-		return m->auth_nonce->nonce.len != MESH_AUTH_NONCE_LEN ? "auth_nonce.nonce is not 32 bytes" : NULL;
 	case PEER_MSG__BODY_AUTH_PROOF:
 		return m->auth_proof->mac.len != MESH_AUTH_MAC_LEN ? "auth_proof.mac is not 32 bytes" : NULL;
 	default:

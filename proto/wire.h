@@ -18,8 +18,9 @@
 #include "peer.pb-c.h"
 
 #define MESH_CM_MAGIC 0x4d455348u /* "MESH" */
-#define MESH_CM_VERSION 1
-#define MESH_CM_PDATA_MAX 56 /* rdma_cm RC connect private data limit */
+#define MESH_CM_VERSION 2 /* 2: the nonce, and the acceptor's proof in its accept */
+#define MESH_CM_PDATA_MAX 56 /* rdma_cm RC connect private data limit (IB CM REQ: 92 - rdma_cm's 36) */
+#define MESH_CM_ACCEPT_PDATA_MAX 88 /* an accept with the proof; an IB CM REP carries up to 196 */
 
 #define MESH_NODE_ID_MAX 65535u
 #define MESH_QPS_PER_LINK_MAX 16u
@@ -57,8 +58,10 @@
 #define MESH_IMM_SLOT(imm) (((imm) >> 16) & 0x7fffu)
 #define MESH_IMM_SEQ(imm) ((uint16_t)(imm))
 
-/* The proof of the cluster key (AuthNonce, AuthProof). */
-#define MESH_AUTH_NONCE_LEN 32u
+/* The proof of the cluster key: each side's nonce travels in its private data (connect, accept), the
+ * acceptor's proof in its accept (MESH_CM_F_PROOF), the dialler's in an AuthProof message. 16 random
+ * bytes from each side make every transcript fresh; the HMAC-SHA256 is whole. */
+#define MESH_AUTH_NONCE_LEN 16u
 #define MESH_AUTH_MAC_LEN 32u
 
 /* The mailbox's first bytes are the proof slot: the peer writes its token there and reads it back. */
@@ -89,10 +92,14 @@ struct mesh_cm_wire {
 	uint16_t rail_gen;  /* MESH_CM_F_RAIL_JOIN: the rail's incarnation (RailDown, RailUp) */
 	uint8_t flags;      /* MESH_CM_F_* */
 	uint8_t reserved;
+	uint8_t nonce[MESH_AUTH_NONCE_LEN]; /* the sender's, fresh per link attempt or rail join */
 };
 /* The QPs of one rail of an UP link (link_epoch), dialled again after that rail failed. */
 #define MESH_CM_F_RAIL_JOIN 0x01u
-_Static_assert(sizeof(struct mesh_cm_wire) == 40, "cm private data layout changed");
+/* Accept only: MESH_AUTH_MAC_LEN bytes follow the struct, the acceptor's proof of the cluster key
+ * over the dialler's nonce (its connect) and ours (this accept); on the first QP of an attempt or join. */
+#define MESH_CM_F_PROOF 0x02u
+_Static_assert(sizeof(struct mesh_cm_wire) == 56, "cm private data layout changed");
 _Static_assert(sizeof(struct mesh_cm_wire) <= MESH_CM_PDATA_MAX, "cm private data exceeds the RC limit");
 
 /* The same in host order. */
@@ -111,12 +118,16 @@ struct mesh_cm_pdata {
 	uint64_t link_epoch;
 	uint64_t boot_epoch;
 	int reason; /* negative MESH_E* code, or 0 */
+	uint8_t nonce[MESH_AUTH_NONCE_LEN];
+	uint8_t mac[MESH_AUTH_MAC_LEN]; /* with MESH_CM_F_PROOF */
 };
 
-/* Writes sizeof(struct mesh_cm_wire) bytes to buf; returns that length or -ENOSPC. */
+/* Writes sizeof(struct mesh_cm_wire) bytes to buf, and the proof after them with MESH_CM_F_PROOF;
+ * returns that length or -ENOSPC. */
 int mesh_cm_pdata_encode(const struct mesh_cm_pdata *pd, void *buf, size_t len);
-/* Checks magic, version, kind and counts; returns 0, -EBADMSG (too short), -MESH_EBADMAGIC,
- * -MESH_EPROTOVER or -EPROTO (field out of range). */
+/* Checks magic, version, kind, counts and flags; returns 0, -EBADMSG (too short), -MESH_EBADMAGIC,
+ * -MESH_EPROTOVER or -EPROTO (field out of range). Magic and version are judged first, so a peer
+ * of another version hears MESH_EPROTOVER whatever its length. */
 int mesh_cm_pdata_decode(const void *buf, size_t len, struct mesh_cm_pdata *out);
 
 /* FNV-1a 32-bit: the cluster name's hash, carried in private data and Hello. */

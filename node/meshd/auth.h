@@ -1,9 +1,10 @@
 /*
  * The cluster key and the proof of it (as NVMe-oF's DH-HMAC-CHAP proves a pre-shared key, without
- * the DH): each side of a link attempt, or of a rail's join, sends a fresh nonce, then an HMAC-SHA256
- * (OpenSSL's libcrypto) under the cluster key over a transcript that binds the cluster name, the
- * prover's role, both node ids, the link epoch, the rail and its incarnation and both nonces. Nothing
- * of the link (mailbox key, channels) is given before the peer's proof verified.
+ * the DH): each side of a link attempt, or of a rail's join, sends a fresh nonce (in the CM private
+ * data), then an HMAC-SHA256 (OpenSSL's libcrypto) under the cluster key over a transcript that binds
+ * the cluster name, the prover's role, both node ids, the link epoch, the rail and its incarnation and
+ * both nonces: the acceptor's in its accept, the dialler's in an AuthProof once connected. Nothing of
+ * the link (mailbox key, channels) is given before the peer's proof verified.
  *
  * The key file (cluster.key_file) holds one key per line, base64 of 32 bytes as `meshctl keygen`
  * prints it; `#` starts a comment. A second key is the next one of a rotation: proofs are made with
@@ -19,7 +20,7 @@
 
 #define AUTH_KEY_LEN 32
 #define AUTH_KEYS_MAX 2   /* current and next */
-#define AUTH_NONCE_LEN 32
+#define AUTH_NONCE_LEN 16 /* MESH_AUTH_NONCE_LEN of the private data (proto/wire.h) */
 #define AUTH_MAC_LEN 32   /* HMAC-SHA256 */
 #define AUTH_KEY_B64_LEN 44 /* base64 of AUTH_KEY_LEN bytes, without the newline */
 

@@ -12,6 +12,10 @@
 #include "util.h"
 
 _Static_assert(CONFIG_RAILS_MAX == MESH_RAILS_MAX, "config and wire disagree on the rails per node");
+_Static_assert(AUTH_NONCE_LEN == MESH_AUTH_NONCE_LEN && AUTH_MAC_LEN == MESH_AUTH_MAC_LEN,
+	       "the proof and the private data disagree on nonce or MAC sizes");
+_Static_assert(MESH_CM_ACCEPT_PDATA_MAX <= XPORT_PDATA_MAX && MESH_CM_PDATA_MAX <= XPORT_CONNECT_PDATA_MAX,
+	       "the transport cannot carry our private data");
 
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
@@ -256,7 +260,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	l->peer_ready = false;
 	l->proofs_done = 0;
 	l->have_peer_nonce = l->auth_proof_sent = l->peer_proved = false;
-	l->rails_nonce_sent = l->rails_have_nonce = l->rails_proof_sent = l->rails_peer_proved = 0;
+	l->rails_have_nonce = l->rails_proof_sent = l->rails_peer_proved = 0;
 	link_set_phase(l, LINK_IDLE);
 	if (l->dialer) {
 		uint64_t backoff = m->cfg->backoff_initial_ms;
@@ -528,22 +532,6 @@ static struct auth_transcript link_transcript(const struct link *l, bool dialler
 	return t;
 }
 
-/* A fresh nonce into ours, sent on QP qp. */
-static int link_send_nonce(struct link *l, uint32_t qp, uint8_t *ours)
-{
-	PeerMsg msg = PEER_MSG__INIT;
-	AuthNonce n = AUTH_NONCE__INIT;
-	int ret = util_random(ours, AUTH_NONCE_LEN);
-
-	if (ret)
-		return ret;
-	n.nonce.data = ours;
-	n.nonce.len = AUTH_NONCE_LEN;
-	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
-	msg.auth_nonce = &n;
-	return link_send_on(l, qp, &msg);
-}
-
 static int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, const uint8_t *ours,
 			   const uint8_t *theirs)
 {
@@ -563,11 +551,79 @@ static int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t 
 }
 
 static bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, const uint8_t *ours,
-			     const uint8_t *theirs, const AuthProof *p)
+			     const uint8_t *theirs, const uint8_t *mac, size_t mac_len)
 {
 	struct auth_transcript t = link_transcript(l, !l->dialer, rail, gen, ours, theirs);
 
-	return auth_verify(&l->mesh->keys, &t, p->mac.data, p->mac.len);
+	return auth_verify(&l->mesh->keys, &t, mac, mac_len);
+}
+
+/* The acceptor, answering the first QP of an attempt (rail 0, QP 0) or of rail r's join: takes the
+ * dialler's nonce from its request, puts ours in the accept and, with a key, our proof over both, so
+ * the dialler knows we hold the key the moment that QP connects (its proof comes back as AuthProof). */
+static int link_accept_auth(struct link *l, const struct mesh_cm_pdata *req, struct mesh_cm_pdata *rep)
+{
+	bool join = req->flags & MESH_CM_F_RAIL_JOIN;
+	uint32_t r = join ? req->rail : 0, gen = join ? l->rail_gen[r] : 0;
+	uint8_t *ours = join ? l->rail_nonce_ours[r] : l->nonce_ours;
+	uint8_t *theirs = join ? l->rail_nonce_peer[r] : l->nonce_peer;
+	struct auth_transcript t;
+	int ret = util_random(ours, AUTH_NONCE_LEN);
+
+	if (ret)
+		return ret;
+	memcpy(theirs, req->nonce, AUTH_NONCE_LEN);
+	memcpy(rep->nonce, ours, AUTH_NONCE_LEN);
+	if (join)
+		l->rails_have_nonce |= 1u << r;
+	else
+		l->have_peer_nonce = true;
+	if (!l->mesh->keys.n)
+		return 0;
+	t = link_transcript(l, false, r, gen, ours, theirs);
+	ret = auth_prove(&l->mesh->keys, &t, rep->mac);
+	if (ret)
+		return ret;
+	rep->flags |= MESH_CM_F_PROOF;
+	if (join)
+		l->rails_proof_sent |= 1u << r;
+	else
+		l->auth_proof_sent = true;
+	return 0;
+}
+
+/* The dialler, on the accept of the first QP of an attempt or of rail r's join: the acceptor's nonce,
+ * and with a key its proof, which must verify. 0 or -MESH_EAUTH with *why. */
+static int link_take_accept_auth(struct link *l, const struct mesh_cm_pdata *pd, const char **why)
+{
+	bool join = pd->flags & MESH_CM_F_RAIL_JOIN;
+	uint32_t r = join ? pd->rail : 0, gen = join ? l->rail_gen[r] : 0;
+	const uint8_t *ours = join ? l->rail_nonce_ours[r] : l->nonce_ours;
+	uint8_t *theirs = join ? l->rail_nonce_peer[r] : l->nonce_peer;
+	bool proof = pd->flags & MESH_CM_F_PROOF;
+
+	if (!l->mesh->keys.n && proof) {
+		*why = "it proves a cluster key; this node has none (cluster.key_file)";
+		return -MESH_EAUTH;
+	}
+	if (l->mesh->keys.n && !proof) {
+		*why = "it accepted without proving the cluster key (no cluster.key_file there?)";
+		return -MESH_EAUTH;
+	}
+	if (proof && !link_check_proof(l, r, gen, ours, pd->nonce, pd->mac, sizeof(pd->mac))) {
+		*why = "its proof of the cluster key does not verify (another key?)";
+		return -MESH_EAUTH;
+	}
+	memcpy(theirs, pd->nonce, AUTH_NONCE_LEN);
+	if (join) {
+		l->rails_have_nonce |= 1u << r;
+		if (proof)
+			l->rails_peer_proved |= 1u << r;
+	} else {
+		l->have_peer_nonce = true;
+		l->peer_proved = proof;
+	}
+	return 0;
 }
 
 /* ---- rails ---- */
@@ -603,7 +659,6 @@ static void link_rail_bury(struct link *l, uint32_t r)
 	l->rails_joining &= ~(1u << r);
 	l->rails_peer_up &= ~(1u << r);
 	l->rails_railup_sent &= ~(1u << r);
-	l->rails_nonce_sent &= ~(1u << r);
 	l->rails_have_nonce &= ~(1u << r);
 	l->rails_proof_sent &= ~(1u << r);
 	l->rails_peer_proved &= ~(1u << r);
@@ -741,6 +796,11 @@ static void link_rail_dial(struct link *l, uint32_t r)
 		.boot_epoch = m->boot_epoch,
 	};
 
+	if (util_random(l->rail_nonce_ours[r], AUTH_NONCE_LEN)) {
+		link_rail_fail(l, r, -EIO, "no random bytes for rail %u's nonce", r);
+		return;
+	}
+	memcpy(pd.nonce, l->rail_nonce_ours[r], AUTH_NONCE_LEN);
 	l->rails_joining |= 1u << r;
 	l->rails_peer_up &= ~(1u << r);
 	l->rail_attempt_ms[r] = now_ms();
@@ -768,16 +828,12 @@ static void link_rail_progress(struct link *l, uint32_t r)
 	if (!(l->rails_joining & (1u << r)) || (l->est_mask & mask) != mask)
 		return;
 	if (l->mesh->keys.n) {
-		/* The join proves the cluster key on its first QP before it may carry anything. */
+		/* The join proves the cluster key on its first QP before it may carry anything: the
+		 * acceptor did in its accept, the dialler does now. */
 		uint32_t qp = r * l->mesh->cfg->qps_per_link, bit = 1u << r;
 		int ret = 0;
 
-		if (!(l->rails_nonce_sent & bit)) {
-			ret = link_send_nonce(l, qp, l->rail_nonce_ours[r]);
-			if (!ret)
-				l->rails_nonce_sent |= bit;
-		}
-		if (!ret && (l->rails_have_nonce & bit) && !(l->rails_proof_sent & bit)) {
+		if (!(l->rails_proof_sent & bit)) {
 			ret = link_send_proof(l, qp, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r]);
 			if (!ret)
 				l->rails_proof_sent |= bit;
@@ -881,11 +937,15 @@ static void link_progress(struct link *l)
 
 	if (l->phase == LINK_QPS && link_qps_established(l) == mesh_link_qps(m)) {
 		if (m->keys.n) {
-			/* Nothing of the link (the mailbox key in our Hello) before the peer proved the key. */
-			ret = link_send_nonce(l, 0, l->nonce_ours);
-			if (ret) {
-				link_fail(l, ret, "cannot send our nonce");
-				return;
+			/* Nothing of the link (the mailbox key in our Hello) before the peer proved the key:
+			 * the acceptor proved it in its accept, the dialler proves it now. */
+			if (!l->auth_proof_sent) {
+				ret = link_send_proof(l, 0, 0, 0, l->nonce_ours, l->nonce_peer);
+				if (ret) {
+					link_fail(l, ret, "cannot send the proof of the cluster key");
+					return;
+				}
+				l->auth_proof_sent = true;
 			}
 			link_set_phase(l, LINK_AUTH);
 		} else {
@@ -896,14 +956,6 @@ static void link_progress(struct link *l)
 			}
 			link_set_phase(l, LINK_HELLO);
 		}
-	}
-	if (l->phase == LINK_AUTH && l->have_peer_nonce && !l->auth_proof_sent) {
-		ret = link_send_proof(l, 0, 0, 0, l->nonce_ours, l->nonce_peer);
-		if (ret) {
-			link_fail(l, ret, "cannot send the proof of the cluster key");
-			return;
-		}
-		l->auth_proof_sent = true;
 	}
 	if (l->phase == LINK_AUTH && l->peer_proved) {
 		ret = link_send_hello(l);
@@ -986,6 +1038,11 @@ static void link_dial(struct link *l)
 
 	link_begin(l, MAX(l->epoch + 1, util_wall_us()));
 	pd.link_epoch = l->epoch;
+	if (util_random(l->nonce_ours, AUTH_NONCE_LEN)) {
+		link_fail(l, -EIO, "no random bytes for the attempt's nonce");
+		return;
+	}
+	memcpy(pd.nonce, l->nonce_ours, AUTH_NONCE_LEN);
 	log_debug("dialling node %u at %s:%u, epoch %llu", l->peer->id, l->peer->addr, l->peer->port,
 		  (unsigned long long)l->epoch);
 	for (uint32_t i = 0; i < mesh_link_qps(m) && !ret; i++) {
@@ -1064,6 +1121,12 @@ static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const
 	rep.src_node = m->self->id;
 	rep.dst_node = req->src_node;
 	rep.boot_epoch = m->boot_epoch;
+	memset(rep.nonce, 0, sizeof(rep.nonce));
+	if (req->qp_index == 0 && (req->rail == 0 || (req->flags & MESH_CM_F_RAIL_JOIN))) {
+		ret = link_accept_auth(l, req, &rep);
+		if (ret)
+			return ret;
+	}
 	len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
 	return xport_accept(c, pdata, (size_t)len);
 }
@@ -1239,6 +1302,15 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 				     pd.rail_gen != l->rail_gen[r] || pd.cluster_hash != m->cluster_hash ||
 				     pd.rail * m->cfg->qps_per_link + pd.qp_index != ev->conn->index))
 				ret = -MESH_EPEERMSG;
+			if (!ret && pd.qp_index == 0) {
+				const char *why = "";
+
+				ret = link_take_accept_auth(l, &pd, &why);
+				if (ret) {
+					link_rail_fail(l, r, ret, "node %u's accept of rail %u's join: %s", l->peer->id, r, why);
+					return;
+				}
+			}
 			if (!ret)
 				ret = link_register(l, ev->conn);
 			if (!ret)
@@ -1268,6 +1340,15 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 		if (ret) {
 			link_fail(l, ret, "QP %u: bad accept private data from %s", ev->conn->index, ev->conn->peer_addr);
 			return;
+		}
+		if (ev->conn->index == 0) {
+			const char *why = "";
+
+			ret = link_take_accept_auth(l, &pd, &why);
+			if (ret) {
+				link_fail(l, ret, "node %u's accept: %s", l->peer->id, why);
+				return;
+			}
 		}
 		ret = link_register(l, ev->conn);
 		if (!ret)
@@ -1318,54 +1399,47 @@ static void link_on_hello(struct link *l, const Hello *h)
 	link_progress(l);
 }
 
-/* AuthNonce / AuthProof: of the link's attempt on QP 0 before Hello, or of a rail's join on its
- * first QP before RailUp. Without a key of ours, a peer that proves one is refused with a clear
- * word: the two nodes' configurations differ. */
+/* AuthProof: the dialler's, of the link's attempt on QP 0 before Hello, or of a rail's join on its
+ * first QP before RailUp (the acceptor proved itself in its accept). Without a key of ours, a peer
+ * that proves one is refused with a clear word: the two nodes' configurations differ. */
 static void link_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
 {
 	uint32_t r = link_qp_rail(l, qp), bit = 1u << r;
-	bool nonce = msg->body_case == PEER_MSG__BODY_AUTH_NONCE;
 	bool joining = l->phase == LINK_UP && (l->rails_joining & bit) && link_qp_first(l, qp);
+	const AuthProof *p = msg->auth_proof;
 
 	if (!l->mesh->keys.n) {
 		link_fail(l, -MESH_EAUTH, "node %u proves a cluster key; this node has none (cluster.key_file)", l->peer->id);
 		return;
 	}
 	if (joining) {
-		if (nonce && !(l->rails_have_nonce & bit)) {
-			memcpy(l->rail_nonce_peer[r], msg->auth_nonce->nonce.data, AUTH_NONCE_LEN);
-			l->rails_have_nonce |= bit;
-		} else if (!nonce && (l->rails_proof_sent & bit) && !(l->rails_peer_proved & bit)) {
-			if (!link_check_proof(l, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r], msg->auth_proof)) {
-				link_rail_fail(l, r, -MESH_EAUTH, "node %u's proof of the cluster key for rail %u does not verify",
-					       l->peer->id, r);
-				return;
-			}
-			l->rails_peer_proved |= bit;
-		} else {
-			link_rail_fail(l, r, -MESH_EPEERMSG, "unexpected %s on rail %u's join", nonce ? "AuthNonce" : "AuthProof", r);
+		if (!(l->rails_proof_sent & bit) || (l->rails_peer_proved & bit) || l->dialer) {
+			link_rail_fail(l, r, -MESH_EPEERMSG, "unexpected AuthProof on rail %u's join", r);
 			return;
 		}
+		if (!link_check_proof(l, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r], p->mac.data,
+				      p->mac.len)) {
+			link_rail_fail(l, r, -MESH_EAUTH, "node %u's proof of the cluster key for rail %u does not verify",
+				       l->peer->id, r);
+			return;
+		}
+		l->rails_peer_proved |= bit;
 		link_rail_progress(l, r);
 		return;
 	}
 	if (qp || (l->phase != LINK_QPS && l->phase != LINK_AUTH)) {
-		link_fail(l, -MESH_EPEERMSG, "%s on QP %u in phase %s", nonce ? "AuthNonce" : "AuthProof", qp, phase_names[l->phase]);
+		link_fail(l, -MESH_EPEERMSG, "AuthProof on QP %u in phase %s", qp, phase_names[l->phase]);
 		return;
 	}
-	if (nonce && !l->have_peer_nonce) {
-		memcpy(l->nonce_peer, msg->auth_nonce->nonce.data, AUTH_NONCE_LEN);
-		l->have_peer_nonce = true;
-	} else if (!nonce && l->auth_proof_sent && !l->peer_proved) {
-		if (!link_check_proof(l, 0, 0, l->nonce_ours, l->nonce_peer, msg->auth_proof)) {
-			link_fail(l, -MESH_EAUTH, "node %u's proof of the cluster key does not verify (another key?)", l->peer->id);
-			return;
-		}
-		l->peer_proved = true;
-	} else {
-		link_fail(l, -MESH_EPEERMSG, "unexpected %s", nonce ? "AuthNonce" : "AuthProof");
+	if (l->dialer || !l->auth_proof_sent || l->peer_proved) {
+		link_fail(l, -MESH_EPEERMSG, "unexpected AuthProof");
 		return;
 	}
+	if (!link_check_proof(l, 0, 0, l->nonce_ours, l->nonce_peer, p->mac.data, p->mac.len)) {
+		link_fail(l, -MESH_EAUTH, "node %u's proof of the cluster key does not verify (another key?)", l->peer->id);
+		return;
+	}
+	l->peer_proved = true;
 	link_progress(l);
 }
 
@@ -1452,7 +1526,6 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 		break;
 	case PEER_MSG__BODY_LINK_ACK:
 		break; /* its ack is all it says */
-	case PEER_MSG__BODY_AUTH_NONCE:
 	case PEER_MSG__BODY_AUTH_PROOF:
 		link_on_auth(l, qp, msg);
 		break;

@@ -471,7 +471,7 @@ static int rdma_connect_to(xport_t *x, const char *src, const char *addr, uint16
 	struct rdma_conn *c;
 	int ret;
 
-	if (len > XPORT_PDATA_MAX)
+	if (len > XPORT_CONNECT_PDATA_MAX)
 		return -EMSGSIZE;
 	ret = addr_parse(addr, port, &dst);
 	if (ret)
@@ -548,7 +548,7 @@ static int rdma_reject_conn(xport_conn_t *xc, const void *pdata, size_t len)
 {
 	struct rdma_conn *c = to_rc(xc);
 
-	if (rdma_reject(c->id, pdata, (uint8_t)MIN(len, XPORT_PDATA_MAX))) {
+	if (rdma_reject(c->id, pdata, (uint8_t)MIN(len, XPORT_CONNECT_PDATA_MAX))) {
 		int ret = -errno;
 
 		log_warn("rdma_reject to %s: %m", c->base.peer_addr);

@@ -44,8 +44,12 @@
 #define TCP_TICK_MS 100
 #define TCP_ACCEPT_PAUSE_MS 100 /* out of descriptors: the listener rests this long */
 #define TCP_LISTEN_BACKLOG 256
-/* What a connection may make us buffer before it is accepted: one CONNECT frame. */
+/* What a connection may make us buffer before it is accepted: one CONNECT frame (a stranger's), or
+ * on our own dial one ACCEPT frame (the acceptor's proof makes it longer). */
 #define TCP_HANDSHAKE_MAX (TCP_FRAME_HDR_LEN + TCP_FRAME_PDATA_MAX)
+#define TCP_DIAL_HANDSHAKE_MAX (TCP_FRAME_HDR_LEN + TCP_FRAME_ACCEPT_PDATA_MAX)
+_Static_assert(TCP_FRAME_PDATA_MAX == XPORT_CONNECT_PDATA_MAX && TCP_FRAME_ACCEPT_PDATA_MAX == XPORT_PDATA_MAX,
+	       "tcp frames and the transport disagree on private data sizes");
 /* Connections that have not said who they are yet (no CONNECT): in all, and from one address. A
  * real node's QPs pass this state in microseconds; a stranger holding sockets open is capped
  * (sshd's MaxStartups is the same idea) and dropped at connect_timeout_ms. */
@@ -789,24 +793,25 @@ static void tcp_conn_readable(struct tcp_conn *c)
 {
 	for (int rounds = 0; rounds < 16 && c->state != TC_CLOSED && !c->in_blocked && c->state != TC_REQUESTED;
 	     rounds++) {
+		size_t hs_max = c->state == TC_WAIT_ACCEPT ? TCP_DIAL_HANDSHAKE_MAX : TCP_HANDSHAKE_MAX;
 		ssize_t n;
 		size_t room;
 
 		if (c->state != TC_ESTABLISHED) {
 			/* Not accepted yet: one CONNECT (or ACCEPT) frame is all we hold for it. */
-			if (c->in_len >= TCP_HANDSHAKE_MAX) {
+			if (c->in_len >= hs_max) {
 				tcp_conn_protocol_error(c, "more than a handshake frame before the connection was accepted");
 				return;
 			}
-			if (c->in_cap < TCP_HANDSHAKE_MAX) {
-				uint8_t *p = realloc(c->in, TCP_HANDSHAKE_MAX);
+			if (c->in_cap < hs_max) {
+				uint8_t *p = realloc(c->in, hs_max);
 
 				if (!p) {
 					tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -ENOMEM, "out of memory");
 					return;
 				}
 				c->in = p;
-				c->in_cap = TCP_HANDSHAKE_MAX;
+				c->in_cap = hs_max;
 			}
 		} else if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
 			/* Room for the frame being assembled, at most one maximal frame. */
@@ -825,7 +830,7 @@ static void tcp_conn_readable(struct tcp_conn *c)
 			c->in = p;
 			c->in_cap = nc;
 		}
-		room = c->state == TC_ESTABLISHED ? c->in_cap - c->in_len : TCP_HANDSHAKE_MAX - c->in_len;
+		room = c->state == TC_ESTABLISHED ? c->in_cap - c->in_len : hs_max - c->in_len;
 		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
@@ -1141,7 +1146,7 @@ static int tcp_connect_to(xport_t *x, const char *src, const char *addr, uint16_
 	struct tcp_conn *c;
 	int fd, ret;
 
-	if (len > XPORT_PDATA_MAX)
+	if (len > XPORT_CONNECT_PDATA_MAX)
 		return -EMSGSIZE;
 	ret = tcp_addr_parse(addr, port, &dst, &dl);
 	if (ret)
@@ -1210,7 +1215,7 @@ static int tcp_accept_conn(xport_conn_t *xc, const void *pdata, size_t len)
 static int tcp_reject_conn(xport_conn_t *xc, const void *pdata, size_t len)
 {
 	struct tcp_conn *c = to_tc(xc);
-	struct tcp_frame f = {.type = TCP_F_REJECT, .payload_len = (uint32_t)MIN(len, XPORT_PDATA_MAX)};
+	struct tcp_frame f = {.type = TCP_F_REJECT, .payload_len = (uint32_t)MIN(len, XPORT_CONNECT_PDATA_MAX)};
 	int ret;
 
 	if (c->state != TC_REQUESTED)

@@ -28,10 +28,15 @@ int tcp_frame_peek(const uint8_t *buf, size_t len, struct tcp_frame *f, const ch
 	}
 	switch (w.type) {
 	case TCP_F_CONNECT:
-	case TCP_F_ACCEPT:
 	case TCP_F_REJECT:
 		if (plen > TCP_FRAME_PDATA_MAX) {
 			*why = "private data longer than 56 bytes";
+			return -EPROTO;
+		}
+		break;
+	case TCP_F_ACCEPT:
+		if (plen > TCP_FRAME_ACCEPT_PDATA_MAX) {
+			*why = "accept private data longer than 96 bytes";
 			return -EPROTO;
 		}
 		break;

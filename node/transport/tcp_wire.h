@@ -11,8 +11,8 @@
 
 enum tcp_frame_type {
 	TCP_F_CONNECT = 1,  /* payload: private data (<= 56) */
-	TCP_F_ACCEPT = 2,   /* payload: private data */
-	TCP_F_REJECT = 3,   /* payload: private data */
+	TCP_F_ACCEPT = 2,   /* payload: private data (<= 96) */
+	TCP_F_REJECT = 3,   /* payload: private data (<= 56) */
 	TCP_F_SEND = 4,     /* payload: message, consumes a posted receive */
 	TCP_F_WRITE = 5,    /* payload to raddr in region rkey */
 	TCP_F_WRITE_IMM = 6, /* as WRITE, then consumes a posted receive with imm = arg */
@@ -24,7 +24,8 @@ enum tcp_frame_type {
 
 #define TCP_FRAME_HDR_LEN 32u
 #define TCP_FRAME_PAYLOAD_MAX (16u << 20) /* one RDMA operation; larger is a protocol error */
-#define TCP_FRAME_PDATA_MAX 56u
+#define TCP_FRAME_PDATA_MAX 56u         /* CONNECT, REJECT (XPORT_CONNECT_PDATA_MAX) */
+#define TCP_FRAME_ACCEPT_PDATA_MAX 96u  /* ACCEPT (XPORT_PDATA_MAX) */
 
 struct tcp_frame_wire {
 	uint8_t type;

@@ -6,8 +6,9 @@
  * Model: a provider instance (xport_t) owns one pollable fd. When it is readable the owner calls
  * xport_poll() until it returns fewer events than asked for; events are connection events
  * (requests, established, failures, disconnects) and work completions. A connection (xport_conn_t)
- * is one RC queue pair. Private data travels with connect/accept/reject, at most
- * XPORT_PDATA_MAX bytes.
+ * is one RC queue pair. Private data travels with connect and reject, at most
+ * XPORT_CONNECT_PDATA_MAX bytes (an IB CM REQ's room after rdma_cm's header), and with accept, at
+ * most XPORT_PDATA_MAX (an IB CM REP has 196 bytes).
  *
  * Lifetime: events returned by one poll may refer to a connection that the owner destroys while
  * handling an earlier event of the same batch. The owner therefore detaches a connection
@@ -24,7 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XPORT_PDATA_MAX 56
+#define XPORT_PDATA_MAX 96         /* accept; also what a connection event carries */
+#define XPORT_CONNECT_PDATA_MAX 56 /* connect, reject */
 #define XPORT_ADDR_MAX 64
 
 typedef struct xport xport_t;

@@ -2,7 +2,8 @@
  * Fuzz target, stateful: meshd's link state machine and channels (node/meshd/mesh.c, channel.c)
  * over the fake transport of the unit tests, driven by a sequence of events read from the input.
  * Node 2 of a cluster {1, 2, 3} (it dials node 1, node 3 dials it). The first byte sets up:
- *   bit 0  a cluster key (links prove it before the Hello)
+ *   bit 0  a cluster key (links prove it before the Hello: the acceptor in its accept, the dialler
+ *          with AuthProof; the fuzzed peer makes valid proofs too, with the same key)
  *   bit 1  the link to node 1 is first driven UP by a well-behaved peer (unit-test harness)
  *   bit 2  two rails (sequenced control, rail failover and rail joins)
  *   bit 3  a listener on port 7000 (so the peer's ChannelOpens find someone)
@@ -122,7 +123,7 @@ static void ev_request(struct mt *t, struct in *in, bool raw)
 	struct xport_event ev;
 
 	if (raw) {
-		len = U8(in) % (XPORT_PDATA_MAX + 1);
+		len = U8(in) % (XPORT_CONNECT_PDATA_MAX + 1);
 		for (size_t i = 0; i < len; i++)
 			pdata[i] = U8(in);
 	} else {
@@ -141,8 +142,14 @@ static void ev_request(struct mt *t, struct in *in, bool raw)
 			.link_epoch = (sel & 32) ? U64(in) : (l ? l->epoch : 0) + (U8(in) % 3),
 			.boot_epoch = (sel & 64) ? U64(in) : 4242,
 		};
-		int n = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
+		int n;
 
+		for (size_t i = 0; i < sizeof(pd.nonce); i += 8) {
+			uint64_t v = U64(in);
+
+			memcpy(pd.nonce + i, &v, 8);
+		}
+		n = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
 		if (n < 0)
 			return;
 		len = (size_t)n;
@@ -152,6 +159,34 @@ static void ev_request(struct mt *t, struct in *in, bool raw)
 	fc = fake_conn_incoming(t->fx, from);
 	ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, pdata, len);
 	deliver(t, &ev);
+}
+
+/* What a proof covers, as the peer of link l sees it (the first QP of the attempt, or of rail r's
+ * join when join): the peer proves as acceptor when we dialled, as dialler when we accepted. */
+static struct auth_transcript peer_transcript(struct mt *t, const struct link *l, bool join, uint32_t r)
+{
+	r %= MESH_RAILS_MAX;
+	return (struct auth_transcript){
+		.cluster = t->cfg.cluster_name,
+		.dialler_proves = !l->dialer,
+		.dialler = l->dialer ? t->m.self->id : l->peer->id,
+		.acceptor = l->dialer ? l->peer->id : t->m.self->id,
+		.link_epoch = l->epoch,
+		.rail = join ? r : 0,
+		.gen = join ? l->rail_gen[r] : 0,
+		.nonce_dialler = l->dialer ? (join ? l->rail_nonce_ours[r] : l->nonce_ours)
+					   : (join ? l->rail_nonce_peer[r] : l->nonce_peer),
+		.nonce_acceptor = l->dialer ? NULL : (join ? l->rail_nonce_ours[r] : l->nonce_ours),
+	};
+}
+
+static void accept_proof(struct mt *t, const struct link *l, struct mesh_cm_pdata *pd)
+{
+	struct auth_transcript tr = peer_transcript(t, l, pd->flags & MESH_CM_F_RAIL_JOIN, pd->rail);
+
+	tr.nonce_acceptor = pd->nonce;
+	if (auth_prove(&t->peer_keys, &tr, pd->mac))
+		memset(pd->mac, 0, sizeof(pd->mac));
 }
 
 static void ev_cm(struct mt *t, struct in *in)
@@ -183,8 +218,20 @@ static void ev_cm(struct mt *t, struct in *in)
 			.link_epoch = (sel & 16) ? U64(in) : l->epoch,
 			.boot_epoch = 4242,
 		};
-		int n = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
+		int n;
 
+		for (size_t i = 0; i < sizeof(pd.nonce); i++)
+			pd.nonce[i] = U8(in);
+		if (sel & 32) {
+			/* The acceptor's proof as a real peer makes it (over our nonce), or bytes. */
+			pd.flags |= MESH_CM_F_PROOF;
+			if (t->peer_keys.n && !(sel & 64))
+				accept_proof(t, l, &pd);
+			else
+				for (size_t i = 0; i < sizeof(pd.mac); i++)
+					pd.mac[i] = U8(in);
+		}
+		n = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
 		len = n > 0 ? (size_t)n : 0;
 	} else if (sel & 4) {
 		len = U8(in) % (XPORT_PDATA_MAX + 1);
@@ -215,9 +262,8 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 	RailDown rd = RAIL_DOWN__INIT;
 	RailUp ru = RAIL_UP__INIT;
 	LinkAck la = LINK_ACK__INIT;
-	AuthNonce an = AUTH_NONCE__INIT;
 	AuthProof ap = AUTH_PROOF__INIT;
-	uint8_t blob[AUTH_NONCE_LEN + 8];
+	uint8_t blob[AUTH_MAC_LEN + 8];
 	uint8_t sel = U8(in), flags = U8(in);
 
 	switch (sel % 17) {
@@ -342,19 +388,23 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 		break;
 	case 15:
 	case 16:
-		for (size_t i = 0; i < sizeof(blob); i++)
-			blob[i] = U8(in);
-		if (sel % 17 == 15) {
-			an.nonce.data = blob;
-			an.nonce.len = (flags & 1) ? U8(in) % sizeof(blob) : AUTH_NONCE_LEN;
-			m.body_case = PEER_MSG__BODY_AUTH_NONCE;
-			m.auth_nonce = &an;
+		/* The dialler's proof as a real peer makes it (when we accepted: over both nonces, of
+		 * the attempt or of a rail's join), or bytes of any length. */
+		ap.mac.data = blob;
+		ap.mac.len = AUTH_MAC_LEN;
+		if (sel % 17 == 15 && t->peer_keys.n && !l->dialer) {
+			struct auth_transcript tr = peer_transcript(t, l, flags & 2, U8(in));
+
+			if (auth_prove(&t->peer_keys, &tr, blob))
+				memset(blob, 0, sizeof(blob));
 		} else {
-			ap.mac.data = blob;
-			ap.mac.len = (flags & 1) ? U8(in) % sizeof(blob) : AUTH_MAC_LEN;
-			m.body_case = PEER_MSG__BODY_AUTH_PROOF;
-			m.auth_proof = &ap;
+			for (size_t i = 0; i < sizeof(blob); i++)
+				blob[i] = U8(in);
+			if (flags & 1)
+				ap.mac.len = U8(in) % sizeof(blob);
 		}
+		m.body_case = PEER_MSG__BODY_AUTH_PROOF;
+		m.auth_proof = &ap;
 		break;
 	}
 	/* Sequenced control: in order (the next the link expects), or any number. */

@@ -411,15 +411,20 @@ static void fuzz_peer_msg(const uint8_t *buf, size_t len)
 /* ---- rdma_cm private data ------------------------------------------------------------------ */
 
 /* What mesh_cm_pdata_decode must return, from the layout in wire.h (offsets of struct
- * mesh_cm_wire: magic 0, version 4, kind 5, qp_index 6, qp_count 7). */
+ * mesh_cm_wire: magic 0, version 4, kind 5, qp_index 6, qp_count 7): magic and version are judged
+ * on the first 6 bytes, before the length. */
 static int cm_pdata_expect(const uint8_t *buf, size_t len)
 {
-	if (len < sizeof(struct mesh_cm_wire))
+	uint8_t flags;
+
+	if (len < 6)
 		return -EBADMSG;
 	if (fuzz_be32(buf) != MESH_CM_MAGIC)
 		return -MESH_EBADMAGIC;
 	if (buf[4] != MESH_CM_VERSION)
 		return -MESH_EPROTOVER;
+	if (len < sizeof(struct mesh_cm_wire))
+		return -EBADMSG;
 	if (buf[5] < MESH_CM_CONNECT || buf[5] > MESH_CM_REJECT)
 		return -EPROTO;
 	if (buf[5] != MESH_CM_REJECT && (buf[7] == 0 || buf[7] > MESH_QPS_PER_LINK_MAX || buf[6] >= buf[7]))
@@ -432,7 +437,10 @@ static int cm_pdata_expect(const uint8_t *buf, size_t len)
 		if (count > MESH_RAILS_MAX || buf[r] >= count)
 			return -EPROTO;
 	}
-	if (buf[offsetof(struct mesh_cm_wire, flags)] & ~MESH_CM_F_RAIL_JOIN)
+	flags = buf[offsetof(struct mesh_cm_wire, flags)];
+	if (flags & ~(MESH_CM_F_RAIL_JOIN | MESH_CM_F_PROOF))
+		return -EPROTO;
+	if ((flags & MESH_CM_F_PROOF) && (buf[5] != MESH_CM_ACCEPT || len < sizeof(struct mesh_cm_wire) + MESH_AUTH_MAC_LEN))
 		return -EPROTO;
 	return 0;
 }
@@ -452,15 +460,25 @@ static void check_same_pdata(const struct mesh_cm_pdata *a, const struct mesh_cm
 	FUZZ_CHECK(a->link_epoch == b->link_epoch);
 	FUZZ_CHECK(a->boot_epoch == b->boot_epoch);
 	FUZZ_CHECK(a->reason == b->reason);
+	FUZZ_CHECK(memcmp(a->nonce, b->nonce, sizeof(a->nonce)) == 0);
+	if (a->flags & MESH_CM_F_PROOF)
+		FUZZ_CHECK(memcmp(a->mac, b->mac, sizeof(a->mac)) == 0);
 }
 
 static void fuzz_cm_pdata(const uint8_t *buf, size_t len)
 {
-	/* Every field of the wire struct comes before its reserved bytes. */
-	enum { WIRE_LEN = sizeof(struct mesh_cm_wire), FIELDS_LEN = offsetof(struct mesh_cm_wire, reserved) };
+	/* Every field of the wire struct comes before its reserved byte, the nonce after it; an accept
+	 * with MESH_CM_F_PROOF has the proof after the struct. */
+	enum {
+		WIRE_LEN = sizeof(struct mesh_cm_wire),
+		FIELDS_LEN = offsetof(struct mesh_cm_wire, reserved),
+		NONCE_OFF = offsetof(struct mesh_cm_wire, nonce),
+		MAX_LEN = WIRE_LEN + MESH_AUTH_MAC_LEN,
+	};
 	struct mesh_cm_pdata pd, pd2, untouched;
-	uint8_t out[WIRE_LEN], want[WIRE_LEN];
+	uint8_t out[MAX_LEN], want[MAX_LEN];
 	uint8_t *copy;
+	size_t n;
 	int ret;
 
 	memset(&pd, 0xa5, sizeof(pd));
@@ -480,20 +498,23 @@ static void fuzz_cm_pdata(const uint8_t *buf, size_t len)
 	FUZZ_CHECK(pd.rail_count >= 1 && pd.rail_count <= MESH_RAILS_MAX && pd.rail < pd.rail_count);
 	FUZZ_CHECK(pd.reason == 0 ||
 		   (pd.reason < -MESH_ERRNO_BASE && pd.reason >= -(MESH_ERRNO_BASE + UINT16_MAX)));
+	FUZZ_CHECK(!(pd.flags & MESH_CM_F_PROOF) || pd.kind == MESH_CM_ACCEPT);
 
-	/* Encoding gives back every field byte (the reserved bytes are written as 0, a rail_count of
-	 * 0 as the 1 it means) and decodes to the same values. */
-	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out) - 1) == -ENOSPC);
-	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out)) == WIRE_LEN);
-	memcpy(want, buf, WIRE_LEN);
+	/* Encoding gives back every field byte (the reserved byte is written as 0, a rail_count of 0
+	 * as the 1 it means), the nonce and the proof, and decodes to the same values. */
+	n = WIRE_LEN + ((pd.flags & MESH_CM_F_PROOF) ? MESH_AUTH_MAC_LEN : 0);
+	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, n - 1) == -ENOSPC);
+	FUZZ_CHECK(mesh_cm_pdata_encode(&pd, out, sizeof(out)) == (int)n);
+	memcpy(want, buf, n);
 	if (!want[offsetof(struct mesh_cm_wire, rail_count)])
 		want[offsetof(struct mesh_cm_wire, rail_count)] = 1;
 	FUZZ_CHECK(memcmp(out, want, FIELDS_LEN) == 0);
-	for (size_t i = FIELDS_LEN; i < WIRE_LEN; i++)
+	for (size_t i = FIELDS_LEN; i < NONCE_OFF; i++)
 		FUZZ_CHECK(out[i] == 0);
-	copy = fuzz_dup(out, sizeof(out));
+	FUZZ_CHECK(memcmp(out + NONCE_OFF, want + NONCE_OFF, n - NONCE_OFF) == 0);
+	copy = fuzz_dup(out, n);
 	memset(&pd2, 0x5a, sizeof(pd2));
-	FUZZ_CHECK(mesh_cm_pdata_decode(copy, sizeof(out), &pd2) == 0);
+	FUZZ_CHECK(mesh_cm_pdata_decode(copy, n, &pd2) == 0);
 	check_same_pdata(&pd, &pd2);
 	free(copy);
 }

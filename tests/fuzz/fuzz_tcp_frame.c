@@ -43,9 +43,12 @@ static long frame_expect(const uint8_t *buf, size_t len)
 		return -EPROTO;
 	switch (type) {
 	case TCP_F_CONNECT:
-	case TCP_F_ACCEPT:
 	case TCP_F_REJECT:
 		if (plen > TCP_FRAME_PDATA_MAX)
+			return -EPROTO;
+		break;
+	case TCP_F_ACCEPT:
+		if (plen > TCP_FRAME_ACCEPT_PDATA_MAX)
 			return -EPROTO;
 		break;
 	case TCP_F_READ_REQ:
@@ -88,8 +91,10 @@ static void check_frame(const uint8_t *input, size_t size, const uint8_t *frame,
 	FUZZ_CHECK(n == (long)(TCP_FRAME_HDR_LEN + f->payload_len));
 	FUZZ_CHECK(f->payload_len <= TCP_FRAME_PAYLOAD_MAX);
 	FUZZ_CHECK(f->type >= TCP_F_CONNECT && f->type <= TCP_F_ACK);
-	if (f->type == TCP_F_CONNECT || f->type == TCP_F_ACCEPT || f->type == TCP_F_REJECT)
+	if (f->type == TCP_F_CONNECT || f->type == TCP_F_REJECT)
 		FUZZ_CHECK(f->payload_len <= TCP_FRAME_PDATA_MAX);
+	if (f->type == TCP_F_ACCEPT)
+		FUZZ_CHECK(f->payload_len <= TCP_FRAME_ACCEPT_PDATA_MAX);
 	if (f->type == TCP_F_READ_REQ || f->type == TCP_F_DISCONNECT || f->type == TCP_F_ACK)
 		FUZZ_CHECK(f->payload_len == 0);
 	FUZZ_CHECK(f->payload == frame + TCP_FRAME_HDR_LEN);

@@ -71,6 +71,13 @@ static struct mesh_cm_pdata sample_pdata(uint8_t kind)
 		.reason = kind == MESH_CM_REJECT ? -MESH_ESTALE : 0,
 	};
 
+	for (size_t i = 0; i < sizeof(pd.nonce); i++)
+		pd.nonce[i] = (uint8_t)(0xa0 + i);
+	if (kind == MESH_CM_ACCEPT) { /* with the acceptor's proof */
+		pd.flags = MESH_CM_F_PROOF;
+		for (size_t i = 0; i < sizeof(pd.mac); i++)
+			pd.mac[i] = (uint8_t)(0x30 + i);
+	}
 	return pd;
 }
 

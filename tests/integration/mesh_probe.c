@@ -46,7 +46,7 @@ int main(int argc, char **argv)
 	struct mesh_cm_pdata pd = {.kind = MESH_CM_CONNECT, .qp_count = 2};
 	struct xport_attr xa = {.connect_timeout_ms = 5000, .max_send_wr = 8, .max_recv_wr = 8};
 	unsigned version = MESH_CM_VERSION;
-	uint8_t pdata[XPORT_PDATA_MAX];
+	uint8_t pdata[XPORT_CONNECT_PDATA_MAX];
 	uint16_t port = 0;
 	bool garbage = false;
 	xport_t *x;

@@ -173,7 +173,7 @@ static int fake_connect(xport_t *x, const char *src_addr, const char *addr, uint
 
 	if (ret)
 		return ret;
-	if (pdata_len > XPORT_PDATA_MAX)
+	if (pdata_len > XPORT_CONNECT_PDATA_MAX) /* as the real providers */
 		return -EINVAL;
 	fc = conn_new(fx, addr, false);
 	fc->base.ctx = ctx;
@@ -210,7 +210,7 @@ static int fake_reject(xport_conn_t *c, const void *pdata, size_t pdata_len)
 	assert_true(fc->passive);
 	assert_false(fc->accepted);
 	assert_false(fc->rejected);
-	if (pdata_len > XPORT_PDATA_MAX)
+	if (pdata_len > XPORT_CONNECT_PDATA_MAX)
 		return -EINVAL;
 	fc->rejected = true;
 	cm_rec(fc->fx->rejects, &fc->fx->n_rejects, fc, pdata, pdata_len);

@@ -223,9 +223,12 @@ void establish_qp(struct mt *t, struct link *l, uint32_t i)
 		.boot_epoch = t->peer_boot ? t->peer_boot : 4242,
 	};
 	uint8_t buf[XPORT_PDATA_MAX];
-	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	int len;
 	struct xport_event ev;
 
+	if (l->dialer && i == 0)
+		peer_accept_auth(t, l, i, 0, 0, &pd);
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
 	assert_true(len > 0);
 	ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], l->dialer ? buf : NULL, l->dialer ? (size_t)len : 0);
 	deliver(t, &ev);
@@ -398,50 +401,94 @@ static PeerMsg *nth_send(struct mt *t, size_t from, unsigned cid, size_t nth)
 	return m;
 }
 
-void peer_auth(struct mt *t, struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, size_t from, bool check_ours)
+/* Our newest private data on connection c in recs (connects or accepts of either instance), decoded. */
+static struct mesh_cm_pdata our_pdata(struct mt *t, bool accepts, xport_conn_t *c)
 {
-	unsigned cid = conn_id(l->conns[qp]);
-	uint8_t ours[AUTH_NONCE_LEN], mac[AUTH_MAC_LEN];
-	struct auth_transcript tr;
-	PeerMsg msg = PEER_MSG__INIT, *m = nth_send(t, from, cid, 0);
-	AuthNonce n = AUTH_NONCE__INIT;
-	AuthProof p = AUTH_PROOF__INIT;
+	unsigned cid = conn_id(c);
+	struct fake_xport *fxs[] = {t->fx, t->fx1};
 
-	if (!m || m->body_case != PEER_MSG__BODY_AUTH_NONCE)
-		fail_msg("no AuthNonce first on QP %u", qp);
-	assert_int_equal(m->auth_nonce->nonce.len, AUTH_NONCE_LEN);
-	memcpy(ours, m->auth_nonce->nonce.data, AUTH_NONCE_LEN);
-	mesh_peer_msg_free(m);
-	assert_int_equal(util_random(t->peer_nonce, sizeof(t->peer_nonce)), 0);
-	n.nonce.data = t->peer_nonce;
-	n.nonce.len = AUTH_NONCE_LEN;
-	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
-	msg.auth_nonce = &n;
-	peer_send_on(t, l, qp, &msg);
-	/* Our proof answers the peer's nonce; nothing else goes before the peer's proof. */
-	m = nth_send(t, from, cid, 1);
-	assert_non_null(m);
-	assert_int_equal(m->body_case, PEER_MSG__BODY_AUTH_PROOF);
-	assert_null(nth_send(t, from, cid, 2));
-	tr = (struct auth_transcript){
+	for (size_t f = 0; f < 2; f++) {
+		struct fake_xport *fx = fxs[f];
+
+		if (!fx)
+			continue;
+		for (size_t i = accepts ? fx->n_accepts : fx->n_connects; i-- > 0;) {
+			struct fake_cm_rec *r = accepts ? &fx->accepts[i] : &fx->connects[i];
+
+			if (r->conn_id == cid)
+				return decode_pdata(r->pdata, r->pdata_len);
+		}
+	}
+	fail_msg("no %s of ours on conn %u", accepts ? "accept" : "connect", cid);
+	return (struct mesh_cm_pdata){0};
+}
+
+static struct auth_transcript peer_transcript(struct mt *t, struct link *l, bool dialler_proves, uint32_t rail,
+					      uint32_t gen, const uint8_t *nonce_dialler, const uint8_t *nonce_acceptor)
+{
+	return (struct auth_transcript){
 		.cluster = t->cfg.cluster_name,
-		.dialler_proves = l->dialer,
+		.dialler_proves = dialler_proves,
 		.dialler = l->dialer ? t->m.self->id : l->peer->id,
 		.acceptor = l->dialer ? l->peer->id : t->m.self->id,
 		.link_epoch = l->epoch,
 		.rail = rail,
 		.gen = gen,
-		.nonce_dialler = l->dialer ? ours : t->peer_nonce,
-		.nonce_acceptor = l->dialer ? t->peer_nonce : ours,
+		.nonce_dialler = nonce_dialler,
+		.nonce_acceptor = nonce_acceptor,
 	};
+}
+
+void peer_accept_auth(struct mt *t, struct link *l, uint32_t i, uint32_t rail, uint32_t gen, struct mesh_cm_pdata *pd)
+{
+	struct mesh_cm_pdata ours = our_pdata(t, false, l->conns[i]);
+	struct auth_transcript tr;
+
+	assert_int_equal(util_random(t->peer_nonce, sizeof(t->peer_nonce)), 0);
+	memcpy(pd->nonce, t->peer_nonce, sizeof(pd->nonce));
+	if (!t->peer_keys.n)
+		return;
+	memcpy(t->our_nonce, ours.nonce, sizeof(t->our_nonce));
+	tr = peer_transcript(t, l, false, rail, gen, t->our_nonce, t->peer_nonce);
+	assert_int_equal(auth_prove(&t->peer_keys, &tr, pd->mac), 0);
+	pd->flags |= MESH_CM_F_PROOF;
+}
+
+void peer_auth(struct mt *t, struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, size_t from, bool check_ours)
+{
+	unsigned cid = conn_id(l->conns[qp]);
+	uint8_t mac[AUTH_MAC_LEN];
+	struct auth_transcript tr;
+	PeerMsg msg = PEER_MSG__INIT, *m;
+	AuthProof p = AUTH_PROOF__INIT;
+	struct mesh_cm_pdata ours;
+
+	if (l->dialer) {
+		/* The peer proved itself in its accept (peer_accept_auth); ours is the first thing we send. */
+		ours = our_pdata(t, false, l->conns[qp]);
+		m = nth_send(t, from, cid, 0);
+		if (!m || m->body_case != PEER_MSG__BODY_AUTH_PROOF)
+			fail_msg("no AuthProof first on QP %u", qp);
+		tr = peer_transcript(t, l, true, rail, gen, ours.nonce, t->peer_nonce);
+		if (check_ours)
+			assert_true(auth_verify(&t->peer_keys, &tr, m->auth_proof->mac.data, m->auth_proof->mac.len));
+		mesh_peer_msg_free(m);
+		return;
+	}
+	/* We accepted: our nonce and proof went in the accept of qp, over the nonce of the request
+	 * (t->peer_nonce); nothing goes out on qp before the peer's proof, which the peer sends now. */
+	ours = our_pdata(t, true, l->conns[qp]);
+	assert_true(ours.flags & MESH_CM_F_PROOF);
+	tr = peer_transcript(t, l, false, rail, gen, t->peer_nonce, ours.nonce);
 	if (check_ours)
-		assert_true(auth_verify(&t->peer_keys, &tr, m->auth_proof->mac.data, m->auth_proof->mac.len));
-	mesh_peer_msg_free(m);
-	tr.dialler_proves = !l->dialer;
+		assert_true(auth_verify(&t->peer_keys, &tr, ours.mac, sizeof(ours.mac)));
+	m = nth_send(t, from, cid, 0);
+	if (m)
+		fail_msg("we sent %d on QP %u before the peer's proof", m->body_case, qp);
+	tr.dialler_proves = true;
 	assert_int_equal(auth_prove(&t->peer_keys, &tr, mac), 0);
 	p.mac.data = mac;
 	p.mac.len = sizeof(mac);
-	msg = (PeerMsg)PEER_MSG__INIT;
 	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
 	msg.auth_proof = &p;
 	peer_send_on(t, l, qp, &msg);
@@ -456,7 +503,9 @@ void drive_to_up(struct mt *t, struct link *l)
 	for (uint32_t i = 0; i < mesh_link_qps(&t->m); i++)
 		establish_qp(t, l, i);
 	if (t->m.keys.n) {
-		assert_int_equal(l->phase, LINK_AUTH);
+		/* The dialler has the acceptor's proof from its accept and goes on to its Hello at once;
+		 * the acceptor waits for the dialler's proof. */
+		assert_int_equal(l->phase, l->dialer ? LINK_HELLO : LINK_AUTH);
 		peer_auth(t, l, 0, 0, 0, from, true);
 	}
 	assert_int_equal(l->phase, LINK_HELLO);

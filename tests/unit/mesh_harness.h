@@ -38,7 +38,8 @@ struct mt {
 	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
 	/* With keys (t->m.keys set after mt_init): the peer proves with peer_keys (its first key). */
 	struct auth_keys peer_keys;
-	uint8_t peer_nonce[AUTH_NONCE_LEN];
+	uint8_t peer_nonce[AUTH_NONCE_LEN]; /* the peer's: in its accept, or the test's requests carry it */
+	uint8_t our_nonce[AUTH_NONCE_LEN];  /* ours, as the peer read it from our connect */
 	/* The peer's mailbox: its address and PEER_RKEY are what the test's Hello announces. */
 	uint8_t peer_mb[PEER_MB_LEN] __attribute__((aligned(64)));
 };
@@ -85,9 +86,15 @@ void peer_send_ready(struct mt *t, struct link *l, uint64_t epoch);
 void run_proof(struct mt *t, struct link *l, size_t from, int corrupt_qp);
 /* Our Hello, posted on QP 0 since `from` once every QP of the attempt is established. */
 void check_our_hello(struct mt *t, struct link *l, size_t from);
-/* The peer's side of the proof of the cluster key on QP qp (the link's: rail 0 gen 0), after our
- * AuthNonce (posted since from, checked): its nonce, then its proof with t->peer_keys. Our proof,
- * once sent, is checked against t->peer_keys when check_ours. */
+/* The peer as acceptor of our QP i (the first of an attempt: rail 0 gen 0, or of rail's join): a
+ * fresh t->peer_nonce into pd and, when it has a key (t->peer_keys), its proof over our connect's
+ * nonce and its own. */
+void peer_accept_auth(struct mt *t, struct link *l, uint32_t i, uint32_t rail, uint32_t gen, struct mesh_cm_pdata *pd);
+/* The rest of the proof of the cluster key on QP qp once every QP is connected (the link's: rail 0
+ * gen 0). We dialled: our AuthProof is the first thing we sent on qp since from. We accepted: our
+ * accept carried our proof over t->peer_nonce (the requests' nonce), we sent nothing since from, and
+ * the peer now sends its AuthProof with t->peer_keys. Our proof is checked against t->peer_keys when
+ * check_ours. */
 void peer_auth(struct mt *t, struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, size_t from, bool check_ours);
 /* From "every QP connecting" to UP: establish, (prove the cluster key), exchange Hellos, prove the
  * mailbox key, exchange Ready. */

@@ -168,70 +168,153 @@ static size_t sends_of(struct mt *t, size_t from, PeerMsg__BodyCase body)
 	return n;
 }
 
+/* We accept (node 1; node 2 dials). A request claiming node 2, with the peer's nonce. */
+static unsigned join_request(struct mt *t, uint8_t qp, uint64_t epoch)
+{
+	struct mesh_cm_pdata pd = {
+		.kind = MESH_CM_CONNECT, .qp_index = qp, .qp_count = MT_QPS, .rail_count = 1,
+		.cluster_hash = mesh_cluster_hash("test"), .src_node = 2, .dst_node = 1, .link_epoch = epoch,
+		.boot_epoch = 4242,
+	};
+	uint8_t buf[XPORT_PDATA_MAX];
+	int len;
+
+	memcpy(pd.nonce, t->peer_nonce, sizeof(pd.nonce));
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	struct fake_conn *fc = fake_conn_incoming(t->fx, "10.0.0.2");
+	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, buf, (size_t)len);
+	unsigned id = fc->id;
+
+	deliver(t, &ev);
+	return id;
+}
+
+/* Node 2 dials us: every QP of one attempt. */
+static void accept_attempt(struct mt *t)
+{
+	uint64_t now = util_wall_us();
+
+	for (uint8_t i = 0; i < MT_QPS; i++)
+		join_request(t, i, now);
+}
+
 /* Both ends hold the key: each proves it, and only then does our Hello (the mailbox key) go. */
 static void mesh_auth__same_key__proofs_then_hello_then_up(void **state)
 {
 	struct mt *t = *state;
 	struct link *l = dial_keyed(t, 0x11, 0x11);
 
-	drive_to_up(t, l); /* checks our nonce, our proof (under the peer's key), no Hello before it */
+	drive_to_up(t, l); /* checks the peer's proof took, our proof (under the peer's key) before our Hello */
 	assert_int_equal(link_state(l), LINK_STATE_UP_);
 	mt_finish(t);
 }
 
-/* A peer with another key: its proof does not verify, the attempt fails with MESH_EAUTH, and our
- * Hello (with the mailbox key) never went out. */
+/* The proof costs no round trip of its own: our nonce is in every connect of the attempt, the
+ * acceptor's proof in its accept of QP 0, and once every QP is connected our AuthProof and our Hello
+ * leave together. */
+static void mesh_auth__proof_rides_the_handshake__no_extra_round_trip(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = dial_keyed(t, 0x11, 0x11);
+	struct mesh_cm_pdata c0 = decode_pdata(t->fx->connects[0].pdata, t->fx->connects[0].pdata_len);
+	static const uint8_t zero[AUTH_NONCE_LEN];
+	size_t from = t->fx->n_posts;
+	PeerMsg *m;
+
+	assert_int_equal(t->fx->n_connects, MT_QPS);
+	assert_int_equal(t->fx->connects[0].pdata_len, MESH_CM_PDATA_MAX); /* fits an RC connect */
+	assert_memory_not_equal(c0.nonce, zero, AUTH_NONCE_LEN);
+	assert_false(c0.flags & MESH_CM_F_PROOF);
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	assert_true(l->peer_proved);
+	assert_int_equal(l->phase, LINK_HELLO);
+	m = last_send(t, from, conn_id(l->conns[0]));
+	assert_int_equal(m->body_case, PEER_MSG__BODY_HELLO);
+	mesh_peer_msg_free(m);
+	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_AUTH_PROOF), 1);
+	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_HELLO), 1);
+	mt_finish(t);
+}
+
+/* A peer with another key: its proof (in its accept) does not verify, the attempt fails with
+ * MESH_EAUTH at once, and neither our proof nor our Hello (with the mailbox key) went out. */
 static void mesh_auth__other_key__eauth_and_no_hello(void **state)
 {
 	struct mt *t = *state;
 	struct link *l = dial_keyed(t, 0x11, 0x22);
 	size_t from = t->fx->n_posts;
 
-	for (uint32_t i = 0; i < MT_QPS; i++)
-		establish_qp(t, l, i);
-	assert_int_equal(l->phase, LINK_AUTH);
-	peer_auth(t, l, 0, 0, 0, from, false);
+	establish_qp(t, l, 0);
 	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
 	assert_non_null(strstr(l->last_error, "proof of the cluster key does not verify"));
 	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EAUTH)));
 	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_HELLO), 0);
+	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_AUTH_PROOF), 0);
 	mt_finish(t);
 }
 
-/* A peer without a key skips the proof and sends its Hello: refused, naming the likely cause. */
-static void mesh_auth__peer_without_key__hello_refused_eauth(void **state)
+/* A peer without a key accepts without a proof: refused, naming the likely cause. */
+static void mesh_auth__peer_without_key__accept_refused_eauth(void **state)
 {
 	struct mt *t = *state;
 	struct link *l = dial_keyed(t, 0x11, 0);
 	size_t from = t->fx->n_posts;
-	Hello h;
 
-	for (uint32_t i = 0; i < MT_QPS; i++)
-		establish_qp(t, l, i);
-	h = peer_hello(t, l);
-	peer_send_hello(t, l, &h);
+	establish_qp(t, l, 0);
 	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
 	assert_non_null(strstr(l->last_error, "without proving the cluster key"));
 	assert_int_equal(sends_of(t, from, PEER_MSG__BODY_HELLO), 0);
 	mt_finish(t);
 }
 
-/* We have no key and the peer proves one: the configurations differ, and the error says so. */
-static void mesh_auth__we_have_no_key__peer_nonce_refused_eauth(void **state)
+/* A peer without a key that sends its Hello where its proof belongs (we accepted): refused. */
+static void mesh_auth__peer_without_key__hello_refused_eauth(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	Hello h;
+
+	mt_init(t, 1, ids12, 2);
+	keys_of(&t->m.keys, 0x11);
+	l = lk(t, 2);
+	accept_attempt(t);
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	assert_int_equal(l->phase, LINK_AUTH);
+	h = peer_hello(t, l);
+	peer_send_hello(t, l, &h);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "without proving the cluster key"));
+	assert_int_equal(sends_of(t, 0, PEER_MSG__BODY_HELLO), 0);
+	mt_finish(t);
+}
+
+/* We have no key and the peer proves one (in its accept, or as AuthProof when we accepted): the
+ * configurations differ, and the error says so. */
+static void mesh_auth__we_have_no_key__peer_proof_refused_eauth(void **state)
 {
 	struct mt *t = *state;
 	struct link *l = dial_keyed(t, 0, 0x11);
 	PeerMsg msg = PEER_MSG__INIT;
-	AuthNonce n = AUTH_NONCE__INIT;
-	uint8_t nonce[AUTH_NONCE_LEN] = {1};
+	AuthProof p = AUTH_PROOF__INIT;
+	uint8_t mac[AUTH_MAC_LEN] = {1};
 
+	establish_qp(t, l, 0);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "this node has none (cluster.key_file)"));
+	mt_finish(t);
+
+	mt_init(t, 1, ids12, 2);
+	l = lk(t, 2);
+	accept_attempt(t);
 	for (uint32_t i = 0; i < MT_QPS; i++)
 		establish_qp(t, l, i);
 	assert_int_equal(l->phase, LINK_HELLO); /* keyless: as before */
-	n.nonce.data = nonce;
-	n.nonce.len = sizeof(nonce);
-	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
-	msg.auth_nonce = &n;
+	p.mac.data = mac;
+	p.mac.len = sizeof(mac);
+	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
+	msg.auth_proof = &p;
 	peer_send(t, l, &msg);
 	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
 	assert_non_null(strstr(l->last_error, "this node has none (cluster.key_file)"));
@@ -244,57 +327,42 @@ static void mesh_auth__rotation__second_key_accepted(void **state)
 {
 	struct mt *t = *state;
 	struct link *l = dial_keyed(t, 0x33, 0x11);
+	size_t from = t->fx->n_posts;
 
 	memset(t->m.keys.key[1], 0x11, AUTH_KEY_LEN);
 	t->m.keys.n = 2;
-	{
-		size_t from = t->fx->n_posts;
-
-		for (uint32_t i = 0; i < MT_QPS; i++)
-			establish_qp(t, l, i);
-		peer_auth(t, l, 0, 0, 0, from, false); /* our proof uses 0x33: the peer would need it next */
-	}
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	assert_true(l->peer_proved);
 	assert_int_equal(l->phase, LINK_HELLO);
+	/* Our proof uses our first key (0x33): a peer still on 0x11 alone would need it next. */
+	keys_of(&t->peer_keys, 0x33);
+	peer_auth(t, l, 0, 0, 0, from, true);
 	mt_finish(t);
 }
 
-/* The proof binds the prover's role: the dialler's own proof sent back (a reflection) is refused. */
+/* A dialler that echoes our accept's proof as its own: the prover's role is in the transcript, so
+ * it does not verify. */
 static void mesh_auth__reflected_proof__refused(void **state)
 {
 	struct mt *t = *state;
-	struct link *l = dial_keyed(t, 0x11, 0x11);
-	size_t from = t->fx->n_posts;
-	PeerMsg msg = PEER_MSG__INIT, *ours = NULL;
-	AuthNonce n = AUTH_NONCE__INIT;
+	struct link *l;
+	PeerMsg msg = PEER_MSG__INIT;
 	AuthProof p = AUTH_PROOF__INIT;
-	uint8_t nonce[AUTH_NONCE_LEN], mac[AUTH_MAC_LEN];
-	const char *why;
+	struct mesh_cm_pdata acc;
 
+	mt_init(t, 1, ids12, 2);
+	keys_of(&t->m.keys, 0x11);
+	l = lk(t, 2);
+	memset(t->peer_nonce, 7, sizeof(t->peer_nonce));
+	accept_attempt(t);
 	for (uint32_t i = 0; i < MT_QPS; i++)
 		establish_qp(t, l, i);
-	memset(nonce, 7, sizeof(nonce));
-	n.nonce.data = nonce;
-	n.nonce.len = sizeof(nonce);
-	msg.body_case = PEER_MSG__BODY_AUTH_NONCE;
-	msg.auth_nonce = &n;
-	peer_send(t, l, &msg);
-	for (size_t i = from; i < t->fx->n_posts; i++) {
-		struct fake_post *fp = &t->fx->posts[i];
-
-		if (fp->op != XPORT_OP_SEND)
-			continue;
-		assert_int_equal(mesh_peer_msg_decode(fp->sent, fp->len, &ours, &why), 0);
-		if (ours->body_case == PEER_MSG__BODY_AUTH_PROOF)
-			break;
-		mesh_peer_msg_free(ours);
-		ours = NULL;
-	}
-	assert_non_null(ours);
-	memcpy(mac, ours->auth_proof->mac.data, sizeof(mac));
-	mesh_peer_msg_free(ours);
-	p.mac.data = mac;
-	p.mac.len = sizeof(mac);
-	msg = (PeerMsg)PEER_MSG__INIT;
+	assert_int_equal(l->phase, LINK_AUTH);
+	acc = decode_pdata(t->fx->accepts[0].pdata, t->fx->accepts[0].pdata_len);
+	assert_true(acc.flags & MESH_CM_F_PROOF);
+	p.mac.data = acc.mac;
+	p.mac.len = sizeof(acc.mac);
 	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
 	msg.auth_proof = &p;
 	peer_send(t, l, &msg);
@@ -303,8 +371,9 @@ static void mesh_auth__reflected_proof__refused(void **state)
 	mt_finish(t);
 }
 
-/* Node 1 accepts both QPs of rail 1's join we dialled (its current gen). */
-static void establish_rail1_join(struct mt *t, struct link *l)
+/* Node 1 accepts both QPs of rail 1's join we dialled (its current gen), its proof in the first
+ * QP's accept when `prove`. */
+static void establish_rail1_join(struct mt *t, struct link *l, bool prove)
 {
 	for (uint32_t i = 2; i < 4; i++) {
 		struct mesh_cm_pdata pd = {
@@ -314,15 +383,21 @@ static void establish_rail1_join(struct mt *t, struct link *l)
 			.boot_epoch = 4242,
 		};
 		uint8_t buf[XPORT_PDATA_MAX];
-		int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
-		struct xport_event ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
+		int len;
+		struct xport_event ev;
 
+		if (i == 2 && prove)
+			peer_accept_auth(t, l, i, 1, l->rail_gen[1], &pd);
+		len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+		ev = cm_event(XPORT_EV_ESTABLISHED, l->conns[i], buf, (size_t)len);
 		deliver(t, &ev);
+		if (!l->conns[3])
+			return; /* the join failed on its first QP */
 	}
 }
 
-/* A rail's join proves the key on its first QP before RailUp counts: without the proof the rail
- * stays down. */
+/* A rail's join proves the key on its first QP before RailUp counts: an acceptor that does not
+ * prove it fails the join, the rail stays down; one that does, with our proof back, rejoins. */
 static void mesh_auth__rail_join__proof_before_railup(void **state)
 {
 	struct mt *t = *state;
@@ -343,49 +418,28 @@ static void mesh_auth__rail_join__proof_before_railup(void **state)
 	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1];
 	tick_at(t, l->rail_next_dial_ms[1]);
 	assert_int_equal(l->rails_joining, 2u);
+	establish_rail1_join(t, l, false);
+	assert_int_equal(l->rails_up, 1u);
+	assert_int_equal(l->rails_joining, 0u);
+	assert_non_null(strstr(l->rail_last_error, "without proving the cluster key"));
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+
+	/* The next join, with the proof: our proof goes back on its first QP, then RailUp: UP. */
+	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1];
+	tick_at(t, l->rail_next_dial_ms[1]);
+	assert_int_equal(l->rails_joining, 2u);
 	from = t->fx->n_posts;
-	establish_rail1_join(t, l);
-	/* A RailUp before any proof: the join fails, the rail stays down. */
+	establish_rail1_join(t, l, true);
+	assert_true(l->rails_peer_proved & 2u);
+	peer_auth(t, l, 2, 1, l->rail_gen[1], from, true);
 	u.rail = 1;
 	u.gen = l->rail_gen[1];
 	u.link_epoch = l->epoch;
 	msg.body_case = PEER_MSG__BODY_RAIL_UP;
 	msg.rail_up = &u;
 	peer_send_on(t, l, 2, &msg);
-	assert_int_equal(l->rails_up, 1u);
-	assert_int_equal(l->rails_joining, 0u);
-	assert_non_null(strstr(l->rail_last_error, "without proving the cluster key"));
-	assert_int_equal(link_state(l), LINK_STATE_UP_);
-
-	/* The next join, with the proof: UP. */
-	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1];
-	tick_at(t, l->rail_next_dial_ms[1]);
-	assert_int_equal(l->rails_joining, 2u);
-	from = t->fx->n_posts;
-	establish_rail1_join(t, l);
-	peer_auth(t, l, 2, 1, l->rail_gen[1], from, true);
-	u.gen = l->rail_gen[1];
-	peer_send_on(t, l, 2, &msg);
 	assert_int_equal(l->rails_up, 3u);
 	mt_finish(t);
-}
-
-/* We accept (node 1; node 2 dials). A request claiming node 2. */
-static unsigned join_request(struct mt *t, uint8_t qp, uint64_t epoch)
-{
-	struct mesh_cm_pdata pd = {
-		.kind = MESH_CM_CONNECT, .qp_index = qp, .qp_count = MT_QPS, .rail_count = 1,
-		.cluster_hash = mesh_cluster_hash("test"), .src_node = 2, .dst_node = 1, .link_epoch = epoch,
-		.boot_epoch = 4242,
-	};
-	uint8_t buf[XPORT_PDATA_MAX];
-	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
-	struct fake_conn *fc = fake_conn_incoming(t->fx, "10.0.0.2");
-	struct xport_event ev = cm_event(XPORT_EV_CONNECT_REQUEST, &fc->base, buf, (size_t)len);
-	unsigned id = fc->id;
-
-	deliver(t, &ev);
-	return id;
 }
 
 /* The epoch attacks: an epoch far ahead of our clock is refused outright, and a forger that fails
@@ -469,7 +523,9 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_auth__same_key__proofs_then_hello_then_up),
 	T(mesh_auth__other_key__eauth_and_no_hello),
 	T(mesh_auth__peer_without_key__hello_refused_eauth),
-	T(mesh_auth__we_have_no_key__peer_nonce_refused_eauth),
+	T(mesh_auth__we_have_no_key__peer_proof_refused_eauth),
+	T(mesh_auth__proof_rides_the_handshake__no_extra_round_trip),
+	T(mesh_auth__peer_without_key__accept_refused_eauth),
 	T(mesh_auth__rotation__second_key_accepted),
 	T(mesh_auth__reflected_proof__refused),
 	T(mesh_auth__rail_join__proof_before_railup),

@@ -895,7 +895,8 @@ static void mesh_accept__bad_magic__rejected_ebadmagic(void **state)
 	mt_finish(t);
 }
 
-static void mesh_accept__version_2__rejected_eprotover(void **state)
+/* A peer of protocol 1 (40 bytes of private data) or 3 hears MESH_EPROTOVER, not "malformed". */
+static void mesh_accept__other_version__rejected_eprotover(void **state)
 {
 	struct mt *t = *state;
 	struct mesh_cm_pdata pd;
@@ -906,9 +907,13 @@ static void mesh_accept__version_2__rejected_eprotover(void **state)
 	mt_init(t, 1, ids0123, 4);
 	pd = request_pdata(t, 2, 0, EPOCH);
 	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), sizeof(struct mesh_cm_wire));
-	buf[4] = 2;
+	buf[4] = 3;
 	before = t->m.peer_rejects;
 	cid = request_raw(t, buf, sizeof(struct mesh_cm_wire));
+	expect_rejected(t, cid, before, -MESH_EPROTOVER);
+	buf[4] = 1;
+	before = t->m.peer_rejects;
+	cid = request_raw(t, buf, 40);
 	expect_rejected(t, cid, before, -MESH_EPROTOVER);
 	expect_still_accepting(t, EPOCH);
 	mt_finish(t);
@@ -2024,7 +2029,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__other_rail_count__rejected_eqpcount),
 	T(mesh_accept__claimed_node_from_other_address__rejected),
 	T(mesh_accept__bad_magic__rejected_ebadmagic),
-	T(mesh_accept__version_2__rejected_eprotover),
+	T(mesh_accept__other_version__rejected_eprotover),
 	T(mesh_accept__truncated_pdata__rejected),
 	T(mesh_accept__accept_kind_in_request__rejected),
 	T(mesh_accept__stale_epoch__rejected_estale),

@@ -20,6 +20,7 @@
 #include "wire.h"
 
 #define WIRE_LEN ((int)sizeof(struct mesh_cm_wire))
+#define XPORT_PDATA_MAX_TEST 96 /* an accept event carries this much (node/transport/transport.h) */
 
 static uint64_t rng_state;
 
@@ -48,6 +49,8 @@ static struct mesh_cm_pdata sample_pdata(void)
 		.boot_epoch = 0x99aabbccddeeff00ull,
 	};
 
+	for (size_t i = 0; i < sizeof(pd.nonce); i++)
+		pd.nonce[i] = (uint8_t)(0xf0 + i);
 	return pd;
 }
 
@@ -63,7 +66,10 @@ static void mesh_cm_wire__size__fits_rc_private_data(void **state)
 	(void)state;
 	assert_true(sizeof(struct mesh_cm_wire) <= 56);
 	assert_true(sizeof(struct mesh_cm_wire) <= MESH_CM_PDATA_MAX);
-	assert_int_equal(sizeof(struct mesh_cm_wire), 40);
+	assert_int_equal(sizeof(struct mesh_cm_wire), 56);
+	/* With the acceptor's proof after it, an accept fits an IB CM REP (196 bytes). */
+	assert_int_equal(sizeof(struct mesh_cm_wire) + MESH_AUTH_MAC_LEN, MESH_CM_ACCEPT_PDATA_MAX);
+	assert_true(MESH_CM_ACCEPT_PDATA_MAX <= 196);
 }
 
 static void mesh_cm_pdata_encode__all_fields__round_trip(void **state)
@@ -85,21 +91,24 @@ static void mesh_cm_pdata_encode__all_fields__round_trip(void **state)
 	assert_true(out.link_epoch == 0x1122334455667788ull);
 	assert_true(out.boot_epoch == 0x99aabbccddeeff00ull);
 	assert_int_equal(out.reason, 0);
+	assert_memory_equal(out.nonce, in.nonce, sizeof(in.nonce));
 }
 
 static void mesh_cm_pdata_encode__fields__big_endian_on_wire(void **state)
 {
-	static const uint8_t want[40] = {
+	static const uint8_t want[56] = {
 		'M', 'E', 'S', 'H',                             /* magic */
-		1, MESH_CM_CONNECT, 3, 4,                       /* version kind qp_index qp_count */
+		2, MESH_CM_CONNECT, 3, 4,                       /* version kind qp_index qp_count */
 		0x01, 0x02, 0x03, 0x04,                         /* cluster_hash */
 		0xa1, 0xb2, 0xc3, 0xd4,                         /* src dst */
 		0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, /* link_epoch */
 		0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00, /* boot_epoch */
 		0, 0,                                           /* reason */
-		0, 0, 0, 0, 0, 0,                               /* reserved */
+		0, 0, 0, 0, 0, 0,                               /* rail rail_count rail_gen flags reserved */
+		0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, /* nonce */
+		0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff,
 	};
-	uint8_t buf[MESH_CM_PDATA_MAX];
+	uint8_t buf[MESH_CM_PDATA_MAX + 8];
 
 	(void)state;
 	memset(buf, 0xee, sizeof(buf));
@@ -174,17 +183,55 @@ static void mesh_cm_pdata_decode__bad_magic__ebadmagic(void **state)
 	assert_int_equal(mesh_cm_pdata_decode(buf, sizeof(buf), &out), -MESH_EBADMAGIC);
 }
 
-static void mesh_cm_pdata_decode__version_2__eprotover(void **state)
+/* Another version is MESH_EPROTOVER whatever its length: a version-1 peer sends 40 bytes. */
+static void mesh_cm_pdata_decode__other_version__eprotover(void **state)
 {
 	uint8_t buf[MESH_CM_PDATA_MAX];
 	struct mesh_cm_pdata out;
 
 	(void)state;
 	encode_sample(buf, sizeof(buf));
-	buf[4] = 2;
+	buf[4] = 1;
+	assert_int_equal(mesh_cm_pdata_decode(buf, sizeof(buf), &out), -MESH_EPROTOVER);
+	assert_int_equal(mesh_cm_pdata_decode(buf, 40, &out), -MESH_EPROTOVER);
+	buf[4] = 3;
 	assert_int_equal(mesh_cm_pdata_decode(buf, sizeof(buf), &out), -MESH_EPROTOVER);
 	buf[4] = 0;
 	assert_int_equal(mesh_cm_pdata_decode(buf, sizeof(buf), &out), -MESH_EPROTOVER);
+}
+
+/* MESH_CM_F_PROOF: the acceptor's proof follows the struct in an accept, and only there. */
+static void mesh_cm_pdata__proof__accept_only_round_trip_truncated_eproto(void **state)
+{
+	struct mesh_cm_pdata pd = sample_pdata(), out;
+	uint8_t buf[XPORT_PDATA_MAX_TEST];
+
+	(void)state;
+	pd.kind = MESH_CM_ACCEPT;
+	pd.flags = MESH_CM_F_PROOF;
+	for (size_t i = 0; i < sizeof(pd.mac); i++)
+		pd.mac[i] = (uint8_t)(i * 7 + 1);
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, MESH_CM_PDATA_MAX), -ENOSPC);
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), MESH_CM_ACCEPT_PDATA_MAX);
+	assert_memory_equal(buf + WIRE_LEN, pd.mac, sizeof(pd.mac));
+	assert_int_equal(mesh_cm_pdata_decode(buf, MESH_CM_ACCEPT_PDATA_MAX, &out), 0);
+	assert_true(out.flags & MESH_CM_F_PROOF);
+	assert_memory_equal(out.mac, pd.mac, sizeof(pd.mac));
+	assert_memory_equal(out.nonce, pd.nonce, sizeof(pd.nonce));
+	/* The REP pads: more bytes decode the same. */
+	assert_int_equal(mesh_cm_pdata_decode(buf, sizeof(buf), &out), 0);
+	/* Cut short: the proof is missing. */
+	assert_int_equal(mesh_cm_pdata_decode(buf, MESH_CM_ACCEPT_PDATA_MAX - 1, &out), -EPROTO);
+	/* On a connect or a reject the flag is refused. */
+	buf[5] = MESH_CM_CONNECT;
+	assert_int_equal(mesh_cm_pdata_decode(buf, MESH_CM_ACCEPT_PDATA_MAX, &out), -EPROTO);
+	buf[5] = MESH_CM_REJECT;
+	assert_int_equal(mesh_cm_pdata_decode(buf, MESH_CM_ACCEPT_PDATA_MAX, &out), -EPROTO);
+	/* Without the flag nothing is written after the struct. */
+	pd.flags = 0;
+	memset(buf, 0xee, sizeof(buf));
+	assert_int_equal(mesh_cm_pdata_encode(&pd, buf, sizeof(buf)), WIRE_LEN);
+	assert_int_equal(buf[WIRE_LEN], 0xee);
 }
 
 static void mesh_cm_pdata_decode__kind_0_or_4__eproto(void **state)
@@ -818,7 +865,8 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_cm_pdata_decode__truncated__ebadmsg),
 	cmocka_unit_test(mesh_cm_pdata_decode__padded_to_56__decodes),
 	cmocka_unit_test(mesh_cm_pdata_decode__bad_magic__ebadmagic),
-	cmocka_unit_test(mesh_cm_pdata_decode__version_2__eprotover),
+	cmocka_unit_test(mesh_cm_pdata_decode__other_version__eprotover),
+	cmocka_unit_test(mesh_cm_pdata__proof__accept_only_round_trip_truncated_eproto),
 	cmocka_unit_test(mesh_cm_pdata_decode__kind_0_or_4__eproto),
 	cmocka_unit_test(mesh_cm_pdata_decode__bad_qp_count_or_index__eproto),
 	cmocka_unit_test(mesh_cm_pdata_decode__reject_reason__round_trips_as_negative_code),
