@@ -14,6 +14,8 @@ build_pkgs=(
     # Packaging and the unit's checks (tests/install): cpack's dpkg-shlibdeps (dpkg-dev) and file,
     # lintian, strace; the Kubernetes manifests' test reads YAML.
     dpkg-dev file lintian strace systemd python3-yaml
+    # The Go binding (meshlib/go) and its tests.
+    golang-go
 )
 # The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.
 vm_pkgs=(

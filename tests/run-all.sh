@@ -8,7 +8,9 @@
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails), and link
 #      formation of 16 nodes with and without the cluster key (host, then VM);
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
-#   6. the release build (build/, -Wall -Wextra -Werror): every ctest test; its summary closes the run.
+#   6. the release build (build/, -Wall -Wextra -Werror): the Go binding's overhead beside meshbench
+#      (printed, never asserted), then every ctest test (go test -race of meshlib/go among them); its
+#      summary closes the run.
 # Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
 # MESH_REQUIRE_RDMA=1 (set when CI=true), where that fails the run.
 set -euo pipefail
@@ -88,6 +90,18 @@ for cc in gcc clang; do
 		echo "built warning-free: $cc $type"
 	done
 done
+
+# The Go binding beside meshbench in one run (ratios printed, never asserted; fails only when a
+# benchmark fails). Its go test -race runs in ctest below (go_binding_tcp_loopback).
+step "Go binding: bandwidth and latency beside meshbench (tcp loopback)"
+go_rc=0
+meshlib/go/run-tests.sh -b build --bench || go_rc=$?
+if [ "$go_rc" = 77 ]; then
+	echo "Go benchmark skipped (reason above)"
+elif [ "$go_rc" != 0 ]; then
+	echo "Go benchmark FAILED (exit $go_rc)"
+	exit 1
+fi
 
 step "ctest, release build"
 cd "$root"

@@ -149,7 +149,7 @@ static uint32_t spin_budget(uint32_t hint)
 	return (uint32_t)(v > MESH_SPIN_MAX_US ? MESH_SPIN_MAX_US : v);
 }
 
-int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_t **out)
+int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_SETUP], mesh_channel_t **out)
 {
 	mesh_channel_t *c;
 	int fl, ret;
@@ -195,6 +195,7 @@ int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_
 	c->info.peer_port = (uint16_t)setup->peer_port;
 	c->info.qps = setup->qps;
 	c->info.ring_size = setup->ring_size;
+	c->info.local_node = local_node;
 	*out = c;
 	return 0;
 

@@ -40,6 +40,7 @@ struct mesh_session {
 struct mesh_listener {
 	int fd; /* the control connection that carried LISTEN; one CtlReply per incoming channel */
 	uint16_t port;
+	uint32_t node; /* this node's id from the LISTEN answer, MESH_NODE_UNKNOWN when it had none */
 };
 
 struct mesh_channel {
@@ -99,7 +100,8 @@ void ctl_fds_close(int *fds, int nfds);
 /* ---- channel.c ---- */
 
 /* Builds a channel from a successful reply's setup and its descriptors, which it takes over (they
- * are closed on failure too). -EPROTO when anything meshd sent is inconsistent. */
-int chan_create(const ChannelSetup *setup, int fds[CTL_FDS_SETUP], mesh_channel_t **out);
+ * are closed on failure too); local_node is the node the reply named (or MESH_NODE_UNKNOWN).
+ * -EPROTO when anything meshd sent is inconsistent. */
+int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_SETUP], mesh_channel_t **out);
 
 #endif

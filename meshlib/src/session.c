@@ -67,22 +67,38 @@ static int reply_status(mesh_session_t *s, const CtlReply *r)
 	return -EPROTO;
 }
 
+/* The node a reply names as meshd's own (meshd fills it in every reply), MESH_NODE_UNKNOWN when
+ * absent, or -EPROTO when out of range. */
+static int64_t reply_node(const CtlReply *r)
+{
+	if (!r->node)
+		return MESH_NODE_UNKNOWN;
+	if (r->node->id > MESH_NODE_ID_MAX) {
+		lib_debug("control reply names node %u, above %u", r->node->id, MESH_NODE_ID_MAX);
+		return -EPROTO;
+	}
+	return r->node->id;
+}
+
 /* The reply that carries a channel: status 0, a setup and exactly four descriptors. Consumes the
  * reply's descriptors whatever happens. */
 static int reply_channel(mesh_session_t *s, const CtlReply *r, int *fds, int nfds, mesh_channel_t **out)
 {
 	int ret = reply_status(s, r);
+	int64_t node = reply_node(r);
 
 	if (!ret && (!r->setup || nfds != CTL_FDS_SETUP)) {
 		lib_debug("channel reply with %s and %d descriptors (expected a setup and %d)",
 			  r->setup ? "a setup" : "no setup", nfds, CTL_FDS_SETUP);
 		ret = -EPROTO;
 	}
+	if (!ret && node < 0)
+		ret = (int)node;
 	if (ret) {
 		ctl_fds_close(fds, nfds);
 		return ret;
 	}
-	return chan_create(r->setup, fds, out);
+	return chan_create(r->setup, (uint32_t)node, fds, out);
 }
 
 static int opts_check(const struct mesh_channel_opts *o)
@@ -214,6 +230,14 @@ MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **
 		lib_debug("LISTEN answer carries %s and %d descriptors", r->setup ? "a setup" : "no setup", nfds);
 		ret = -EPROTO; /* LISTEN's answer carries no channel */
 	}
+	if (!ret) {
+		int64_t node = reply_node(r);
+
+		if (node < 0)
+			ret = (int)node;
+		else
+			l->node = (uint32_t)node;
+	}
 	ctl_fds_close(fds, nfds);
 	ctl_reply__free_unpacked(r, NULL);
 	if (ret)
@@ -257,6 +281,16 @@ MESH_EXPORT int mesh_accept(mesh_listener_t *l, int flags, mesh_channel_t **out)
 MESH_EXPORT int mesh_listener_fd(const mesh_listener_t *l)
 {
 	return l ? l->fd : -EINVAL;
+}
+
+MESH_EXPORT int mesh_listener_info(const mesh_listener_t *l, struct mesh_listener_info *info)
+{
+	if (!l || !info)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	info->node = l->node;
+	info->port = l->port;
+	return 0;
 }
 
 MESH_EXPORT void mesh_listener_close(mesh_listener_t *l)

@@ -99,6 +99,8 @@ struct fake {
 	bool loopback;
 	uint32_t channel_id;
 	const char *error_text;
+	bool name_node;   /* fill the reply's node, as meshd does */
+	uint32_t node_id; /* its id then */
 	/* what the client asked */
 	bool got_req;
 	CtlRequest req;
@@ -413,6 +415,7 @@ static int fake_send_reply(int conn, const void *buf, size_t len, int *fds, int 
 static void fake_answer(struct fake *f, int conn, bool with_channel, uint64_t size)
 {
 	ChannelSetup setup = CHANNEL_SETUP__INIT;
+	NodeInfo node = NODE_INFO__INIT;
 	CtlReply r = CTL_REPLY__INIT;
 	uint8_t buf[1024];
 	int fds[32], nfds = 0;
@@ -421,6 +424,10 @@ static void fake_answer(struct fake *f, int conn, bool with_channel, uint64_t si
 	r.status = f->status;
 	if (f->error_text)
 		r.error = (char *)f->error_text;
+	if (f->name_node) {
+		node.id = f->node_id;
+		r.node = &node;
+	}
 	if (f->flaw == FLAW_FDS_WITH_STATUS || (with_channel && !f->status)) {
 		if (fake_chan_make(f, size, fds)) {
 			FAKE_FAIL(f);
@@ -807,6 +814,8 @@ static void meshlib_connect__options__request_fields_and_info_from_setup(void **
 	assert_int_equal(info.peer_port, PEER_PORT);
 	assert_int_equal(info.qps, 2);
 	assert_int_equal(info.ring_size, 8192);
+	assert_int_equal(info.local_node, MESH_NODE_UNKNOWN); /* the fake named no node */
+	assert_int_equal(info.reserved32, 0);
 	for (size_t i = 0; i < sizeof(info.reserved) / sizeof(info.reserved[0]); i++)
 		assert_int_equal(info.reserved[i], 0);
 	/* The control connection is closed once the channel exists. */
@@ -1006,6 +1015,79 @@ static void meshlib_listen__channels_pushed__accepted_in_order(void **state)
 	assert_int_equal(ring_tx_pending(&f->ch[1]), 1);
 	assert_int_equal(mesh_close(c1), 0);
 	assert_int_equal(mesh_close(c2), 0);
+}
+
+static void meshlib_connect__reply_names_node__local_node_in_info(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_channel_opts o = small_opts();
+	struct mesh_channel_info info;
+	mesh_channel_t *c = NULL;
+
+	f->name_node = true;
+	f->node_id = MESH_NODE_ID_MAX;
+	fake_serve(f);
+	assert_int_equal(mesh_connect(f->s, PEER_NODE, PEER_PORT, &o, &c), 0);
+	fake_join(f);
+	assert_int_equal(mesh_channel_info(c, &info), 0);
+	assert_int_equal(info.local_node, MESH_NODE_ID_MAX);
+	assert_int_equal(info.peer_node, PEER_NODE);
+	assert_int_equal(mesh_close(c), 0);
+}
+
+static void meshlib_connect__reply_node_out_of_range__eproto_no_fd_leaked(void **state)
+{
+	struct fake *f = *state;
+
+	f->name_node = true;
+	f->node_id = MESH_NODE_ID_MAX + 1;
+	connect_fails(f, FLAW_NONE, 0, -EPROTO);
+}
+
+static void meshlib_listener_info__node_and_port__from_listen_answer(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_listener_info li;
+	struct mesh_channel_info info;
+	mesh_listener_t *l = NULL;
+	mesh_channel_t *c = NULL;
+
+	f->name_node = true;
+	f->node_id = 9;
+	fake_serve(f);
+	assert_int_equal(mesh_listen(f->s, 7001, &l), 0);
+	fake_join(f);
+	memset(&li, 0xa5, sizeof(li));
+	assert_int_equal(mesh_listener_info(l, &li), 0);
+	assert_int_equal(li.node, 9);
+	assert_int_equal(li.port, 7001);
+	assert_int_equal(li.reserved16, 0);
+	for (size_t i = 0; i < sizeof(li.reserved) / sizeof(li.reserved[0]); i++)
+		assert_int_equal(li.reserved[i], 0);
+	assert_int_equal(mesh_listener_info(NULL, &li), -EINVAL);
+	assert_int_equal(mesh_listener_info(l, NULL), -EINVAL);
+	/* An accepted channel names the node too. */
+	fake_answer(f, f->conn, true, SMALL_RING);
+	assert_int_equal(mesh_accept(l, 0, &c), 0);
+	assert_int_equal(mesh_channel_info(c, &info), 0);
+	assert_int_equal(info.local_node, 9);
+	assert_int_equal(mesh_close(c), 0);
+	mesh_listener_close(l);
+}
+
+static void meshlib_listen__answer_names_node_out_of_range__eproto(void **state)
+{
+	struct fake *f = *state;
+	mesh_listener_t *l = NULL;
+	int before = fd_count();
+
+	f->name_node = true;
+	f->node_id = 70000;
+	fake_serve(f);
+	assert_int_equal(mesh_listen(f->s, 7002, &l), -EPROTO);
+	assert_null(l);
+	fake_drop(f);
+	assert_int_equal(fd_count(), before);
 }
 
 static void meshlib_listen__port_taken__eaddrinuse(void **state)
@@ -2063,6 +2145,10 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_connect__bad_options__einval_nothing_sent),
 	T(meshlib_connect__options__request_fields_and_info_from_setup),
 	T(meshlib_connect__no_options__defaults_left_to_meshd),
+	T(meshlib_connect__reply_names_node__local_node_in_info),
+	T(meshlib_connect__reply_node_out_of_range__eproto_no_fd_leaked),
+	T(meshlib_listener_info__node_and_port__from_listen_answer),
+	T(meshlib_listen__answer_names_node_out_of_range__eproto),
 	T(meshlib_connect__status_econnrefused__returned_no_fd_leaked),
 	T(meshlib_session_error__failed_connect__meshd_text_printable_and_cleared),
 	T(meshlib_connect__status_with_fds_or_positive__fds_closed),

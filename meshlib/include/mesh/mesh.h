@@ -104,7 +104,19 @@ struct mesh_channel_info {
 	uint16_t peer_port;
 	uint32_t qps;
 	uint64_t ring_size;
-	uint64_t reserved[6];
+	uint32_t local_node; /* this node's id as meshd named it with the channel, MESH_NODE_UNKNOWN when it
+			      * did not (since 0.3: took 8 of the reserved bytes, offsets unchanged) */
+	uint32_t reserved32;
+	uint64_t reserved[5];
+};
+
+#define MESH_NODE_UNKNOWN 0xffffffffu
+
+struct mesh_listener_info {
+	uint32_t node; /* this node's id as meshd named it in its LISTEN answer, or MESH_NODE_UNKNOWN */
+	uint16_t port;
+	uint16_t reserved16;
+	uint64_t reserved[3];
 };
 
 /* A session names the local meshd: socket_path, else $MESH_SOCKET, else MESH_SOCKET_DEFAULT. It
@@ -122,6 +134,8 @@ MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **
 MESH_EXPORT int mesh_accept(mesh_listener_t *l, int flags, mesh_channel_t **out);
 /* Readable (poll/epoll) when mesh_accept would not wait. */
 MESH_EXPORT int mesh_listener_fd(const mesh_listener_t *l);
+/* The listener's port and this node's id (since 0.3). */
+MESH_EXPORT int mesh_listener_info(const mesh_listener_t *l, struct mesh_listener_info *info);
 MESH_EXPORT void mesh_listener_close(mesh_listener_t *l);
 
 /* Opens a channel to (node, port); returns once the peer accepted. Errors: -MESH_EUNKNOWNNODE (not in

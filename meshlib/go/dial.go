@@ -1,0 +1,178 @@
+// Package mesh is the Go binding of libmesh: stream channels between applications on the nodes of
+// an rdmamesh cluster, in the shape of package net.
+//
+//	c, err := mesh.Dial("mesh", "2:6000")   // node 2, port 6000
+//	l, err := mesh.Listen("mesh", ":6000")   // port 6000 of this node
+//
+// A *Conn is a net.Conn (deadlines, Close unblocking Read and Write, CloseWrite), a *Listener a
+// net.Listener, so net/http, io.Copy, bufio and the rest work unchanged. Waiting in Read, Write and
+// Accept parks the goroutine in Go's runtime poller, never an OS thread; Dial waits in libmesh's
+// mesh_connect, which holds an OS thread until meshd answers.
+//
+// The local meshd is reached through its control socket: Dialer.Socket or ListenConfig.Socket, else
+// $MESH_SOCKET, else /run/meshd/meshd.sock.
+package mesh
+
+/*
+#cgo pkg-config: mesh
+#include <stdlib.h>
+#include <mesh/mesh.h>
+*/
+import "C"
+
+import (
+	"context"
+	"math"
+	"net"
+	"os"
+	"time"
+	"unsafe"
+)
+
+// Dialer holds options for opening channels. The zero value is meshd's defaults.
+type Dialer struct {
+	// Socket is meshd's control socket; "" means $MESH_SOCKET, else /run/meshd/meshd.sock.
+	Socket string
+	// Timeout bounds the whole dial (meshd and the peer answering); 0 means libmesh's 30 s.
+	// A context deadline that comes sooner wins.
+	Timeout time.Duration
+	// RingSize is the ring of each direction in bytes: a power of two from 4 KiB to 256 MiB; 0 means
+	// meshd's default (1 MiB).
+	RingSize int
+	// QPs is how many of the link's QPs the channel stripes over (1..16); 0 means all of them.
+	QPs int
+}
+
+// Dial opens a channel with the zero Dialer: network "mesh", address "NODE:PORT".
+func Dial(network, address string) (net.Conn, error) {
+	var d Dialer
+	return d.DialContext(context.Background(), network, address)
+}
+
+// Dial is DialContext with the background context.
+func (d *Dialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+type dialResult struct {
+	c   *Conn
+	err error
+}
+
+// DialContext opens a channel to address ("NODE:PORT") and returns once the peer accepted it.
+// Errors are *net.OpError around an *Error: errors.Is(err, syscall.ECONNREFUSED) when nobody
+// listens on that port, mesh.EUNKNOWNNODE for a node outside the cluster, syscall.ENETUNREACH when
+// the link to it is not UP. A context cancelled before meshd answers returns at once with the
+// context's error (context.Canceled, or os.ErrDeadlineExceeded for its deadline); the channel
+// that may still come is closed when it does.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	opErr := func(addr net.Addr, err error) error {
+		return &net.OpError{Op: "dial", Net: network, Addr: addr, Err: err}
+	}
+	if network != "mesh" {
+		return nil, opErr(nil, net.UnknownNetworkError(network))
+	}
+	addr, err := ParseAddr(address)
+	if err != nil {
+		return nil, opErr(nil, err)
+	}
+	var opts C.struct_mesh_channel_opts
+	if d.RingSize != 0 {
+		if d.RingSize < 0 || uint64(d.RingSize) > math.MaxUint32*4 {
+			return nil, opErr(addr, &Error{Func: "mesh_connect", Code: 22 /* EINVAL */, Detail: "RingSize out of range"})
+		}
+		opts.mask |= C.MESH_OPT_RING_SIZE
+		opts.ring_size = C.uint64_t(d.RingSize)
+	}
+	if d.QPs != 0 {
+		if d.QPs < 0 || d.QPs > 1<<16 {
+			return nil, opErr(addr, &Error{Func: "mesh_connect", Code: 22, Detail: "QPs out of range"})
+		}
+		opts.mask |= C.MESH_OPT_QPS
+		opts.qps = C.uint32_t(d.QPs)
+	}
+	timeout := d.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return nil, opErr(addr, os.ErrDeadlineExceeded)
+		}
+		if timeout <= 0 || left < timeout {
+			timeout = left
+		}
+	}
+	if timeout > 0 {
+		ms := (timeout + time.Millisecond - 1) / time.Millisecond
+		if ms > math.MaxUint32 {
+			ms = math.MaxUint32
+		}
+		opts.mask |= C.MESH_OPT_TIMEOUT_MS
+		opts.timeout_ms = C.uint32_t(ms)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, opErr(addr, ctxError(err))
+	}
+	if ctx.Done() == nil {
+		c, err := d.connect(addr, &opts)
+		if err != nil {
+			return nil, opErr(addr, err)
+		}
+		return c, nil
+	}
+	res := make(chan dialResult, 1)
+	go func() {
+		c, err := d.connect(addr, &opts)
+		res <- dialResult{c, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return nil, opErr(addr, r.err)
+		}
+		return r.c, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, opErr(addr, ctxError(ctx.Err()))
+	}
+}
+
+func ctxError(err error) error {
+	if err == context.DeadlineExceeded {
+		return os.ErrDeadlineExceeded
+	}
+	return err
+}
+
+// session opens a libmesh session on the socket ("" for libmesh's default).
+func session(socket string) (*C.mesh_session_t, error) {
+	var s *C.mesh_session_t
+	var path *C.char
+
+	if socket != "" {
+		path = C.CString(socket)
+		defer C.free(unsafe.Pointer(path))
+	}
+	if ret := C.mesh_open(path, &s); ret < 0 {
+		return nil, errorOf("mesh_open", int64(ret), "")
+	}
+	return s, nil
+}
+
+// connect is the blocking part of a dial: mesh_connect, in its own OS thread while it waits.
+func (d *Dialer) connect(addr Addr, opts *C.struct_mesh_channel_opts) (*Conn, error) {
+	var ch *C.mesh_channel_t
+
+	s, err := session(d.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer C.mesh_session_close(s)
+	if ret := C.mesh_connect(s, C.uint32_t(addr.Node), C.uint16_t(addr.Port), opts, &ch); ret < 0 {
+		return nil, errorOf("mesh_connect", int64(ret), C.GoString(C.mesh_session_error(s)))
+	}
+	return newConn(ch)
+}

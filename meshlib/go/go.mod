@@ -1,0 +1,3 @@
+module rdmamesh/mesh
+
+go 1.19
