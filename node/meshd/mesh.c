@@ -1699,8 +1699,9 @@ static void link_tick(struct link *l, uint64_t t)
 			for (uint32_t r = 0; r < m->n_rails; r++) {
 				if (!(l->rails_up & (1u << r)))
 					continue;
-				link_metrics_ka_sent(&l->metrics, r, k.seq);
 				ret = link_send_on(l, r * cfg->qps_per_link, &msg);
+				if (!ret)
+					link_metrics_ka_sent(&l->metrics, r, k.seq);
 				/* All slots busy means the peer is not completing our sends: the timeout decides. */
 				if (ret && ret != -ENOBUFS) {
 					link_rail_fail(l, r, ret, "cannot send a keepalive on rail %u", r);
