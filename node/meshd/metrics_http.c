@@ -18,9 +18,15 @@
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	struct metrics_http *h = cls;
+	uint64_t dropped;
 	char msg[256];
 	size_t n;
 
+	if (!log_ratelimit_ok(&h->log_rl, util_now_ms(), &dropped))
+		return;
+	if (dropped)
+		log_warn("metrics endpoint %s: %llu messages not logged (more than %u in %u s)", h->listen,
+			 (unsigned long long)dropped, METRICS_HTTP_LOG_BURST, METRICS_HTTP_LOG_INTERVAL_MS / 1000);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
@@ -88,7 +94,7 @@ static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_st
 				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_PER_IP,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY,
-				MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)METRICS_HTTP_CONNS_MAX, MHD_OPTION_END);
+				MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)METRICS_HTTP_BACKLOG, MHD_OPTION_END);
 }
 
 int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a)
@@ -103,6 +109,8 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	memset(h, 0, sizeof(*h));
 	h->fd = -1;
 	h->admin = a;
+	h->log_rl.burst = METRICS_HTTP_LOG_BURST;
+	h->log_rl.interval_ms = METRICS_HTTP_LOG_INTERVAL_MS;
 	if (!listen[0])
 		return 0;
 	util_strlcpy(h->listen, listen, sizeof(h->listen));

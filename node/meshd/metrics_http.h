@@ -16,11 +16,15 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "log.h"
 
 #define METRICS_HTTP_CONNS_MAX 16
 #define METRICS_HTTP_CONNS_PER_IP 8
+#define METRICS_HTTP_BACKLOG 64
 #define METRICS_HTTP_TIMEOUT_S 5
 #define METRICS_HTTP_MEMORY (16u << 10)
+#define METRICS_HTTP_LOG_BURST 10u /* libmicrohttpd's messages per interval, at most */
+#define METRICS_HTTP_LOG_INTERVAL_MS 60000u
 
 struct admin;
 struct MHD_Daemon;
@@ -30,6 +34,7 @@ struct metrics_http {
 	int fd; /* MHD's epoll descriptor, -1 when off */
 	struct admin *admin;
 	char listen[CONFIG_LISTEN_MAX];
+	struct log_ratelimit log_rl; /* clients cause libmicrohttpd's messages (limits reached...) */
 };
 
 /* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT"); "" serves nothing (returns 0,
