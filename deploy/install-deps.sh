@@ -9,7 +9,8 @@ build_pkgs=(
     build-essential cmake pkg-config git
     libibverbs-dev librdmacm-dev rdma-core ibverbs-providers
     libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev libssl-dev
-    libsystemd-dev iproute2 python3
+    libsystemd-dev libmicrohttpd-dev iproute2 python3
+    prometheus    # its promtool checks meshd's metrics text (tests/integration/metrics_test.py)
     scdoc man-db
     # Packaging and the unit's checks (tests/install): cpack's dpkg-shlibdeps (dpkg-dev) and file,
     # lintian, strace; the Kubernetes manifests' test reads YAML.

@@ -236,7 +236,8 @@ static const char *ctl_req_check(const CtlRequest *r)
 	switch (r->op) {
 	case CTL_OP__CTL_OP_SHOW:
 		if (r->object != CTL_OBJECT__CTL_OBJECT_LINKS && r->object != CTL_OBJECT__CTL_OBJECT_NODE &&
-		    r->object != CTL_OBJECT__CTL_OBJECT_CHANNELS && r->object != CTL_OBJECT__CTL_OBJECT_PORTS)
+		    r->object != CTL_OBJECT__CTL_OBJECT_CHANNELS && r->object != CTL_OBJECT__CTL_OBJECT_PORTS &&
+		    r->object != CTL_OBJECT__CTL_OBJECT_METRICS)
 			return "unknown object";
 		return NULL;
 	case CTL_OP__CTL_OP_LISTEN:

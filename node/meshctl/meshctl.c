@@ -42,6 +42,9 @@ static void usage(FILE *out)
 		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
 		"            again, NUMA node of the ring pages (JSON also: rail_moves)\n"
 		"  ports   one row per listening port: its user and process, channels accepted there\n"
+		"  metrics the node's metrics in Prometheus text format, the same as meshd serves at\n"
+		"          /metrics (cluster.metrics_listen); for node_exporter's textfile collector:\n"
+		"          meshctl metrics > DIR/rdmamesh.prom.$$ && mv DIR/rdmamesh.prom.$$ DIR/rdmamesh.prom\n"
 		"\n"
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
@@ -473,14 +476,10 @@ static void print_node(struct out *o, const CtlReply *r)
 
 /* ---- talking to meshd ---- */
 
-static int request(const char *path, CtlObject obj, CtlReply **out)
+static int ctl_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = REPLY_TIMEOUT_S};
-	CtlRequest req = CTL_REQUEST__INIT;
-	uint8_t qbuf[64], *rbuf;
-	ssize_t n;
-	size_t qlen;
 	int fd, ret;
 
 	if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -501,23 +500,28 @@ static int request(const char *path, CtlObject obj, CtlReply **out)
 	/* Never hang on a stuck daemon. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	req.version = MESH_CTL_VERSION;
-	req.object = obj;
-	qlen = ctl_request__pack(&req, qbuf);
+	return fd;
+}
+
+/* One request on a connected socket, one reply back (decoded; free with ctl_reply__free_unpacked). */
+static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **out)
+{
+	uint8_t qbuf[64], *rbuf;
+	ssize_t n;
+	size_t qlen;
+	int ret;
+
+	qlen = ctl_request__pack(req, qbuf);
 	if (send(fd, qbuf, qlen, MSG_NOSIGNAL) != (ssize_t)qlen) {
 		ret = -errno;
 		fprintf(stderr, "meshctl: send to %s: %s\n", path, strerror(errno));
-		close(fd);
 		return ret;
 	}
 	rbuf = malloc(MESH_CTL_REPLY_MAX);
-	if (!rbuf) {
-		close(fd);
+	if (!rbuf)
 		return -ENOMEM;
-	}
 	n = recv(fd, rbuf, MESH_CTL_REPLY_MAX, MSG_TRUNC);
 	ret = -errno;
-	close(fd);
 	if (n <= 0 || n > (ssize_t)MESH_CTL_REPLY_MAX) {
 		if (n == 0 || n > (ssize_t)MESH_CTL_REPLY_MAX)
 			ret = -EPROTO;
@@ -533,6 +537,67 @@ static int request(const char *path, CtlObject obj, CtlReply **out)
 		return -EBADMSG;
 	}
 	return 0;
+}
+
+static int request(const char *path, CtlObject obj, CtlReply **out)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	int fd = ctl_connect(path), ret;
+
+	if (fd < 0)
+		return fd;
+	req.version = MESH_CTL_VERSION;
+	req.object = obj;
+	ret = ctl_call(fd, path, &req, out);
+	close(fd);
+	return ret;
+}
+
+/* meshd's metrics text, page by page on one connection (the pages of one rendering), to stdout
+ * as it comes. Returns the exit status: 0, or 2 (meshd cannot be reached, refused or answered
+ * wrongly). */
+static int print_metrics(const char *path)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	uint64_t off = 0, total = 0;
+	int fd = ctl_connect(path), status = 0;
+
+	if (fd < 0)
+		return 2;
+	req.version = MESH_CTL_VERSION;
+	req.object = CTL_OBJECT__CTL_OBJECT_METRICS;
+	do {
+		CtlReply *r = NULL;
+		const MetricsPage *p;
+
+		req.offset = off;
+		if (ctl_call(fd, path, &req, &r)) {
+			status = 2;
+			break;
+		}
+		p = r->metrics;
+		if (r->status) {
+			fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
+				mesh_strerror(r->status));
+			status = 2;
+		} else if (!p || p->offset != off || (off && p->total != total) || !p->text.len ||
+			   p->text.len > p->total - off) {
+			fprintf(stderr, "meshctl: meshd at %s sent a metrics page that does not fit (offset %" PRIu64
+				"): is it of another version?\n", path, off);
+			status = 2;
+		} else {
+			total = p->total;
+			fwrite(p->text.data, 1, p->text.len, stdout);
+			off += p->text.len;
+		}
+		ctl_reply__free_unpacked(r, NULL);
+	} while (!status && off < total);
+	close(fd);
+	if (!status && fflush(stdout)) {
+		fprintf(stderr, "meshctl: writing the metrics: %s\n", strerror(errno));
+		status = 2;
+	}
+	return status;
 }
 
 int main(int argc, char **argv)
@@ -582,6 +647,18 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (optind < argc && !strcmp(argv[optind], "metrics")) {
+		/* Text, not a table: -j has nothing to change. */
+		if (optind + 1 < argc && strcmp(argv[optind + 1], "show")) {
+			fprintf(stderr, "meshctl: unknown command '%s' for metrics (expected: show)\n", argv[optind + 1]);
+			return 1;
+		}
+		if (optind + 2 < argc) {
+			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 2]);
+			return 1;
+		}
+		return print_metrics(sock);
+	}
 	if (optind < argc && !strcmp(argv[optind], "keygen")) {
 		/* A fresh cluster key (getrandom) in cluster.key_file's format; needs no meshd. */
 		char key[AUTH_KEY_B64_LEN + 1];
@@ -603,7 +680,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, keygen)\n",
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, keygen)\n",
 				argv[optind]);
 			return 1;
 		}

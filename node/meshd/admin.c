@@ -134,8 +134,16 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen,
 	return 0;
 }
 
+static void admin_metrics_forget(struct admin *a, int slot)
+{
+	free(a->metrics_text[slot]);
+	a->metrics_text[slot] = NULL;
+	a->metrics_len[slot] = 0;
+}
+
 static void admin_drop(struct admin *a, int slot)
 {
+	admin_metrics_forget(a, slot);
 	/* Its listeners go, a connect it waits for is abandoned. */
 	channel_client_gone(a->mesh, a->clients[slot]);
 	epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->clients[slot], NULL);
@@ -549,6 +557,44 @@ static void admin_channel_request(struct admin *a, int slot, const CtlRequest *r
 	}
 }
 
+int admin_metrics_render(struct admin *a, struct metrics_buf *b)
+{
+	struct metrics_extra x = {.ctl_errors = a->errors, .http_scrapes = a->http_scrapes};
+
+	return metrics_render(a->mesh, &x, b);
+}
+
+/* One page of the metrics text: at offset 0 rendered afresh for this client, later offsets from
+ * the same text, so the pages fit together. */
+static void admin_metrics_page(struct admin *a, int slot, const CtlRequest *req, CtlReply *r, MetricsPage *page)
+{
+	uint64_t off = req->offset;
+
+	if (!off) {
+		struct metrics_buf b = {0};
+
+		admin_metrics_forget(a, slot);
+		if (admin_metrics_render(a, &b)) {
+			metrics_buf_free(&b);
+			r->status = -ENOMEM;
+			r->error = "out of memory rendering the metrics";
+			return;
+		}
+		a->metrics_text[slot] = metrics_buf_take(&b, &a->metrics_len[slot]);
+	} else if (!a->metrics_text[slot] || off >= a->metrics_len[slot]) {
+		/* The client's own mistake: nothing of meshd's state is involved, nothing logged. */
+		r->status = -EINVAL;
+		r->error = a->metrics_text[slot] ? "metrics offset beyond the text"
+						 : "no metrics text on this connection: ask for offset 0 first";
+		return;
+	}
+	page->offset = off;
+	page->total = a->metrics_len[slot];
+	page->text.data = (uint8_t *)a->metrics_text[slot] + off;
+	page->text.len = MIN(a->metrics_len[slot] - off, (uint64_t)ADMIN_METRICS_PAGE);
+	r->metrics = page;
+}
+
 void admin_on_client(struct admin *a, int fd)
 {
 	uint8_t buf[MESH_CTL_REQ_MAX + 1];
@@ -560,6 +606,7 @@ void admin_on_client(struct admin *a, int fd)
 	ChannelInfo *cis = NULL, **cptrs = NULL;
 	PortInfo *pis = NULL, **pptrs = NULL;
 	struct numa_show numa;
+	MetricsPage page = METRICS_PAGE__INIT;
 	const char *why;
 	char version[16];
 	ssize_t n;
@@ -655,7 +702,12 @@ void admin_on_client(struct admin *a, int fd)
 		}
 		r.ports = pptrs;
 	}
+	if (req->object == CTL_OBJECT__CTL_OBJECT_METRICS)
+		admin_metrics_page(a, slot, req, &r, &page);
 	admin_reply(a, slot, &r);
+	/* The last page went out: the text is done with (a dropped client freed it already). */
+	if (r.metrics && a->clients[slot] == fd && page.offset + page.text.len >= page.total)
+		admin_metrics_forget(a, slot);
 out:
 	free(lis);
 	free(lptrs);

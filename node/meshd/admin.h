@@ -11,9 +11,13 @@
 #include <sys/un.h>
 
 #include "mesh.h"
+#include "metrics.h"
 
 #define ADMIN_CLIENTS_MAX 64
 #define ADMIN_PAUSE_MS 100 /* out of descriptors: the listening socket rests this long */
+/* Bytes of metrics text per reply (MetricsPage): a datagram well within the default socket
+ * buffers (net.core.wmem_default is 208 KiB). */
+#define ADMIN_METRICS_PAGE 61440u
 
 struct admin {
 	int lfd;
@@ -30,6 +34,11 @@ struct admin {
 	 * (admin_tick puts it back) instead of waking the loop without end. 0: watched. */
 	uint64_t paused_until_ms;
 	uint64_t pauses;
+	uint64_t http_scrapes; /* requests the HTTP endpoint (metrics_http.h) answered with the text */
+	/* Per client: the metrics text rendered at its request for offset 0, kept while it pages
+	 * through it (CTL_OBJECT_METRICS), freed after the last page or with the client. */
+	char *metrics_text[ADMIN_CLIENTS_MAX];
+	size_t metrics_len[ADMIN_CLIENTS_MAX];
 };
 
 /* Binds path (creating its directory, replacing a stale socket, refusing a live one) and adds the
@@ -44,5 +53,8 @@ void admin_on_listen(struct admin *a);
 /* Periodic: watches a paused listening socket again. */
 void admin_tick(struct admin *a, uint64_t now_ms);
 void admin_on_client(struct admin *a, int fd);
+/* The node's metrics text (metrics.h) with what the control socket counts: the one renderer of
+ * both the HTTP endpoint and `meshctl metrics`. 0 or -ENOMEM. */
+int admin_metrics_render(struct admin *a, struct metrics_buf *b);
 
 #endif

@@ -434,6 +434,8 @@ static void channel_post_data(struct channel *ch)
 		ch->tx_sent += len;
 		ch->tx_bytes += len;
 		ch->tx_chunks++;
+		l->metrics.tx_bytes += len;
+		l->metrics.tx_chunks++;
 		ch->posted_chunks++;
 		ch->inflight++;
 		ch->next_qp = (ch->next_qp + 1) % ch->qps;
@@ -448,8 +450,11 @@ static void channel_note_stall(struct channel *ch)
 {
 	bool stalled = ch->app_tx_prod - ch->peer_cons >= ch->size;
 
-	if (stalled && !ch->stalled)
+	if (stalled && !ch->stalled) {
 		ch->credit_stalls++;
+		if (ch->link)
+			ch->link->metrics.credit_stalls++;
+	}
 	ch->stalled = stalled;
 }
 
@@ -527,6 +532,7 @@ static void channel_resume_check(struct channel *ch)
 	ch->resuming = false;
 	ch->resumes++;
 	ch->mesh->channel_resumes++;
+	ch->link->metrics.channel_resumes++;
 	log_info("channel %u (node %u port %u) resumed after %llu ms; %llu bytes written again", ch->id,
 		 ch->link->peer->id, ch->peer_port,
 		 (unsigned long long)(now_ms() + ch->mesh->cfg->resume_timeout_ms - ch->resume_deadline_ms),
@@ -1153,6 +1159,7 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 
 			ch->rx_len[seq % w] = len;
 			ch->rx_chunks++;
+			l->metrics.rx_chunks++;
 			while (ch->rx_len[s % w])
 				end += ch->rx_len[s++ % w];
 			/* Never more than a ring ahead of the reader (the peer ignored our credits), never past
@@ -1168,6 +1175,7 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 					ch->rx_seq++;
 				}
 				ch->rx_bytes_total += end - ch->rx_bytes;
+				l->metrics.rx_bytes += end - ch->rx_bytes;
 				ch->rx_bytes = end;
 			}
 		}

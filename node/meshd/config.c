@@ -19,6 +19,7 @@ enum config_type {
 	CFG_BYTES, /* 64-bit bytes: an integer, or a string with a suffix ("16G") */
 	CFG_STRING,
 	CFG_NUMA, /* "auto", "off" or a node number (an integer, or a string of digits) */
+	CFG_LISTEN, /* "" (off), or "ADDR:PORT", "[V6ADDR]:PORT", ":PORT" (config_listen_parse) */
 };
 
 struct config_key {
@@ -101,6 +102,11 @@ static const struct config_key config_keys[] = {
 		"file with the cluster's secret key (`meshctl keygen` prints one; a second line is the next key "
 		"of a rotation); relative to this file; mode 600 or stricter. Links prove it both ways before "
 		"anything is given; without it any host that reaches the port can join"),
+	{"metrics_listen", CFG_LISTEN, offsetof(struct mesh_config, metrics_listen),
+	 sizeof(((struct mesh_config *)0)->metrics_listen), "", 0, 0, NULL,
+	 "serve Prometheus metrics over HTTP at /metrics on this address and port (\"127.0.0.1:9464\", "
+	 "\"[::1]:9464\", or \":9464\" for every address); \"\" serves none. A node entry may have its own "
+	 "(several meshd on one host need one port each). `meshctl metrics` prints the same text either way"},
 	KEY_STR(log_level, log_level, "info", log_choices, "error | warn | info | debug"),
 };
 
@@ -117,6 +123,7 @@ static const struct node_key node_keys[] = {
 	{"numa", 0, 0, "optional: this node's own cluster.numa (machines differ), auto | off | a node number"},
 	{"rails", 0, 0, "optional: more addresses of the node, one per further RDMA device (multi-rail); "
 			"every node lists as many, rail r of each node on the same network"},
+	{"metrics_listen", 0, 0, "optional: this node's own cluster.metrics_listen, [ADDR]:PORT, \"\" for none"},
 };
 
 static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
@@ -220,6 +227,94 @@ static int numa_setting(const config_setting_t *s, char *text, size_t len, int *
 	return config_fail(err, errlen, path, line, "%s must be \"auto\", \"off\" or a node number", key);
 }
 
+int config_listen_parse(const char *v, struct sockaddr_storage *ss, socklen_t *len, const char **why)
+{
+	char host[CONFIG_LISTEN_MAX];
+	const char *colon = strrchr(v, ':'), *hs = v, *he;
+	char *end;
+	unsigned long port;
+
+	memset(ss, 0, sizeof(*ss));
+	if (!colon) {
+		*why = "is not ADDR:PORT, [IPV6]:PORT or :PORT";
+		return -EINVAL;
+	}
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (!isdigit((unsigned char)colon[1]) || *end || errno || port < 1 || port > 65535) {
+		*why = "has no port 1..65535 after its last ':'";
+		return -EINVAL;
+	}
+	he = colon;
+	if (*hs == '[') {
+		if (he - hs < 2 || he[-1] != ']') {
+			*why = "opens '[' without closing it right before the port";
+			return -EINVAL;
+		}
+		hs++;
+		he--;
+	}
+	if ((size_t)(he - hs) >= sizeof(host)) {
+		*why = "has an address that is too long";
+		return -EINVAL;
+	}
+	memcpy(host, hs, (size_t)(he - hs));
+	host[he - hs] = '\0';
+	if (!host[0] && hs == v) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_addr = in6addr_any;
+		s6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*s6);
+		return 0;
+	}
+	if (hs == v && inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*s4);
+		return 0;
+	}
+	if (hs != v && inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*s6);
+		return 0;
+	}
+	*why = hs == v && strchr(host, ':') ? "has an IPv6 address without [brackets]"
+					     : "has no numeric IPv4 address or [IPv6] address before the port";
+	return -EINVAL;
+}
+
+/* A listen value of key `key`: "" or a valid address and port, copied to out. */
+static int listen_setting(const config_setting_t *s, char *out, size_t len, const char *key, const char *path,
+			  char *err, size_t errlen)
+{
+	int line = setting_line(s);
+	const char *v, *why;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	if (config_setting_type(s) != CONFIG_TYPE_STRING)
+		return config_fail(err, errlen, path, line, "%s must be a string \"ADDR:PORT\" (or \"\": none)", key);
+	v = config_setting_get_string(s);
+	if (strlen(v) >= len)
+		return config_fail(err, errlen, path, line, "%s is longer than %zu characters", key, len - 1);
+	if (v[0] && config_listen_parse(v, &ss, &sl, &why))
+		return config_fail(err, errlen, path, line, "%s \"%s\" %s", key, v, why);
+	util_strlcpy(out, v, len);
+	return 0;
+}
+
+const char *config_node_metrics_listen(const struct mesh_config *cfg, const struct config_node *node)
+{
+	return node && node->has_metrics_listen ? node->metrics_listen : cfg->metrics_listen;
+}
+
 int config_node_numa(const struct mesh_config *cfg, const struct config_node *node)
 {
 	return node && node->numa[0] ? node->numa_mode : cfg->numa_mode;
@@ -286,6 +381,8 @@ static int config_read_cluster(struct mesh_config *cfg, config_setting_t *grp, c
 		} else if (k->type == CFG_NUMA) {
 			ret = numa_setting(s, cfg->numa, sizeof(cfg->numa), &cfg->numa_mode, "cluster.numa", path, err,
 					   errlen);
+		} else if (k->type == CFG_LISTEN) {
+			ret = listen_setting(s, (char *)cfg + k->offset, k->size, "cluster.metrics_listen", path, err, errlen);
 		} else {
 			if (config_setting_type(s) != CONFIG_TYPE_STRING)
 				return config_fail(err, errlen, path, line, "cluster.%s must be a string", name);
@@ -356,7 +453,8 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 			;
 		if (j == ARRAY_SIZE(node_keys))
 			return config_fail(err, errlen, path, sl,
-					   "unknown key nodes.%s (expected id, addr, port, numa, rails)", name);
+					   "unknown key nodes.%s (expected id, addr, port, numa, rails, metrics_listen)",
+					   name);
 		have |= 1 << j;
 		if (!strcmp(name, "numa")) {
 			int ret = numa_setting(s, node->numa, sizeof(node->numa), &node->numa_mode, "nodes.numa", path, err,
@@ -364,6 +462,13 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 
 			if (ret)
 				return ret;
+		} else if (!strcmp(name, "metrics_listen")) {
+			int ret = listen_setting(s, node->metrics_listen, sizeof(node->metrics_listen),
+						 "nodes.metrics_listen", path, err, errlen);
+
+			if (ret)
+				return ret;
+			node->has_metrics_listen = true;
 		} else if (!strcmp(name, "addr")) {
 			if (t != CONFIG_TYPE_STRING)
 				return config_fail(err, errlen, path, sl, "nodes.addr must be a string");
@@ -406,7 +511,8 @@ static int config_read_node(struct config_node *node, config_setting_t *grp, con
 		}
 	}
 	for (size_t j = 0; j < ARRAY_SIZE(node_keys); j++)
-		if (!(have & (1 << j)) && strcmp(node_keys[j].name, "numa") && strcmp(node_keys[j].name, "rails"))
+		if (!(have & (1 << j)) && strcmp(node_keys[j].name, "numa") && strcmp(node_keys[j].name, "rails") &&
+		    strcmp(node_keys[j].name, "metrics_listen"))
 			return config_fail(err, errlen, path, line, "node is missing %s", node_keys[j].name);
 	if (!node->n_rails)
 		node->n_rails = 1;
@@ -540,7 +646,7 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 {
 	/* As the dump (and mesh.conf(5), made from it) names each type. */
 	static const char *const type_names[] = {
-		[CFG_UINT] = "integer", [CFG_BYTES] = "size", [CFG_STRING] = "string", [CFG_NUMA] = "string"};
+		[CFG_UINT] = "integer", [CFG_BYTES] = "size", [CFG_STRING] = "string", [CFG_NUMA] = "string", [CFG_LISTEN] = "string"};
 
 	fprintf(out, "# cluster = { ... };  every key, with its default, range and meaning\n");
 	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
@@ -557,6 +663,8 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 		} else {
 			if (k->type == CFG_NUMA)
 				snprintf(range, sizeof(range), "auto|off|0..%llu", (unsigned long long)k->max);
+			else if (k->type == CFG_LISTEN)
+				snprintf(range, sizeof(range), "[ADDR]:PORT");
 			else
 				snprintf(range, sizeof(range), "string");
 			if (cfg)
@@ -570,6 +678,7 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 		char range[32];
 
 		bool numa = !strcmp(node_keys[i].name, "numa"), rails = !strcmp(node_keys[i].name, "rails");
+		bool listen = !strcmp(node_keys[i].name, "metrics_listen");
 
 		if (node_keys[i].max)
 			snprintf(range, sizeof(range), "%u..%u", node_keys[i].min, node_keys[i].max);
@@ -577,10 +686,12 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 			snprintf(range, sizeof(range), "auto|off|0..%d", CONFIG_NUMA_NODE_MAX);
 		else if (rails)
 			snprintf(range, sizeof(range), "1..%d addresses", CONFIG_RAILS_MAX - 1);
+		else if (listen)
+			snprintf(range, sizeof(range), "[ADDR]:PORT");
 		else
 			snprintf(range, sizeof(range), "address");
 		fprintf(out, "nodes.%-24s %-8s default %-8s range %-14s %s\n", node_keys[i].name,
 			node_keys[i].max ? "integer" : rails ? "list" : "string",
-			numa ? "cluster" : rails ? "[]" : "(none)", range, node_keys[i].help);
+			numa || listen ? "cluster" : rails ? "[]" : "(none)", range, node_keys[i].help);
 	}
 }

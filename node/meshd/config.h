@@ -7,9 +7,11 @@
 #ifndef MESH_MESHD_CONFIG_H
 #define MESH_MESHD_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #define CONFIG_NAME_MAX 64
 #define CONFIG_NUMA_AUTO (-1)
@@ -17,6 +19,7 @@
 #define CONFIG_NUMA_NODE_MAX 63
 #define CONFIG_ADDR_MAX 64
 #define CONFIG_RAILS_MAX 4 /* addresses (one per RDMA device) a node may have */
+#define CONFIG_LISTEN_MAX 72 /* "[v6 address]:port" */
 
 struct config_node {
 	uint16_t id;
@@ -28,6 +31,8 @@ struct config_node {
 	char rail[CONFIG_RAILS_MAX][CONFIG_ADDR_MAX];
 	char numa[16];  /* this node's own cluster.numa, "" when it has none */
 	int numa_mode;  /* the same, parsed (when numa[0]) */
+	bool has_metrics_listen; /* its own cluster.metrics_listen ("" turns it off for this node) */
+	char metrics_listen[CONFIG_LISTEN_MAX];
 	int line; /* where the node was defined, for messages */
 };
 
@@ -57,6 +62,7 @@ struct mesh_config {
 	uint32_t app_spin_us;    /* hint to libmesh: poll a ring this long before sleeping */
 	char numa[16];           /* "auto", "off" or a node number, as written */
 	int numa_mode;           /* the same: CONFIG_NUMA_AUTO, CONFIG_NUMA_OFF or the node */
+	char metrics_listen[CONFIG_LISTEN_MAX]; /* Prometheus /metrics over HTTP: "[ADDR]:PORT", "" off */
 	int nodes_line;
 	size_t n_nodes;
 	struct config_node *nodes; /* sorted by id */
@@ -69,6 +75,14 @@ void config_free(struct mesh_config *cfg);
 
 /* The NUMA policy of a node: its own numa key, else cluster.numa (CONFIG_NUMA_* or a node). */
 int config_node_numa(const struct mesh_config *cfg, const struct config_node *node);
+
+/* Where a node serves its metrics: its own metrics_listen, else cluster.metrics_listen; "" off. */
+const char *config_node_metrics_listen(const struct mesh_config *cfg, const struct config_node *node);
+
+/* "ADDR:PORT", "[V6ADDR]:PORT" or ":PORT" (every address) with a numeric address and a port
+ * 1..65535 into *ss (IPv6 for ":PORT", which also takes IPv4 where the system allows). 0, or
+ * -EINVAL with *why naming what is wrong. */
+int config_listen_parse(const char *v, struct sockaddr_storage *ss, socklen_t *len, const char **why);
 
 /* The node with this id, or NULL. */
 const struct config_node *config_node_find(const struct mesh_config *cfg, uint32_t id);

@@ -28,10 +28,12 @@
 #include "config.h"
 #include "log.h"
 #include "mesh.h"
+#include "metrics_http.h"
 #include "transport.h"
 #include "util.h"
 
-enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE, TAG_STOP };
+enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE, TAG_STOP,
+       TAG_METRICS };
 #define TAG(t) ((uint64_t)(t) << 32)
 #define EVENT_BATCH 64
 #define DRAIN_ROUNDS 16
@@ -95,6 +97,7 @@ struct daemon {
 	bool more[MESH_XPORT_INSTANCES]; /* the transport may hold events we have not taken yet */
 	struct mesh mesh;
 	struct admin admin;
+	struct metrics_http metrics; /* cluster.metrics_listen: served from rail 0's loop */
 	int epfd, tfd, sfd;
 	/* systemd (Type=notify): WATCHDOG=1 every half of WatchdogSec from the tick, so a loop that
 	 * stalls gets meshd restarted; STATUS= when the count of links UP changes. */
@@ -464,6 +467,9 @@ static int run(struct dp *dp)
 			case TAG_CH_LIFE:
 				channel_on_lifeline(m, (uint32_t)fd);
 				break;
+			case TAG_METRICS:
+				metrics_http_run(&d->metrics);
+				break;
 			}
 		}
 		/* A transport cut short by DRAIN_ROUNDS continues now, after the others had their turn. */
@@ -485,6 +491,7 @@ static int run(struct dp *dp)
 			mesh_tick(m, util_now_ms());
 			mesh_reap(m);
 			admin_tick(&d->admin, util_now_ms());
+			metrics_http_run(&d->metrics); /* its connection timeouts */
 			notify_tick(d, util_now_ms());
 		}
 		/* What the handlers released goes after the batch (no event above may still name it). */
@@ -644,7 +651,7 @@ int main(int argc, char **argv)
 	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL;
 	long node_id = -1;
 	bool dump = false;
-	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .metrics = {.fd = -1}};
 	const struct config_node *self;
 	struct auth_keys keys;
 	char err[512], prefix[32];
@@ -785,6 +792,16 @@ int main(int argc, char **argv)
 	if (ret)
 		goto out_timer;
 	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE));
+	/* A listener like the others: READY=1 (below) only once it serves. */
+	if (metrics_http_open(&d.metrics, config_node_metrics_listen(&d.cfg, self), &d.admin))
+		goto out_metrics;
+	if (d.metrics.fd >= 0) {
+		ret = add_fd(d.epfd, d.metrics.fd, TAG(TAG_METRICS));
+		if (ret) {
+			log_error("epoll_ctl (metrics endpoint): %s", strerror(-ret));
+			goto out_metrics;
+		}
+	}
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
@@ -808,6 +825,8 @@ int main(int argc, char **argv)
 	if (!run_data_path(&d))
 		status = 0;
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+out_metrics:
+	metrics_http_close(&d.metrics);
 	admin_close(&d.admin);
 out_timer:
 	close(d.tfd);

@@ -227,6 +227,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 			  (unsigned long long)l->epoch, l->last_error);
 	if (was_up)
 		m->link_flaps++;
+	link_metrics_failed(&l->metrics, was_up, err);
 	/* An attempt that did not prove the cluster key leaves no trace: the real dialler's next epoch,
 	 * which may be lower than the forger's, must not look stale. */
 	if (err == -MESH_EAUTH && !l->dialer)
@@ -1519,6 +1520,7 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 
 		if (qp == link_ctl_qp(l) && msg->keepalive_ack->sent_us <= t)
 			l->rtt_us = t - msg->keepalive_ack->sent_us;
+		link_metrics_ka_acked(&l->metrics, link_qp_rail(l, qp), msg->keepalive_ack->seq);
 		break;
 	}
 	case PEER_MSG__BODY_GOODBYE:
@@ -1771,6 +1773,8 @@ static void link_tick(struct link *l, uint64_t t)
 				if (!(l->rails_up & (1u << r)))
 					continue;
 				ret = link_send_on(l, r * cfg->qps_per_link, &msg);
+				if (!ret)
+					link_metrics_ka_sent(&l->metrics, r, k.seq);
 				/* All slots busy means the peer is not completing our sends: the timeout decides. */
 				if (ret && ret != -ENOBUFS) {
 					link_rail_fail(l, r, ret, "cannot send a keepalive on rail %u", r);

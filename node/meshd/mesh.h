@@ -16,6 +16,7 @@
 #include "channel.h"
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "numa_topo.h"
 #include "transport.h"
 #include "wire.h"
@@ -151,6 +152,8 @@ struct link {
 	/* Counters. */
 	uint32_t ups;
 	uint64_t tx_msgs, rx_msgs;
+	struct link_metrics metrics; /* for Prometheus (metrics.h): downs and failed attempts by reason,
+				      * keepalive misses, channel payload */
 	char last_error[LINK_ERR_MAX];
 };
 

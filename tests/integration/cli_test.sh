@@ -75,6 +75,12 @@ nodes = ( { id = 1; addr = \"node-a\"; port = 7471; } );")
 expect 1 "addr.conf:2: nodes.addr \"node-a\" is not a numeric" "non-numeric address: file:line" -- \
 	"$MESHD" -c "$c" -n 1 -s "$T/s"
 
+c=$(conf metrics "$good_cluster
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = 7471;
+            metrics_listen = \"localhost:9464\"; } );")
+expect 1 "metrics.conf:3: nodes.metrics_listen \"localhost:9464\" has no numeric IPv4" \
+	"bad metrics_listen: file:line, exit 1" -- "$MESHD" -c "$c" -n 1 -s "$T/s"
+
 expect 1 "$T/missing.conf: cannot open: No such file or directory" "missing config file: named, exit 1" -- \
 	"$MESHD" -c "$T/missing.conf" -n 1 -s "$T/s"
 
@@ -109,9 +115,12 @@ expect 0 "cluster.keepalive_timeout_ms .*in force: 5000" "meshd --dump-config --
 expect 0 "nodes.port" "meshd --dump-config lists node keys" -- "$MESHD" --dump-config
 
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
-expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
+expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
 expect 2 "cannot connect to $T/nosock" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
+expect 2 "cannot connect to $T/nosock" "meshctl metrics without a daemon: named, exit 2" -- \
+	"$MESHCTL" -s "$T/nosock" metrics
+expect 1 "unknown command 'drop' for metrics" "meshctl metrics unknown command" -- "$MESHCTL" -s "$T/s" metrics drop
 MESH_SOCKET="$T/envsock" expect 2 "cannot connect to $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"
 
 # On a machine without RDMA meshd must say so and exit, not hang.

@@ -3,6 +3,7 @@
  * sorted by id), and every kind of invalid file is refused with -MESH_ECONFIG and a message
  * "path:LINE: what" that points at the offending line.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 
 #include "config.h"
 #include "unit_main.h"
+#include "util.h"
 #include "wire.h"
 
 /* Per test: the temp file (removed in teardown) and the loaded config (freed in teardown). */
@@ -504,6 +506,90 @@ static void config_load__node_numa__overrides_cluster_for_that_node_only(void **
 	assert_int_equal(config_node_numa(&t->cfg, config_node_find(&t->cfg, 2)), CONFIG_NUMA_OFF);
 }
 
+static void config_load__metrics_listen_each_form__accepted_and_parsed(void **state)
+{
+	static const struct {
+		const char *v;
+		int family;
+		uint16_t port;
+	} forms[] = {
+		{"127.0.0.1:9464", AF_INET, 9464}, {"[::1]:9465", AF_INET6, 9465}, {":1", AF_INET6, 1},
+		{"0.0.0.0:65535", AF_INET, 65535}, {"[fe80::2]:80", AF_INET6, 80},
+	};
+	struct cfg_test *t = *state;
+	char text[256];
+
+	for (size_t i = 0; i < ARRAY_SIZE(forms); i++) {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		const char *why = NULL;
+		int ret;
+
+		snprintf(text, sizeof(text), "cluster = { name = \"lab\"; metrics_listen = \"%s\"; };\n" NODES1, forms[i].v);
+		ret = load_text(t, text);
+		if (ret)
+			fail_msg("%s: config_load: %d: %s", forms[i].v, ret, t->err);
+		assert_string_equal(t->cfg.metrics_listen, forms[i].v);
+		assert_string_equal(config_node_metrics_listen(&t->cfg, config_node_find(&t->cfg, 1)), forms[i].v);
+		assert_int_equal(config_listen_parse(forms[i].v, &ss, &len, &why), 0);
+		assert_int_equal(ss.ss_family, forms[i].family);
+		assert_int_equal(ntohs(forms[i].family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+								   : ((struct sockaddr_in6 *)&ss)->sin6_port),
+				 forms[i].port);
+	}
+	assert_int_equal(load_text(t, "cluster = { name = \"lab\"; };\n" NODES1), 0);
+	assert_string_equal(t->cfg.metrics_listen, ""); /* default: off */
+}
+
+static void config_load__metrics_listen_bad__rejected_with_line_and_why(void **state)
+{
+	static const struct {
+		const char *v, *why;
+	} bad[] = {
+		{"9464", "is not ADDR:PORT"},
+		{"localhost:9464", "no numeric IPv4"},
+		{"127.0.0.1:0", "no port 1..65535"},
+		{"127.0.0.1:65536", "no port 1..65535"},
+		{"127.0.0.1:", "no port"},
+		{"127.0.0.1:94a", "no port"},
+		{"127.0.0.1:-1", "no port"},
+		{"::1:9464", "without [brackets]"},
+		{"[::1:9464", "'['"},
+		{"[127.0.0.1]:9464", "no numeric"},
+		{"[]:9464", "no numeric"},
+	};
+	struct cfg_test *t = *state;
+	char text[256], want[64];
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		snprintf(text, sizeof(text), "cluster = {\n  name = \"lab\";\n  metrics_listen = \"%s\";\n};\n" NODES1,
+			 bad[i].v);
+		snprintf(want, sizeof(want), "cluster.metrics_listen \"%s\"", bad[i].v);
+		expect_refused_at(t, text, 3, want, bad[i].why);
+	}
+	expect_refused_at(t, "cluster = {\n  name = \"lab\";\n  metrics_listen = 9464;\n};\n" NODES1, 3,
+			  "cluster.metrics_listen must be a string", NULL);
+	expect_refused_at(t,
+			  "cluster = { name = \"lab\"; };\nnodes = (\n"
+			  "  { id = 1; addr = \"10.0.0.1\"; port = 7471;\n    metrics_listen = \"1.2.3.4\"; }\n);\n",
+			  4, "nodes.metrics_listen \"1.2.3.4\"", NULL);
+}
+
+static void config_load__node_metrics_listen__overrides_cluster_for_that_node_only(void **state)
+{
+	struct cfg_test *t = *state;
+	int ret = load_text(t, "cluster = {\n  name = \"lab\";\n  metrics_listen = \":9464\";\n};\n"
+			       "nodes = (\n  { id = 1; addr = \"10.0.0.1\"; port = 7471; metrics_listen = \"127.0.0.1:9501\"; },\n"
+			       "  { id = 2; addr = \"10.0.0.2\"; port = 7471; metrics_listen = \"\"; },\n"
+			       "  { id = 3; addr = \"10.0.0.3\"; port = 7471; }\n);\n");
+
+	if (ret)
+		fail_msg("config_load: %d: %s", ret, t->err);
+	assert_string_equal(config_node_metrics_listen(&t->cfg, config_node_find(&t->cfg, 1)), "127.0.0.1:9501");
+	assert_string_equal(config_node_metrics_listen(&t->cfg, config_node_find(&t->cfg, 2)), "");
+	assert_string_equal(config_node_metrics_listen(&t->cfg, config_node_find(&t->cfg, 3)), ":9464");
+}
+
 static void config_load__node_numa_garbage__rejected_with_line(void **state)
 {
 	expect_refused_at(*state,
@@ -793,7 +879,7 @@ static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
 	"max_channels_per_link", "max_ring_mib_per_link", "max_channels_per_uid", "max_ring_bytes_per_uid", "socket_group",
-	"polling", "poll_budget_us", "app_spin_us", "numa", "key_file", "log_level",
+	"polling", "poll_budget_us", "app_spin_us", "numa", "key_file", "metrics_listen", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)
@@ -987,6 +1073,9 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__numa_near__rejected_with_choices),
 	T(config_load__node_numa__overrides_cluster_for_that_node_only),
 	T(config_load__node_numa_garbage__rejected_with_line),
+	T(config_load__metrics_listen_each_form__accepted_and_parsed),
+	T(config_load__metrics_listen_bad__rejected_with_line_and_why),
+	T(config_load__node_metrics_listen__overrides_cluster_for_that_node_only),
 	T(config_load__numa_64__rejected_with_range),
 	T(config_load__numa_negative__rejected_with_line),
 	T(config_load__numa_float__rejected_with_line),

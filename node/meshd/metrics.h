@@ -1,0 +1,112 @@
+/*
+ * Metrics: the counters meshd keeps for Prometheus beyond what the link and channel code already
+ * counts, and one renderer of the text exposition format (version 0.0.4) that both the HTTP
+ * endpoint (metrics_http.h, cluster.metrics_listen) and `meshctl metrics` (the control socket)
+ * serve, so the two never differ.
+ *
+ * Names carry the rdmamesh_ prefix, values are in base units (bytes, seconds), counters end in
+ * _total; every family has its HELP and TYPE lines. Labels: peer (node id), rail, transport,
+ * reason, direction, state. The renderer reads the mesh and must run where the control socket
+ * runs: on rail 0's thread, under the daemon's lock.
+ */
+#ifndef MESH_MESHD_METRICS_H
+#define MESH_MESHD_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mesh/mesh.h> /* MESH_RAILS_MAX */
+
+/* Why a link attempt or an UP link ended: the error of link_fail() folded into a fixed set of
+ * label values, so that whatever a peer sends, the series stay few. */
+enum metrics_reason {
+	METRICS_REASON_KEEPALIVE,         /* MESH_EKEEPALIVE: the peer went silent */
+	METRICS_REASON_SHUTDOWN,          /* MESH_ESHUTDOWN: the peer said goodbye, or we stop */
+	METRICS_REASON_HANDSHAKE_TIMEOUT, /* MESH_EHANDSHAKE */
+	METRICS_REASON_NO_ANSWER,         /* ETIMEDOUT: a dial nobody answered */
+	METRICS_REASON_REFUSED,           /* the peer refused (ECONNREFUSED, MESH_EREFUSED) */
+	METRICS_REASON_BUSY,              /* MESH_EBUSY */
+	METRICS_REASON_STALE,             /* MESH_ESTALE: a newer attempt replaced it */
+	METRICS_REASON_AUTH,              /* MESH_EAUTH: the cluster key was not proven */
+	METRICS_REASON_PROOF,             /* MESH_EPROOF: the mailbox key failed its proof */
+	METRICS_REASON_MISMATCH,          /* the peer is configured otherwise (cluster, QPs, version, ids) */
+	METRICS_REASON_PROTOCOL,          /* malformed or unexpected messages or private data */
+	METRICS_REASON_CONNECTION,        /* a QP or connection failed or was lost */
+	METRICS_REASON_RESOURCES,         /* out of memory or queue room here */
+	METRICS_REASON_OTHER,
+	METRICS_REASONS,
+};
+
+/* The label value of a reason ("keepalive", "handshake_timeout", ...). */
+const char *metrics_reason_name(enum metrics_reason r);
+/* The reason of a negative errno or MESH_E* code. */
+enum metrics_reason metrics_reason_of(int err);
+
+/* Counters of one link (struct link embeds it), for its whole life: link attempts come and go,
+ * these only grow. */
+struct link_metrics {
+	uint64_t downs[METRICS_REASONS];       /* the UP link went DOWN */
+	uint64_t hs_failures[METRICS_REASONS]; /* attempts that ended before UP */
+	/* Keepalives per rail: a keepalive whose ack had not come back by the time the next one was
+	 * due is a miss. */
+	uint64_t ka_sent[MESH_RAILS_MAX], ka_acked[MESH_RAILS_MAX], ka_misses[MESH_RAILS_MAX];
+	/* Channel payload over the link: bytes and chunks (RDMA writes) each way, credit stalls. */
+	uint64_t tx_bytes, rx_bytes, tx_chunks, rx_chunks, credit_stalls;
+	uint64_t channel_resumes;
+};
+
+/* An attempt (was_up false) or an UP link (was_up true) ended with err. */
+static inline void link_metrics_failed(struct link_metrics *lm, bool was_up, int err)
+{
+	if (was_up)
+		lm->downs[metrics_reason_of(err)]++;
+	else
+		lm->hs_failures[metrics_reason_of(err)]++;
+}
+
+/* Keepalive seq goes out on rail r; an ack of seq came back on rail r (a peer may echo anything:
+ * only a seq we sent counts). */
+static inline void link_metrics_ka_sent(struct link_metrics *lm, uint32_t r, uint64_t seq)
+{
+	if (r >= MESH_RAILS_MAX)
+		return;
+	if (lm->ka_sent[r] > lm->ka_acked[r])
+		lm->ka_misses[r]++;
+	lm->ka_sent[r] = seq;
+}
+
+static inline void link_metrics_ka_acked(struct link_metrics *lm, uint32_t r, uint64_t seq)
+{
+	if (r < MESH_RAILS_MAX && seq <= lm->ka_sent[r] && seq > lm->ka_acked[r])
+		lm->ka_acked[r] = seq;
+}
+
+/* A growing text buffer. On allocation failure it stops growing and remembers it (oom): the
+ * caller checks once at the end. */
+struct metrics_buf {
+	char *s;
+	size_t len, cap;
+	bool oom;
+};
+
+void metrics_buf_printf(struct metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A label value escaped as the text format wants: \\ for a backslash, \" for a double quote, \n
+ * for a newline; everything else as it is. */
+void metrics_buf_label_value(struct metrics_buf *b, const char *v);
+/* Takes the text away from b (the caller frees it); b is empty after. */
+char *metrics_buf_take(struct metrics_buf *b, size_t *len);
+void metrics_buf_free(struct metrics_buf *b);
+
+struct mesh;
+
+/* What the renderer cannot find in the mesh. */
+struct metrics_extra {
+	uint64_t ctl_errors;   /* bad requests on the control socket (admin.c) */
+	uint64_t http_scrapes; /* requests served by the HTTP endpoint */
+};
+
+/* Renders every metric of the node into b (appended): 0, or -ENOMEM. */
+int metrics_render(const struct mesh *m, const struct metrics_extra *x, struct metrics_buf *b);
+
+#endif

@@ -1,0 +1,171 @@
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "admin.h"
+#include "log.h"
+#include "metrics.h"
+#include "metrics_http.h"
+#include "util.h"
+
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* libmicrohttpd's format and arguments, passed through. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct metrics_http *h = cls;
+	uint64_t dropped;
+	char msg[256];
+	size_t n;
+
+	if (!log_ratelimit_ok(&h->log_rl, util_now_ms(), &dropped))
+		return;
+	if (dropped)
+		log_warn("metrics endpoint %s: %llu messages not logged (more than %u in %u s)", h->listen,
+			 (unsigned long long)dropped, METRICS_HTTP_LOG_BURST, METRICS_HTTP_LOG_INTERVAL_MS / 1000);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	log_warn("metrics endpoint %s: %s", h->listen, msg);
+}
+
+static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status, const char *text)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+	ret = MHD_queue_response(conn, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* Called from MHD_run, that is from meshd's loop under the lock: the mesh may be read. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+				  const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
+{
+	struct metrics_http *h = cls;
+	struct metrics_buf b = {0};
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+	char *text;
+	size_t len;
+
+	(void)version;
+	(void)upload_data;
+	(void)upload_data_size;
+	(void)req_cls;
+	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+		return answer_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+	if (strcmp(url, "/metrics"))
+		return answer_text(conn, MHD_HTTP_NOT_FOUND, "not found: meshd serves /metrics only\n");
+	h->admin->http_scrapes++;
+	if (admin_metrics_render(h->admin, &b)) {
+		metrics_buf_free(&b);
+		return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+	}
+	text = metrics_buf_take(&b, &len);
+	r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_storage *ss, unsigned flags)
+{
+	/* The logger first: libmicrohttpd says so, else it may print some messages itself. */
+	return MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_MAX,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_PER_IP,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY,
+				MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)METRICS_HTTP_BACKLOG, MHD_OPTION_END);
+}
+
+int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a)
+{
+	struct sockaddr_storage ss;
+	const union MHD_DaemonInfo *info;
+	const char *why;
+	socklen_t len;
+	bool any6;
+	int ret;
+
+	memset(h, 0, sizeof(*h));
+	h->fd = -1;
+	h->admin = a;
+	h->log_rl.burst = METRICS_HTTP_LOG_BURST;
+	h->log_rl.interval_ms = METRICS_HTTP_LOG_INTERVAL_MS;
+	if (!listen[0])
+		return 0;
+	util_strlcpy(h->listen, listen, sizeof(h->listen));
+	/* config_load checked it: a failure here is a bug, still named. */
+	ret = config_listen_parse(listen, &ss, &len, &why);
+	if (ret) {
+		log_error("metrics_listen \"%s\" %s", listen, why);
+		return ret;
+	}
+	any6 = ss.ss_family == AF_INET6 && !memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, &in6addr_any, 16);
+	errno = 0;
+	h->mhd = start(h, &ss, ss.ss_family == AF_INET6 ? (any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6) : 0);
+	if (!h->mhd && any6) {
+		/* ":PORT" on a host without IPv6: every IPv4 address. */
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		uint16_t port = ((struct sockaddr_in6 *)&ss)->sin6_port;
+
+		memset(&ss, 0, sizeof(ss));
+		s4->sin_family = AF_INET;
+		s4->sin_addr.s_addr = htonl(INADDR_ANY);
+		s4->sin_port = port;
+		errno = 0;
+		h->mhd = start(h, &ss, 0);
+	}
+	if (!h->mhd) {
+		ret = errno ? -errno : -EADDRNOTAVAIL;
+		log_error("cannot serve metrics on %s: %s", listen, strerror(-ret));
+		return ret;
+	}
+	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	if (!info || info->epoll_fd < 0) {
+		log_error("metrics endpoint %s: libmicrohttpd has no epoll descriptor", listen);
+		metrics_http_close(h);
+		return -EINVAL;
+	}
+	h->fd = info->epoll_fd;
+	log_info("serving Prometheus metrics at http://%s/metrics", listen);
+	return 0;
+}
+
+void metrics_http_run(struct metrics_http *h)
+{
+	if (h->mhd && MHD_run(h->mhd) != MHD_YES)
+		log_debug("metrics endpoint %s: MHD_run failed", h->listen);
+}
+
+void metrics_http_close(struct metrics_http *h)
+{
+	if (!h)
+		return;
+	if (h->mhd)
+		MHD_stop_daemon(h->mhd);
+	h->mhd = NULL;
+	h->fd = -1;
+}

@@ -1,0 +1,47 @@
+/*
+ * The Prometheus endpoint: GET /metrics over HTTP on cluster.metrics_listen, served by
+ * libmicrohttpd in external-polling mode inside meshd's own loop: its epoll descriptor sits in
+ * rail 0's epoll set and metrics_http_run() is called when it is readable and on every tick
+ * (connection timeouts). No thread of its own, so the text is rendered exactly where the control
+ * socket renders its replies: on rail 0's thread, under the daemon's lock.
+ *
+ * What a client can make meshd do is bounded: METRICS_HTTP_CONNS_MAX connections at once
+ * (METRICS_HTTP_CONNS_PER_IP from one address), an idle or slow connection closed after
+ * METRICS_HTTP_TIMEOUT_S, request headers within METRICS_HTTP_MEMORY bytes. Any other path is 404,
+ * any other method than GET and HEAD 405.
+ */
+#ifndef MESH_MESHD_METRICS_HTTP_H
+#define MESH_MESHD_METRICS_HTTP_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "log.h"
+
+#define METRICS_HTTP_CONNS_MAX 16
+#define METRICS_HTTP_CONNS_PER_IP 8
+#define METRICS_HTTP_BACKLOG 64
+#define METRICS_HTTP_TIMEOUT_S 5
+#define METRICS_HTTP_MEMORY (16u << 10)
+#define METRICS_HTTP_LOG_BURST 10u /* libmicrohttpd's messages per interval, at most */
+#define METRICS_HTTP_LOG_INTERVAL_MS 60000u
+
+struct admin;
+struct MHD_Daemon;
+
+struct metrics_http {
+	struct MHD_Daemon *mhd;
+	int fd; /* MHD's epoll descriptor, -1 when off */
+	struct admin *admin;
+	char listen[CONFIG_LISTEN_MAX];
+	struct log_ratelimit log_rl; /* clients cause libmicrohttpd's messages (limits reached...) */
+};
+
+/* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT"); "" serves nothing (returns 0,
+ * h->fd -1). Returns 0 or a negative errno, logged with the address. */
+int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a);
+/* Accepts, reads and answers whatever is ready, closes timed-out connections; never blocks. */
+void metrics_http_run(struct metrics_http *h);
+void metrics_http_close(struct metrics_http *h);
+
+#endif

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""meshd's Prometheus metrics on a running 2-node mesh over tcp on 127.0.0.1.
+
+The cluster names 2 + PHANTOMS nodes (only nodes 1 and 2 run; the others have higher ids, so
+nobody dials them) so that the text is several control-socket pages long; its name has a quote and
+a backslash, which the text must escape.
+
+  1. GET /metrics on node 1 (nodes.metrics_listen): 200, the text format's content type,
+     rdmamesh_link_up{peer="2"} 1 and {peer="3"} 0, the info gauge with the escaped cluster name;
+     promtool check metrics is clean on it.
+  2. meshctl metrics: the same series (several pages of one rendering), promtool clean too.
+  3. A meshcat transfer of 1 MiB from node 2 to node 1: node 1's rx bytes and chunks of peer 2 and
+     node 2's tx bytes grow by at least that much.
+  4. /other is 404, POST /metrics 405.
+  5. 200 connections opened and held (idle, or a request half sent): meshd keeps at most its limit
+     and closes the rest at once, the control socket still answers at once, the link stays UP,
+     meshd closes the idle ones within its timeout, and /metrics answers again afterwards.
+Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
+"""
+import argparse
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mesh_test  # noqa: E402
+from mesh_test import check, wait_until  # noqa: E402
+
+PAGE = 61440  # ADMIN_METRICS_PAGE (node/meshd/admin.h)
+HTTP_TIMEOUT_S = 5  # METRICS_HTTP_TIMEOUT_S (node/meshd/metrics_http.h)
+SAMPLE = re.compile(r'^(rdmamesh_[a-z_]+)(\{[^}]*\})? (\S+)$')
+
+
+def samples(text):
+    """{name+labels: value} of every sample line."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            raise ValueError(f"not a sample line: {line!r}")
+        out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def promtool_check(promtool, text):
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    return r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout + r.stderr).strip()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--port", type=int, default=17740)
+    ap.add_argument("--phantoms", type=int, default=400)
+    args = ap.parse_args()
+    promtool = shutil.which("promtool")
+    if not promtool:
+        print("SKIP: promtool not found (Debian package prometheus; deploy/install-deps.sh installs it)")
+        return 77
+    args.build = os.path.abspath(args.build)
+    meshd = os.path.join(args.build, "node", "meshd")
+    meshctl = os.path.join(args.build, "node", "meshctl")
+    meshcat = os.path.join(args.build, "meshlib", "meshcat")
+    work = tempfile.mkdtemp(prefix="mesh-metrics-")
+    conf = os.path.join(work, "mesh.conf")
+    http = {1: args.port + 2, 2: args.port + 3}
+    nodes = [f'  {{ id = {i}; addr = "127.0.0.1"; port = {args.port + i - 1}; '
+             f'metrics_listen = "127.0.0.1:{http[i]}"; }}' for i in (1, 2)]
+    nodes += [f'  {{ id = {i}; addr = "127.0.0.1"; port = {args.port + 10 + i}; }}'
+              for i in range(3, 3 + args.phantoms)]
+    with open(conf, "w") as f:
+        f.write('cluster = {\n  name = "me\\"tr\\\\ics";\n  transport = "tcp";\n  qps_per_link = 2;\n'
+                '  keepalive_interval_ms = 300;\n  keepalive_timeout_ms = 3000;\n'
+                + mesh_test.cluster_key(args.build, work) + '};\n'
+                'nodes = (\n' + ",\n".join(nodes) + '\n);\n')
+    procs = {}
+    socks = {i: os.path.join(work, f"meshd{i}.sock") for i in (1, 2)}
+    logs = {i: os.path.join(work, f"meshd{i}.log") for i in (1, 2)}
+
+    def ctl(i, *a, timeout=10):
+        return subprocess.run([meshctl, "-s", socks[i], *a], capture_output=True, text=True, timeout=timeout)
+
+    def get(i, path="/metrics", method="GET"):
+        req = urllib.request.Request(f"http://127.0.0.1:{http[i]}{path}", method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+    def link_up(i, peer):
+        r = ctl(i, "-j", "links")
+        return r.returncode == 0 and f'"peer":{peer},' in r.stdout and \
+            re.search(r'"peer":%d,[^}]*"state":"UP"' % peer, r.stdout) is not None
+
+    try:
+        for i in (1, 2):
+            with open(logs[i], "w") as lf:
+                procs[i] = subprocess.Popen([meshd, "-c", conf, "-n", str(i), "-s", socks[i]],
+                                            stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
+        check(wait_until(lambda: link_up(1, 2) and link_up(2, 1), 20), "nodes 1 and 2 UP")
+
+        # 1. the endpoint (once the first keepalive measured the RTT: the series set is stable then)
+        wait_until(lambda: 'rdmamesh_link_rtt_seconds{peer="2"}' in get(1)[2], 10)
+        status, ctype, text = get(1)
+        s1 = samples(text)
+        check(status == 200 and ctype.startswith("text/plain; version=0.0.4"),
+              "GET /metrics: 200, text/plain; version=0.0.4", f"{status} {ctype}")
+        check(s1.get('rdmamesh_link_up{peer="2"}') == 1 and s1.get('rdmamesh_link_up{peer="3"}') == 0,
+              'rdmamesh_link_up{peer="2"} 1, {peer="3"} 0 (a configured node that never ran)')
+        check(s1.get('rdmamesh_link_state{peer="2",state="UP"}') == 1 and s1.get("rdmamesh_links_up") == 1
+              and s1.get("rdmamesh_peers") == 1 + args.phantoms, "link state UP, links_up 1, peers counted")
+        check(s1.get('rdmamesh_node_info{node="1",cluster="me\\"tr\\\\ics",version="%s"}'
+                     % re.search(r"meshd (\S+)", subprocess.run([meshd, "--version"], capture_output=True,
+                                                                 text=True).stdout).group(1)) == 1,
+              "rdmamesh_node_info with the cluster name escaped", [k for k in s1 if "node_info" in k].__str__())
+        check(s1.get('rdmamesh_link_rtt_seconds{peer="2"}', 0) > 0, "RTT of peer 2 in seconds, measured")
+        ok, out = promtool_check(promtool, text)
+        check(ok, f"promtool check metrics: clean on the endpoint's text ({len(text)} bytes)", out[:2000])
+
+        # 2. meshctl metrics: the same text, in pages
+        r = ctl(1, "metrics")
+        check(r.returncode == 0 and len(r.stdout) > 2 * PAGE,
+              f"meshctl metrics: exit 0, {len(r.stdout)} bytes (more than 2 pages of {PAGE})", r.stderr)
+        ok, out = promtool_check(promtool, r.stdout)
+        check(ok, "promtool check metrics: clean on meshctl metrics' text", out[:2000])
+        sc = samples(r.stdout)
+        check(set(sc) == set(s1), "meshctl metrics has exactly the endpoint's series",
+              str(set(sc) ^ set(s1))[:500])
+        check(sc.get('rdmamesh_link_up{peer="2"}') == 1, 'meshctl metrics: rdmamesh_link_up{peer="2"} 1')
+        check(r.stdout.endswith("\n") and r.stdout.count("# TYPE rdmamesh_link_up gauge") == 1,
+              "the pages fit together: one text, each family once")
+
+        # 3. bytes grow with a transfer
+        before1, before2 = samples(get(1)[2]), samples(get(2)[2])
+        data = os.urandom(1 << 20)
+        out_path = os.path.join(work, "out.bin")
+        with open(out_path, "wb") as of:
+            lst = subprocess.Popen([meshcat, "-s", socks[1], "-l", "5000"], stdout=of, stderr=subprocess.PIPE)
+            time.sleep(0.3)
+            snd = subprocess.run([meshcat, "-s", socks[2], "1", "5000"], input=data, capture_output=True, timeout=60)
+            lst.wait(timeout=30)
+        check(snd.returncode == 0 and lst.returncode == 0 and open(out_path, "rb").read() == data,
+              "meshcat: 1 MiB from node 2 to node 1 intact", snd.stderr.decode()[:300])
+        after1, after2 = samples(get(1)[2]), samples(get(2)[2])
+
+        def grew(a, b, key, by):
+            return a.get(key, 0) - b.get(key, 0) >= by
+
+        rx, tx = 'rdmamesh_link_bytes_total{peer="2",direction="rx"}', 'rdmamesh_link_bytes_total{peer="1",direction="tx"}'
+        check(grew(after1, before1, rx, 1 << 20), f"node 1: {rx} grew by 1 MiB",
+              f"{before1.get(rx)} -> {after1.get(rx)}")
+        check(grew(after2, before2, tx, 1 << 20), f"node 2: {tx} grew by 1 MiB",
+              f"{before2.get(tx)} -> {after2.get(tx)}")
+        ck = 'rdmamesh_link_chunks_total{peer="2",direction="rx"}'
+        check(grew(after1, before1, ck, 16), f"node 1: {ck} grew (at least 16 chunks of 64 KiB)",
+              f"{before1.get(ck)} -> {after1.get(ck)}")
+        check(after1.get("rdmamesh_metrics_scrapes_total", 0) > before1.get("rdmamesh_metrics_scrapes_total", 0),
+              "rdmamesh_metrics_scrapes_total counts the scrapes")
+
+        # 4. other paths and methods
+        check(get(1, "/other")[0] == 404 and get(1, "/")[0] == 404 and get(1, "/metrics/x")[0] == 404,
+              "/other, / and /metrics/x: 404")
+        check(get(1, method="POST")[0] == 405, "POST /metrics: 405")
+
+        # 5. many connections
+        held = []
+        for n in range(200):
+            try:
+                c = socket.create_connection(("127.0.0.1", http[1]), timeout=2)
+                if n % 2:
+                    c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+                held.append(c)
+            except OSError:
+                pass
+        time.sleep(0.5)
+        still = sum(1 for c in held if not select.select([c], [], [], 0)[0])
+        check(len(held) == 200 and still <= 16, f"200 connections opened; meshd keeps {still} of them (at most its "
+              "limit of 16), and closes the others at once", f"{len(held)} opened")
+        t0 = time.monotonic()
+        r = ctl(1, "node", timeout=5)
+        dt = time.monotonic() - t0
+        check(r.returncode == 0 and dt < 2, f"with {len(held)} connections held: meshctl node answers ({dt:.2f} s)")
+        time.sleep(1)
+        check(link_up(1, 2) and link_up(2, 1), "the link stays UP meanwhile")
+        deadline = time.monotonic() + HTTP_TIMEOUT_S + 5
+        closed = 0
+        for c in held:
+            c.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                while c.recv(4096):
+                    pass
+                closed += 1
+            except ConnectionResetError:
+                closed += 1  # closed with our unread request: a reset, closed all the same
+            except OSError:
+                pass  # still open at the deadline
+            c.close()
+        check(closed == len(held), f"meshd closed all {len(held)} held connections within its limits and "
+              f"{HTTP_TIMEOUT_S} s timeout", f"{closed} closed")
+        status, _, text = get(1)
+        check(status == 200 and samples(text).get('rdmamesh_link_up{peer="2"}') == 1,
+              "/metrics answers again afterwards")
+        for i in (1, 2):
+            procs[i].terminate()
+            check(procs[i].wait(timeout=10) == 0, f"meshd {i}: SIGTERM, exit 0")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if mesh_test.failed:
+            for i in (1, 2):
+                if os.path.exists(logs[i]):
+                    print(f"--- meshd {i} log (tail)")
+                    print("".join(open(logs[i]).readlines()[-30:]))
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
+    return 1 if mesh_test.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+/*
+ * The metrics of meshd (node/meshd/metrics.h): label values escaped as the text format wants, the
+ * renderer's text well formed (every sample under its family's HELP and TYPE, counters ending in
+ * _total) and true to the mesh, and the counters added for it counted where the events happen:
+ * link downs and failed attempts by reason (link_fail), keepalive misses per rail, over a mesh
+ * driven on the fake transport.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <mesh/mesh.h>
+
+#include "log.h"
+#include "mesh_harness.h"
+#include "metrics.h"
+#include "unit_main.h"
+#include "util.h"
+
+static const uint16_t ids123[] = {1, 2, 3};
+
+/* The text of the mesh, NUL-terminated; free it. */
+static char *render(struct mt *t)
+{
+	struct metrics_buf b = {0};
+	struct metrics_extra x = {.ctl_errors = 7, .http_scrapes = 3};
+	size_t len;
+	char *s;
+
+	assert_int_equal(metrics_render(&t->m, &x, &b), 0);
+	s = metrics_buf_take(&b, &len);
+	assert_non_null(s);
+	assert_int_equal(strlen(s), len);
+	return s;
+}
+
+static void assert_has(const char *text, const char *line)
+{
+	char want[512];
+
+	snprintf(want, sizeof(want), "\n%s\n", line);
+	if (!strstr(text, want))
+		fail_msg("the metrics lack the line\n  %s\nin:\n%s", line, text);
+}
+
+static void metrics_buf_label_value__quote_backslash_newline__escaped(void **state)
+{
+	struct metrics_buf b = {0};
+
+	(void)state;
+	metrics_buf_label_value(&b, "a\"b\\c\nd\te");
+	assert_false(b.oom);
+	assert_string_equal(b.s, "a\\\"b\\\\c\\nd\te");
+	metrics_buf_label_value(&b, "");
+	assert_string_equal(b.s, "a\\\"b\\\\c\\nd\te");
+	metrics_buf_free(&b);
+	assert_null(b.s);
+	metrics_buf_free(NULL);
+}
+
+static void metrics_buf_printf__beyond_first_block__grows_intact(void **state)
+{
+	struct metrics_buf b = {0};
+	char big[10000];
+	size_t len;
+	char *s;
+
+	(void)state;
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	metrics_buf_printf(&b, "<%s>", big);
+	metrics_buf_printf(&b, "%d", 42);
+	s = metrics_buf_take(&b, &len);
+	assert_int_equal(len, sizeof(big) - 1 + 4);
+	assert_int_equal(s[0], '<');
+	assert_int_equal(s[sizeof(big)], '>');
+	assert_string_equal(s + sizeof(big) + 1, "42");
+	assert_null(b.s);
+	free(s);
+}
+
+static void metrics_render__cluster_name_with_quote_backslash_newline__escaped_in_node_info(void **state)
+{
+	struct mt *t = *state;
+	char *s, want[128];
+
+	mt_init(t, 2, ids123, 3);
+	snprintf(t->cfg.cluster_name, sizeof(t->cfg.cluster_name), "q\"b\\s\nn");
+	s = render(t);
+	snprintf(want, sizeof(want), "rdmamesh_node_info{node=\"2\",cluster=\"q\\\"b\\\\s\\nn\",version=\"%d.%d\"} 1",
+		 MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+	assert_has(s, want);
+	/* No raw newline inside a sample: every line is a comment or a sample of ours. */
+	for (const char *p = s; *p; p = strchr(p, '\n') + 1) {
+		if (strncmp(p, "# ", 2) && strncmp(p, "rdmamesh_", 9))
+			fail_msg("a line that is neither a comment nor a sample: %.60s", p);
+		assert_non_null(strchr(p, '\n'));
+	}
+	free(s);
+	mt_finish(t);
+}
+
+/* Every sample's name is the family last declared by TYPE, which follows its HELP; each family is
+ * declared once; counters end in _total; every name has the prefix. */
+static void metrics_render__every_sample__under_its_help_and_type(void **state)
+{
+	struct mt *t = *state;
+	char family[128] = "", seen[8192] = " ";
+	char *s, *save = NULL;
+
+	mt_init(t, 2, ids123, 3);
+	tick(t);
+	drive_to_up(t, lk(t, 1));
+	s = render(t);
+	for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char name[128], type[32], key[140];
+
+		if (sscanf(line, "# HELP %127s", name) == 1) {
+			snprintf(key, sizeof(key), " %s ", name);
+			if (strstr(seen, key))
+				fail_msg("family %s declared twice", name);
+			assert_true(strlen(seen) + strlen(key) < sizeof(seen));
+			strcat(seen, key + 1);
+			snprintf(family, sizeof(family), "%s", name);
+			assert_int_equal(strncmp(name, "rdmamesh_", 9), 0);
+			continue;
+		}
+		if (sscanf(line, "# TYPE %127s %31s", name, type) == 2) {
+			assert_string_equal(name, family);
+			if (!strcmp(type, "counter"))
+				assert_string_equal(name + strlen(name) - 6, "_total");
+			else
+				assert_string_equal(type, "gauge");
+			continue;
+		}
+		assert_true(line[0] != '#');
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(line, "{ "), line);
+		if (strcmp(name, family))
+			fail_msg("sample %s under family %s", line, family);
+	}
+	free(s);
+	mt_finish(t);
+}
+
+static void metrics_render__one_link_up__link_up_state_and_counts(void **state)
+{
+	struct mt *t = *state;
+	char *s;
+
+	mt_init(t, 2, ids123, 3);
+	tick(t);
+	drive_to_up(t, lk(t, 1));
+	s = render(t);
+	assert_has(s, "rdmamesh_peers 2");
+	assert_has(s, "rdmamesh_links_up 1");
+	assert_has(s, "rdmamesh_control_errors_total 7");
+	assert_has(s, "rdmamesh_metrics_scrapes_total 3");
+	assert_has(s, "rdmamesh_link_up{peer=\"1\"} 1");
+	assert_has(s, "rdmamesh_link_up{peer=\"3\"} 0");
+	assert_has(s, "rdmamesh_link_state{peer=\"1\",state=\"UP\"} 1");
+	assert_has(s, "rdmamesh_link_state{peer=\"1\",state=\"DOWN\"} 0");
+	assert_has(s, "rdmamesh_link_state{peer=\"3\",state=\"DOWN\"} 1");
+	assert_has(s, "rdmamesh_link_rail_up{peer=\"1\",rail=\"0\"} 1");
+	assert_has(s, "rdmamesh_link_ups_total{peer=\"1\"} 1");
+	assert_has(s, "rdmamesh_link_info{peer=\"1\",addr=\"10.0.0.1\",transport=\"fake\"} 1");
+	assert_has(s, "rdmamesh_link_bytes_total{peer=\"1\",direction=\"tx\"} 0");
+	/* The link's buffers and mailbox are registered: the gauge counts them. */
+	assert_non_null(strstr(s, "\nrdmamesh_memory_registered_bytes{transport=\"fake\"} "));
+	assert_null(strstr(s, "\nrdmamesh_memory_registered_bytes{transport=\"fake\"} 0\n"));
+	/* Nothing failed: no reason appears. */
+	assert_null(strstr(s, "reason="));
+	free(s);
+	mt_finish(t);
+}
+
+static void link_metrics__keepalive_timeout__down_counted_as_keepalive(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	char *s;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	tick_at(t, util_now_ms() + t->cfg.keepalive_timeout_ms + 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->metrics.downs[METRICS_REASON_KEEPALIVE], 1);
+	for (int r = 0; r < METRICS_REASONS; r++)
+		assert_int_equal(l->metrics.hs_failures[r], 0);
+	s = render(t);
+	assert_has(s, "rdmamesh_link_downs_total{peer=\"1\",reason=\"keepalive\"} 1");
+	assert_has(s, "rdmamesh_link_up{peer=\"1\"} 0");
+	free(s);
+	mt_finish(t);
+}
+
+static void link_metrics__goodbye__down_counted_as_shutdown(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	PeerMsg m = PEER_MSG__INIT;
+	Goodbye g = GOODBYE__INIT;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	g.reason = MESH_ESHUTDOWN;
+	m.body_case = PEER_MSG__BODY_GOODBYE;
+	m.goodbye = &g;
+	peer_send(t, l, &m);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->metrics.downs[METRICS_REASON_SHUTDOWN], 1);
+	assert_int_equal(l->metrics.downs[METRICS_REASON_KEEPALIVE], 0);
+	mt_finish(t);
+}
+
+static void link_metrics__handshake_timeout__failure_counted_not_down(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	char *s;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	tick_at(t, util_now_ms() + t->cfg.handshake_timeout_ms + 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->metrics.hs_failures[METRICS_REASON_HANDSHAKE_TIMEOUT], 1);
+	for (int r = 0; r < METRICS_REASONS; r++)
+		assert_int_equal(l->metrics.downs[r], 0);
+	s = render(t);
+	assert_has(s, "rdmamesh_link_handshake_failures_total{peer=\"1\",reason=\"handshake_timeout\"} 1");
+	assert_null(strstr(s, "rdmamesh_link_downs_total{"));
+	free(s);
+	mt_finish(t);
+}
+
+static void link_metrics__bad_hello__failure_counted_as_mismatch(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	Hello h;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	h = peer_hello(t, l);
+	h.qp_count = 5;
+	peer_send_hello(t, l, &h);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(l->metrics.hs_failures[METRICS_REASON_MISMATCH], 1);
+	mt_finish(t);
+}
+
+/* A keepalive not acked when the next goes out is a miss; an ack in time is none; an ack of a
+ * keepalive never sent changes nothing. */
+static void link_metrics__keepalive_unanswered__miss_counted(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t t0;
+	KeepaliveAck a = KEEPALIVE_ACK__INIT;
+	PeerMsg m = PEER_MSG__INIT;
+	char *s;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	t0 = util_now_ms();
+	tick_at(t, t0); /* keepalive 1 */
+	assert_true(l->metrics.ka_sent[0] == l->ka_seq);
+	assert_int_equal(l->metrics.ka_misses[0], 0);
+	tick_at(t, t0 + t->cfg.keepalive_interval_ms + 1); /* keepalive 2: 1 was not acked */
+	assert_int_equal(l->metrics.ka_misses[0], 1);
+	a.seq = l->ka_seq;
+	a.sent_us = util_now_us();
+	m.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
+	m.keepalive_ack = &a;
+	peer_send(t, l, &m);
+	tick_at(t, t0 + 2 * t->cfg.keepalive_interval_ms + 2); /* keepalive 3: 2 was acked */
+	assert_int_equal(l->metrics.ka_misses[0], 1);
+	a.seq = l->ka_seq + 1000; /* never sent */
+	peer_send(t, l, &m);
+	tick_at(t, t0 + 3 * t->cfg.keepalive_interval_ms + 3); /* keepalive 4: 3 was not acked */
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(l->metrics.ka_misses[0], 2);
+	s = render(t);
+	assert_has(s, "rdmamesh_link_keepalive_misses_total{peer=\"1\",rail=\"0\"} 2");
+	free(s);
+	mt_finish(t);
+}
+
+static void metrics_reason_of__codes__fixed_names(void **state)
+{
+	(void)state;
+	assert_string_equal(metrics_reason_name(metrics_reason_of(-MESH_EKEEPALIVE)), "keepalive");
+	assert_string_equal(metrics_reason_name(metrics_reason_of(-MESH_EAUTH)), "auth");
+	assert_string_equal(metrics_reason_name(metrics_reason_of(-ECONNRESET)), "connection");
+	assert_string_equal(metrics_reason_name(metrics_reason_of(-ETIMEDOUT)), "no_answer");
+	assert_string_equal(metrics_reason_name(metrics_reason_of(-12345)), "other");
+	assert_string_equal(metrics_reason_name(metrics_reason_of(0)), "other");
+	assert_string_equal(metrics_reason_name((enum metrics_reason)99), "other");
+	for (int r = 0; r < METRICS_REASONS; r++)
+		assert_non_null(metrics_reason_name((enum metrics_reason)r));
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, mt_setup, mt_teardown)
+static const struct CMUnitTest tests[] = {
+	T(metrics_buf_label_value__quote_backslash_newline__escaped),
+	T(metrics_buf_printf__beyond_first_block__grows_intact),
+	T(metrics_render__cluster_name_with_quote_backslash_newline__escaped_in_node_info),
+	T(metrics_render__every_sample__under_its_help_and_type),
+	T(metrics_render__one_link_up__link_up_state_and_counts),
+	T(link_metrics__keepalive_timeout__down_counted_as_keepalive),
+	T(link_metrics__goodbye__down_counted_as_shutdown),
+	T(link_metrics__handshake_timeout__failure_counted_not_down),
+	T(link_metrics__bad_hello__failure_counted_as_mismatch),
+	T(link_metrics__keepalive_unanswered__miss_counted),
+	T(metrics_reason_of__codes__fixed_names),
+};
+
+static int group_setup(void **state)
+{
+	(void)state;
+	log_set_level(getenv("MESH_TEST_QUIET") ? LOG_LVL_ERROR : LOG_LVL_DEBUG);
+	return 0;
+}
+
+UNIT_MAIN("metrics", tests, group_setup, NULL)
