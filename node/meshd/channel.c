@@ -1136,15 +1136,20 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 		uint64_t c = __atomic_load_n(&ch->credit[0], __ATOMIC_ACQUIRE);
 		uint64_t placed = __atomic_load_n(&ch->credit[1], __ATOMIC_ACQUIRE);
 
+		/* The two words are read while the peer's next credit write may be landing on them (its
+		 * meshd posts it once this one completed at its end, which may be before we read this
+		 * one): each word only grows, but the pair may be torn, the reader's position newer than
+		 * the placed one. The reader cannot have consumed what was not placed, so its position is
+		 * as good a lower bound of what is placed. */
 		if (!mesh_ring_in_window(c, ch->peer_cons, ch->tx_sent))
 			channel_break(ch, -EPROTO, "peer credited %llu bytes, outside [%llu, %llu]", (unsigned long long)c,
 				      (unsigned long long)ch->peer_cons, (unsigned long long)ch->tx_sent);
-		else if (!mesh_ring_in_window(placed, MAX(c, ch->peer_placed), ch->tx_sent))
+		else if (!mesh_ring_in_window(placed, ch->peer_placed, ch->tx_sent))
 			channel_break(ch, -EPROTO, "peer placed %llu bytes, outside [%llu, %llu]", (unsigned long long)placed,
-				      (unsigned long long)MAX(c, ch->peer_placed), (unsigned long long)ch->tx_sent);
+				      (unsigned long long)ch->peer_placed, (unsigned long long)ch->tx_sent);
 		else {
 			ch->peer_cons = c;
-			ch->peer_placed = placed;
+			ch->peer_placed = mesh_ring_in_window(placed, c, ch->tx_sent) ? placed : c;
 		}
 	} else {
 		uint16_t seq = MESH_IMM_SEQ(imm);
