@@ -6,8 +6,8 @@ DESTDIR:
      exposure level" line);
   2. `systemd-analyze verify` is silent and exits 0 (on a copy whose ExecStart names the scratch
      install's meshd, as verify wants the program to exist; MANPATH finds the scratch man pages);
-  3. with strace: meshd with a link UP, meshctl queries, a channel of 4 MiB through libmesh and a
-     SIGTERM, traced with -f: every system call it made is inside the unit's SystemCallFilter=
+  3. with strace: meshd with a link UP and its metrics endpoint scraped, meshctl queries, a channel
+     of 4 MiB through libmesh and a SIGTERM, traced with -f: every system call it made is inside the unit's SystemCallFilter=
      (expanded by `systemd-analyze syscall-filter`), every socket family inside
      RestrictAddressFamilies=, and no mapping is made writable and executable or executable later
      (MemoryDenyWriteExecute=). Without systemd as PID 1 the sandbox itself cannot be run here; this
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 fails = []
 
@@ -66,7 +67,8 @@ def strace_part(args, work, unit):
     with open(conf, "w") as f:
         f.write('cluster = { name = "unit"; transport = "tcp"; qps_per_link = 2; keepalive_interval_ms = 300; '
                 f'socket_group = "{os.getgid()}"; }};\n'
-                f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {args.port}; }},\n'
+                f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {args.port}; '
+                f'metrics_listen = "127.0.0.1:{args.port + 2}"; }},\n'
                 f'  {{ id = 2; addr = "127.0.0.1"; port = {args.port + 1}; }}\n);\n')
     socks = {i: os.path.join(work, f"meshd{i}.sock") for i in (1, 2)}
     trace = os.path.join(work, "strace.log")
@@ -109,8 +111,15 @@ def strace_part(args, work, unit):
         r = subprocess.run([meshcat, "-s", socks[2], "1", "7100"], input=data, capture_output=True, timeout=60)
         check(r.returncode == 0 and r.stdout == data, "a 4 MiB channel node 2 -> node 1 echoed intact through traced meshd",
               r.stderr.decode(errors="replace")[-300:])
-        for obj in ("node", "channels", "ports", "links"):
+        for obj in ("node", "channels", "ports", "links", "metrics"):
             subprocess.run([meshctl, "-s", socks[1], obj], capture_output=True)
+        # The metrics endpoint (cluster.metrics_listen) is part of what the unit must allow.
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{args.port + 2}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+        except OSError as e:
+            text = repr(e)
+        check('rdmamesh_link_up{peer="2"} 1' in text, "traced meshd 1 serves /metrics (a link UP in it)", text[-300:])
         # SIGTERM to meshd itself (strace's child), as systemd would send it: the shutdown path is traced too.
         os.kill(traced, signal.SIGTERM)
         procs[0].wait(timeout=20)
