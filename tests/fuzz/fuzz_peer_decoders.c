@@ -527,7 +527,8 @@ static bool ctl_req_in_range(const CtlRequest *r)
 	switch (r->op) {
 	case CTL_OP__CTL_OP_SHOW:
 		return r->object == CTL_OBJECT__CTL_OBJECT_LINKS || r->object == CTL_OBJECT__CTL_OBJECT_NODE ||
-		       r->object == CTL_OBJECT__CTL_OBJECT_CHANNELS || r->object == CTL_OBJECT__CTL_OBJECT_PORTS;
+		       r->object == CTL_OBJECT__CTL_OBJECT_CHANNELS || r->object == CTL_OBJECT__CTL_OBJECT_PORTS ||
+		       r->object == CTL_OBJECT__CTL_OBJECT_METRICS; /* any offset: meshd judges it against its text */
 	case CTL_OP__CTL_OP_LISTEN:
 		return r->port <= 65535;
 	case CTL_OP__CTL_OP_CONNECT:
