@@ -260,8 +260,8 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	l->have_peer_hello = false;
 	l->peer_ready = false;
 	l->proofs_done = 0;
-	l->have_peer_nonce = l->auth_proof_sent = l->peer_proved = false;
-	l->rails_have_nonce = l->rails_proof_sent = l->rails_peer_proved = 0;
+	l->auth_proof_sent = l->peer_proved = false;
+	l->rails_proof_sent = l->rails_peer_proved = 0;
 	link_set_phase(l, LINK_IDLE);
 	if (l->dialer) {
 		uint64_t backoff = m->cfg->backoff_initial_ms;
@@ -562,26 +562,41 @@ static bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, 
 /* The acceptor, answering the first QP of an attempt (rail 0, QP 0) or of rail r's join: takes the
  * dialler's nonce from its request, puts ours in the accept and, with a key, our proof over both, so
  * the dialler knows we hold the key the moment that QP connects (its proof comes back as AuthProof). */
+/* Which proof a first QP's private data belongs to: the link attempt's (rail 0, gen 0) or rail r's
+ * join's, with that proof's nonces. */
+struct link_auth_slot {
+	uint32_t rail, gen;
+	uint8_t *ours, *theirs;
+};
+
+static struct link_auth_slot link_auth_slot(struct link *l, const struct mesh_cm_pdata *pd)
+{
+	bool join = pd->flags & MESH_CM_F_RAIL_JOIN;
+	uint32_t r = join ? pd->rail : 0;
+
+	return (struct link_auth_slot){
+		.rail = r,
+		.gen = join ? l->rail_gen[r] : 0,
+		.ours = join ? l->rail_nonce_ours[r] : l->nonce_ours,
+		.theirs = join ? l->rail_nonce_peer[r] : l->nonce_peer,
+	};
+}
+
 static int link_accept_auth(struct link *l, const struct mesh_cm_pdata *req, struct mesh_cm_pdata *rep)
 {
 	bool join = req->flags & MESH_CM_F_RAIL_JOIN;
-	uint32_t r = join ? req->rail : 0, gen = join ? l->rail_gen[r] : 0;
-	uint8_t *ours = join ? l->rail_nonce_ours[r] : l->nonce_ours;
-	uint8_t *theirs = join ? l->rail_nonce_peer[r] : l->nonce_peer;
+	struct link_auth_slot a = link_auth_slot(l, req);
+	uint32_t r = a.rail;
 	struct auth_transcript t;
-	int ret = util_random(ours, AUTH_NONCE_LEN);
+	int ret = util_random(a.ours, AUTH_NONCE_LEN);
 
 	if (ret)
 		return ret;
-	memcpy(theirs, req->nonce, AUTH_NONCE_LEN);
-	memcpy(rep->nonce, ours, AUTH_NONCE_LEN);
-	if (join)
-		l->rails_have_nonce |= 1u << r;
-	else
-		l->have_peer_nonce = true;
+	memcpy(a.theirs, req->nonce, AUTH_NONCE_LEN);
+	memcpy(rep->nonce, a.ours, AUTH_NONCE_LEN);
 	if (!l->mesh->keys.n)
 		return 0;
-	t = link_transcript(l, false, r, gen, ours, theirs);
+	t = link_transcript(l, false, r, a.gen, a.ours, a.theirs);
 	ret = auth_prove(&l->mesh->keys, &t, rep->mac);
 	if (ret)
 		return ret;
@@ -598,9 +613,7 @@ static int link_accept_auth(struct link *l, const struct mesh_cm_pdata *req, str
 static int link_take_accept_auth(struct link *l, const struct mesh_cm_pdata *pd, const char **why)
 {
 	bool join = pd->flags & MESH_CM_F_RAIL_JOIN;
-	uint32_t r = join ? pd->rail : 0, gen = join ? l->rail_gen[r] : 0;
-	const uint8_t *ours = join ? l->rail_nonce_ours[r] : l->nonce_ours;
-	uint8_t *theirs = join ? l->rail_nonce_peer[r] : l->nonce_peer;
+	struct link_auth_slot a = link_auth_slot(l, pd);
 	bool proof = pd->flags & MESH_CM_F_PROOF;
 
 	if (!l->mesh->keys.n && proof) {
@@ -611,19 +624,15 @@ static int link_take_accept_auth(struct link *l, const struct mesh_cm_pdata *pd,
 		*why = "it accepted without proving the cluster key (no cluster.key_file there?)";
 		return -MESH_EAUTH;
 	}
-	if (proof && !link_check_proof(l, r, gen, ours, pd->nonce, pd->mac, sizeof(pd->mac))) {
+	if (proof && !link_check_proof(l, a.rail, a.gen, a.ours, pd->nonce, pd->mac, sizeof(pd->mac))) {
 		*why = "its proof of the cluster key does not verify (another key?)";
 		return -MESH_EAUTH;
 	}
-	memcpy(theirs, pd->nonce, AUTH_NONCE_LEN);
-	if (join) {
-		l->rails_have_nonce |= 1u << r;
-		if (proof)
-			l->rails_peer_proved |= 1u << r;
-	} else {
-		l->have_peer_nonce = true;
+	memcpy(a.theirs, pd->nonce, AUTH_NONCE_LEN);
+	if (join && proof)
+		l->rails_peer_proved |= 1u << a.rail;
+	else if (!join)
 		l->peer_proved = proof;
-	}
 	return 0;
 }
 
@@ -660,7 +669,6 @@ static void link_rail_bury(struct link *l, uint32_t r)
 	l->rails_joining &= ~(1u << r);
 	l->rails_peer_up &= ~(1u << r);
 	l->rails_railup_sent &= ~(1u << r);
-	l->rails_have_nonce &= ~(1u << r);
 	l->rails_proof_sent &= ~(1u << r);
 	l->rails_peer_proved &= ~(1u << r);
 	if (r) {

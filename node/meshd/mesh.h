@@ -113,9 +113,9 @@ struct link {
 	 * the private data of the link's QP 0, the acceptor's proof in its accept, the dialler's as
 	 * AuthProof on QP 0; a rail's join the same on the rail's first QP (bitmaps by rail). */
 	uint8_t nonce_ours[AUTH_NONCE_LEN], nonce_peer[AUTH_NONCE_LEN];
-	bool have_peer_nonce, auth_proof_sent, peer_proved;
+	bool auth_proof_sent, peer_proved;
 	uint8_t rail_nonce_ours[MESH_RAILS_MAX][AUTH_NONCE_LEN], rail_nonce_peer[MESH_RAILS_MAX][AUTH_NONCE_LEN];
-	uint32_t rails_have_nonce, rails_proof_sent, rails_peer_proved;
+	uint32_t rails_proof_sent, rails_peer_proved;
 
 	/* Rails of an UP link (MESH_FEAT_RAILS): the link stays UP while one rail is. Control messages
 	 * ride the first QP of ctl_rail (moved only when that rail fails) and are sequenced per attempt:
