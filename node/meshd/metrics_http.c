@@ -156,8 +156,15 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 
 void metrics_http_run(struct metrics_http *h)
 {
-	if (h->mhd && MHD_run(h->mhd) != MHD_YES)
+	if (!h->mhd)
+		return;
+	if (MHD_run(h->mhd) != MHD_YES)
 		log_debug("metrics endpoint %s: MHD_run failed", h->listen);
+	/* A connection that timed out is shut down in one run but only released (its descriptor closed
+	 * and its slot of the per-address limit given back) in the next: its client already reads EOF
+	 * and may connect again at once, and would be refused for a slot still held. The second run
+	 * releases it now rather than at the next tick; it costs one epoll_wait that returns at once. */
+	MHD_run(h->mhd);
 }
 
 void metrics_http_close(struct metrics_http *h)
