@@ -56,6 +56,19 @@ import netns_test  # noqa: E402
 from netns_test import Interrupted, ip, on_signal, preflight  # noqa: E402
 
 
+def events(p, n=14):
+    """The last link, rail and resume events of each meshd's log: what a failed count is made of."""
+    out = []
+    for i, nd in p.nodes.items():
+        try:
+            with open(nd["log"]) as f:
+                lines = [ln.rstrip() for ln in f if re.search(r"link to node \d+ (UP|DOWN)|rail \d+|resum", ln)]
+        except OSError:
+            continue
+        out.append(f"meshd {i}:\n  " + "\n  ".join(lines[-n:]))
+    return "\n".join(out)
+
+
 def reap_stale():
     """Namespaces of earlier runs whose process is gone (names mtr<pid>x<hex>-*)."""
     for line in ip("netns", "list", check_rc=False).stdout.splitlines():
@@ -370,6 +383,7 @@ def main():
         check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
         t_down, t_back, t_moving, seen = [], [], [], set()
         resumed, rewritten = {1: 0, 2: 0}, {1: 0, 2: 0}
+        before = {i: p.ctl(i, "node") or {} for i in (1, 2)}
         for k in range(args.outages):
             time.sleep(0.5)
             t0 = time.monotonic()
@@ -419,10 +433,15 @@ def main():
                 resumed[i] = max(resumed[i], c[0]["resumes"])
                 rewritten[i] = max(rewritten[i], c[0]["rewritten_bytes"])
         resumes = [resumed[1], resumed[2]]
-        check(resumes == [args.outages] * 2,
-              f"the channel resumed after every outage, at both ends (meshctl resumes {resumes}; rewritten bytes "
-              f"{[rewritten[1], rewritten[2]]})")
         nodes = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+        # A rail that times out alone around an outage (its keepalives late on a loaded machine, or
+        # the other rail's cut seen first) moves the channel while the link stays UP: one more
+        # resume, counted by meshd as a rail failover. Every resume must be one or the other.
+        failovers = [nodes[i].get("rail_failovers", 0) - before[i].get("rail_failovers", 0) for i in (1, 2)]
+        check(all(args.outages <= resumes[i] <= args.outages + failovers[i] for i in (0, 1)),
+              f"the channel resumed after every outage, at both ends, and only then or after a rail failover "
+              f"(meshctl resumes {resumes}, rail failovers meanwhile {failovers}; rewritten bytes "
+              f"{[rewritten[1], rewritten[2]]})", events(p))
         check(all(nodes[i].get("link_flaps", 0) >= args.outages and nodes[i].get("channel_resumes", 0) >= args.outages
                   for i in (1, 2)),
               f"meshctl node counts the link flaps and channel resumes "
