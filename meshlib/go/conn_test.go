@@ -514,3 +514,44 @@ func countThreads(t *testing.T) int {
 	t.Fatal("no Threads: in /proc/self/status")
 	return 0
 }
+
+// A channel to this node's own id: node 2 dials itself, and the bytes echo intact, ring to ring
+// inside its meshd; both addresses name node 2.
+func TestLocalNode(t *testing.T) {
+	needMesh(t)
+	l, p := listen(t)
+	wg := echoServer(t, l)
+	defer func() { l.Close(); wg.Wait() }()
+
+	d := &Dialer{Socket: tm.sock[2], Timeout: 20 * time.Second}
+	c, err := d.Dial("mesh", fmt.Sprintf("2:%d", p))
+	if err != nil {
+		t.Fatalf("dial node 2's own id: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	if la, ra := c.LocalAddr().(Addr), c.RemoteAddr().(Addr); la.Node != 2 || ra.Node != 2 || ra.Port != p {
+		t.Fatalf("addresses %v -> %v, want node 2 at both ends, port %d", la, ra, p)
+	}
+	const size = 8 << 20
+	msg := make([]byte, size)
+	rand.New(rand.NewSource(2)).Read(msg)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(msg)
+		if err == nil {
+			err = c.(*Conn).CloseWrite()
+		}
+		errc <- err
+	}()
+	back, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading the echo after %d bytes: %v", len(back), err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("writing: %v", err)
+	}
+	if !bytes.Equal(back, msg) {
+		t.Fatalf("echo of %d bytes came back as %d bytes, different", size, len(back))
+	}
+}

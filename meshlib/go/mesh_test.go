@@ -2,7 +2,7 @@ package mesh
 
 // The tests start their own mesh: two meshd over the tcp provider on 127.0.0.1 (free ports), from
 // the build directory named by $MESH_BUILD (run-tests.sh sets it). Node 1's socket is what the
-// tests dial from, node 2's where they listen: channels to the local node are not supported yet.
+// tests dial from, node 2's where they listen (TestLocalNode dials node 1's own id).
 
 import (
 	"context"

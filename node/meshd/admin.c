@@ -409,7 +409,7 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->numa_want = ch->numa_want;
 	ci->rail = ch->rail;
 	ci->device = "";
-	for (size_t i = 0; ch->link && i < m->numa.n_devs; i++)
+	for (size_t i = 0; ch->link && !ch->local && i < m->numa.n_devs; i++)
 		if (m->numa.devs[i].rail == ch->rail && !strcmp(m->numa.devs[i].provider, link_transport(ch->link)))
 			ci->device = (char *)m->numa.devs[i].name;
 	if (ch->ctrl) {

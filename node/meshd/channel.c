@@ -87,6 +87,147 @@ static int link_slot_alloc(struct link *l, struct channel *ch)
 	return -EMFILE;
 }
 
+/* ---- channels to the local node ----
+ *
+ * A channel to this node is two channels of this meshd, opener and acceptor, in the slots of a link
+ * of its own: always UP, without QPs, never in mesh->links (no keepalives, no meshctl links row).
+ * Everything a peer's meshd would receive is queued here and delivered after the batch that
+ * queued it: a control message is encoded and decoded again (the very handlers of a remote
+ * channel run), a data or credit "write" is a memcpy into the other channel's ring or credit words
+ * (both are mapped in this process) followed by the receiver's immediate and then the sender's
+ * completion, the order RC gives them. So the pair shares all of a remote channel's code: credits,
+ * EOF, the close handshake, counters, meshctl rows; only the bytes move by one copy in meshd
+ * instead of an RDMA WRITE. */
+
+enum { LOCAL_MSG, LOCAL_IMM, LOCAL_DONE };
+
+struct local_ev {
+	uint8_t kind;
+	uint32_t imm, len; /* LOCAL_IMM; LOCAL_MSG: len of msg */
+	uint32_t qp;       /* LOCAL_DONE */
+	uint64_t wr_id;    /* LOCAL_DONE */
+	uint8_t *msg;      /* LOCAL_MSG: the encoded PeerMsg */
+};
+
+struct channel_local {
+	struct link link;
+	struct local_ev *q;
+	size_t head, n, cap; /* q[head..n) queued */
+};
+
+static bool link_is_local(const struct link *l)
+{
+	return l->mesh->local && l == &l->mesh->local->link;
+}
+
+static struct link *local_link(struct mesh *m)
+{
+	struct channel_local *lo = m->local;
+
+	if (!lo) {
+		lo = calloc(1, sizeof(*lo));
+		if (!lo)
+			return NULL;
+		lo->link.mesh = m;
+		lo->link.peer = m->self;
+		lo->link.phase = LINK_UP;
+		lo->link.features = MESH_FEAT_CHANNELS;
+		lo->link.rails_up = 1; /* its channels are on rail 0: that rail's thread pumps them */
+		lo->link.peer_boot_epoch = m->boot_epoch;
+		m->local = lo;
+	}
+	return &lo->link;
+}
+
+static int local_push(struct mesh *m, const struct local_ev *ev)
+{
+	struct channel_local *lo = m->local;
+
+	if (lo->head && lo->head == lo->n)
+		lo->head = lo->n = 0;
+	if (lo->n == lo->cap) {
+		size_t nc = lo->cap ? lo->cap * 2 : 256;
+		struct local_ev *q;
+
+		if (lo->head) {
+			/* Room at the front: move what is queued there first. */
+			memmove(lo->q, lo->q + lo->head, (lo->n - lo->head) * sizeof(*q));
+			lo->n -= lo->head;
+			lo->head = 0;
+		} else {
+			q = realloc(lo->q, nc * sizeof(*q));
+			if (!q)
+				return -ENOBUFS;
+			lo->q = q;
+			lo->cap = nc;
+		}
+	}
+	lo->q[lo->n++] = *ev;
+	return 0;
+}
+
+bool channel_local_pending(const struct mesh *m)
+{
+	return m->local && m->local->head < m->local->n;
+}
+
+/* A control message to the peer's meshd, or to ourselves for a local channel. */
+static int link_send(struct link *l, const PeerMsg *msg)
+{
+	struct local_ev ev = {.kind = LOCAL_MSG};
+	int ret;
+
+	if (!link_is_local(l))
+		return mesh_link_send(l, msg);
+	ev.len = (uint32_t)peer_msg__get_packed_size(msg);
+	ev.msg = malloc(ev.len ? ev.len : 1);
+	if (!ev.msg)
+		return -ENOBUFS; /* kept pending by the caller, as with busy send buffers */
+	peer_msg__pack(msg, ev.msg);
+	ret = local_push(l->mesh, &ev);
+	if (ret)
+		free(ev.msg);
+	return ret;
+}
+
+/* Whether [addr, addr + len) lies in [base, base + size). */
+static bool local_within(uint64_t addr, uint32_t len, const void *base, uint64_t size)
+{
+	uint64_t b = (uintptr_t)base;
+
+	return addr >= b && len <= size && addr - b <= size - len;
+}
+
+/* An RDMA WRITE with immediate of the data path: on a link, posted on QP qp; on the local link a
+ * copy into the other channel's ring or credit words (checked to be there: the address came from
+ * its Open or Accept, which this meshd wrote itself, but a slip must not scribble over memory). */
+static int channel_write_imm(struct channel *ch, uint32_t qp, xport_mr_t *mr, const void *buf, uint32_t len,
+			     uint64_t raddr, uint32_t rkey, uint32_t imm, uint64_t wr_id)
+{
+	struct link *l = ch->link;
+	struct channel *peer;
+	struct local_ev ev = {.kind = LOCAL_IMM, .imm = imm, .len = len};
+	int ret;
+
+	if (!ch->local)
+		return xport_post_write_imm(l->conns[qp], mr, buf, len, raddr, rkey, imm, wr_id);
+	peer = link_channel(l, ch->peer_slot);
+	if (!peer || peer->peer_slot != ch->slot ||
+	    !(local_within(raddr, len, peer->rx, peer->size) || local_within(raddr, len, peer->credit, MESH_CREDIT_LEN)))
+		return -EFAULT;
+	memcpy((void *)(uintptr_t)raddr, buf, len);
+	ret = local_push(ch->mesh, &ev);
+	if (ret)
+		return ret;
+	ev = (struct local_ev){.kind = LOCAL_DONE, .qp = qp, .wr_id = wr_id};
+	return local_push(ch->mesh, &ev);
+}
+
+static uint32_t mr_key(const xport_mr_t *mr)
+{
+	return mr ? mr->rkey : 0;
+}
+
 /* ---- creation and destruction ---- */
 
 static void channel_free(struct channel *ch)
@@ -219,13 +360,15 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->peer_node = l->peer->id;
 	ch->ctrl->spin_us = m->cfg->app_spin_us;
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[rail] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
-	/* On the rail's device; its first QP stands for all of the rail's QPs. */
-	if ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
+	ch->local = link_is_local(l);
+	/* On the rail's device; its first QP stands for all of the rail's QPs (a local channel's rings
+	 * are only ever copied by this process: nothing to register). */
+	if (!ch->local && ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
 	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_rx)) ||
 	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_cin)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + 2, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &ch->mr_cout))) {
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + 2, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &ch->mr_cout)))) {
 		*why = "memory registration failed";
 		goto err;
 	}
@@ -292,7 +435,7 @@ static int channel_send(struct channel *ch, PeerMsg *msg)
 
 	if (!ch->link || ch->link->phase != LINK_UP)
 		return -ENOTCONN;
-	ret = mesh_link_send(ch->link, msg);
+	ret = link_send(ch->link, msg);
 	if (ret && ret != -ENOBUFS)
 		log_warn("channel %u: cannot send a control message to node %u: %s", ch->id, ch->link->peer->id,
 			 mesh_strerror(ret));
@@ -418,8 +561,7 @@ static void channel_post_data(struct channel *ch)
 			return;
 		len = (uint32_t)MIN(MIN(ch->app_tx_prod, credit_end) - ch->tx_sent, (uint64_t)ch->chunk);
 		len = (uint32_t)MIN((uint64_t)len, mesh_ring_contig(ch->tx_sent, ch->size));
-		ret = xport_post_write_imm(l->conns[qp], ch->mr_tx, ch->tx + off, len, ch->peer_rx_addr + off,
-					   ch->peer_rx_rkey, MESH_IMM(0, ch->peer_slot, ch->tx_seq),
+		ret = channel_write_imm(ch, qp, ch->mr_tx, ch->tx + off, len, ch->peer_rx_addr + off, ch->peer_rx_rkey, MESH_IMM(0, ch->peer_slot, ch->tx_seq),
 					   WR_ID(WR_CH_DATA, (ch->slot << 16) | ch->tx_seq));
 		if (ret) {
 			/* A QP that refuses work is a link going down (its own event may come later in
@@ -475,8 +617,8 @@ static void channel_post_credit(struct channel *ch)
 		return;
 	ch->credit[2] = cons;
 	ch->credit[3] = ch->rx_bytes;
-	ret = xport_post_write_imm(l->conns[ch->qp0], ch->mr_cout, &ch->credit[2], MESH_CREDIT_LEN, ch->peer_credit_addr,
-				   ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
+	ret = channel_write_imm(ch, ch->qp0, ch->mr_cout, &ch->credit[2], MESH_CREDIT_LEN, ch->peer_credit_addr,
+				ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
 	if (ret) {
 		channel_break(ch, -ECONNRESET, "posting a credit write failed: %s", mesh_strerror(ret));
 		return;
@@ -501,9 +643,9 @@ static void channel_send_accept(struct channel *ch)
 	a.slot = ch->peer_slot;
 	a.peer_slot = ch->slot;
 	a.rx_addr = (uintptr_t)ch->rx;
-	a.rx_rkey = ch->mr_rx->rkey;
+	a.rx_rkey = mr_key(ch->mr_rx);
 	a.credit_addr = (uintptr_t)ch->credit;
-	a.credit_rkey = ch->mr_cin->rkey;
+	a.credit_rkey = mr_key(ch->mr_cin);
 	msg.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
 	msg.channel_accept = &a;
 	if (!channel_send(ch, &msg))
@@ -558,13 +700,13 @@ static void channel_send_resume(struct channel *ch)
 	r.rx_cons = ch->app_rx_cons;
 	r.eof_known = ch->eof_known;
 	r.rx_addr = (uintptr_t)ch->rx;
-	r.rx_rkey = ch->mr_rx->rkey;
+	r.rx_rkey = mr_key(ch->mr_rx);
 	r.credit_addr = (uintptr_t)ch->credit;
-	r.credit_rkey = ch->mr_cin->rkey;
+	r.credit_rkey = mr_key(ch->mr_cin);
 	r.rail = ch->rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 	msg.channel_resume = &r;
-	if (mesh_link_send(ch->link, &msg))
+	if (link_send(ch->link, &msg))
 		return;
 	ch->resume_rx_sent = true;
 	channel_resume_check(ch);
@@ -741,10 +883,16 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	int ret, numa_node;
 
 	if (node == m->self->id) {
-		*why = "channels to the local node are not supported; connect to a peer";
-		return -EINVAL;
+		/* Ring to ring in this process: any rail asked for is taken as rail 0 (there is no device). */
+		l = local_link(m);
+		if (!l) {
+			*why = "out of memory";
+			return -ENOMEM;
+		}
+		rail_req = rail_req >= (int)m->n_rails ? rail_req : -1;
+	} else {
+		l = mesh_link_find(m, node);
 	}
-	l = mesh_link_find(m, node);
 	if (!l) {
 		*why = "node is not in the cluster configuration";
 		return -MESH_EUNKNOWNNODE;
@@ -767,7 +915,8 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	}
 	/* The device nearest the hint, else nearest the connecting thread; its node takes the rings. */
 	rail = rail_req >= 0 ? (uint32_t)rail_req
-			     : numa_rail_pick(m->numa.rail_node, m->n_rails, numa_hint >= 0 ? numa_hint : caller_node);
+	       : link_is_local(l) ? 0
+				  : numa_rail_pick(m->numa.rail_node, m->n_rails, numa_hint >= 0 ? numa_hint : caller_node);
 	/* A rail that failed (the link is UP on others) is not used until it is back. */
 	rail = (uint32_t)mesh_link_pick_rail(l, (int)rail);
 	numa_node = mesh_rail_node(m, rail, numa_hint);
@@ -795,9 +944,9 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	o.ring_size = ring_size;
 	o.qps = qps;
 	o.rx_addr = (uintptr_t)ch->rx;
-	o.rx_rkey = ch->mr_rx->rkey;
+	o.rx_rkey = mr_key(ch->mr_rx);
 	o.credit_addr = (uintptr_t)ch->credit;
-	o.credit_rkey = ch->mr_cin->rkey;
+	o.credit_rkey = mr_key(ch->mr_cin);
 	o.rail = rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	msg.channel_open = &o;
@@ -869,7 +1018,7 @@ static void channel_reject(struct link *l, uint32_t slot, int reason)
 	r.reason = reason;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_REJECT;
 	msg.channel_reject = &r;
-	if (mesh_link_send(l, &msg) == -ENOBUFS) {
+	if (link_send(l, &msg) == -ENOBUFS) {
 		/* Kept for the tick: an opener left without an answer would keep its ring forever. */
 		if (l->n_rejects < LINK_REJECTS_PENDING) {
 			l->rej_slot[l->n_rejects] = slot;
@@ -887,7 +1036,7 @@ static void channel_refuse_resume(struct link *l, uint32_t peer_slot, int reason
 	ChannelClose c;
 	PeerMsg msg = channel_close_msg(&c, peer_slot, reason, 0, 0);
 
-	if (mesh_link_send(l, &msg))
+	if (link_send(l, &msg))
 		log_warn("node %u: cannot refuse the resume of its slot %u now; it times out", l->peer->id, peer_slot);
 }
 
@@ -1514,6 +1663,65 @@ void channel_set_polling(struct mesh *m, uint32_t rail, bool on)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
+bool channel_local_run(struct mesh *m)
+{
+	struct channel_local *lo = m->local;
+	struct link *l;
+
+	if (!lo)
+		return false;
+	l = &lo->link;
+	/* What the handlers queue meanwhile (a sender's next chunks) waits for the next call: a busy
+	 * local stream cannot keep this thread from its other events. Counted, not bounded by index:
+	 * a push may move the queue to the front of its array. */
+	for (size_t k = lo->n - lo->head; k; k--) {
+		struct local_ev ev = lo->q[lo->head++]; /* a copy: handlers may grow the queue */
+
+		switch (ev.kind) {
+		case LOCAL_MSG: {
+			PeerMsg *msg = peer_msg__unpack(NULL, ev.len, ev.msg);
+
+			free(ev.msg);
+			if (!msg) {
+				log_error("local channel message of %u bytes does not decode: dropped", ev.len);
+				break;
+			}
+			if (channel_on_message(l, msg))
+				log_error("local channel message %d not handled: dropped", (int)msg->body_case);
+			peer_msg__free_unpacked(msg, NULL);
+			break;
+		}
+		case LOCAL_IMM:
+			channel_on_imm(l, ev.imm, ev.len);
+			break;
+		case LOCAL_DONE:
+			if (ev.qp < LINK_CONNS_MAX && l->sq_used[ev.qp])
+				l->sq_used[ev.qp]--;
+			if (channel_on_completion(l, (uint32_t)(ev.wr_id >> 32), (uint32_t)ev.wr_id, 0))
+				log_error("local channel completion 0x%llx for no channel", (unsigned long long)ev.wr_id);
+			break;
+		}
+	}
+	if (lo->head == lo->n)
+		lo->head = lo->n = 0;
+	return lo->head < lo->n;
+}
+
+static void channel_local_free(struct mesh *m)
+{
+	struct channel_local *lo = m->local;
+
+	if (!lo)
+		return;
+	for (size_t i = lo->head; i < lo->n; i++)
+		if (lo->q[i].kind == LOCAL_MSG)
+			free(lo->q[i].msg);
+	free(lo->q);
+	free(lo->link.ch_slots);
+	free(lo);
+	m->local = NULL;
+}
+
 static void channel_cleanup(struct mesh *m)
 {
 	while (m->channels) {
@@ -1522,6 +1730,7 @@ static void channel_cleanup(struct mesh *m)
 		ch->error = ch->error ? ch->error : -ECONNRESET;
 		channel_free(ch);
 	}
+	channel_local_free(m);
 	while (m->listeners) {
 		struct listener *li = m->listeners;
 

@@ -96,6 +96,7 @@ struct channel {
 	uint64_t resume_deadline_ms;
 	uint64_t peer_boot; /* the peer meshd's boot epoch when the channel opened */
 	uint8_t xp;         /* the provider its rings are registered with (the link's when it opened) */
+	bool local;         /* to this node: its peer is another channel of this meshd (channel_local_run) */
 	uint64_t resumes, rewritten_bytes;
 	uint64_t posted_chunks; /* data writes posted since the last resume: what Close counts */
 	uint64_t rail_moves;    /* times it moved off a failed rail */
@@ -173,6 +174,12 @@ void channel_on_lifeline(struct mesh *m, uint32_t id);
  * applications skip their kicks); after clearing it the caller must call channel_poll once more
  * before it sleeps. */
 int channel_poll(struct mesh *m, uint32_t rail);
+/* Channels to the local node: what a peer's meshd would be told (control messages, immediates and
+ * completions of the writes) is queued and delivered here, after the batch that queued it, never
+ * from inside a handler. Delivers what was queued when called (what that queues waits for the
+ * next call) and returns whether more is queued: the caller then must not sleep. */
+bool channel_local_run(struct mesh *m);
+bool channel_local_pending(const struct mesh *m);
 void channel_set_polling(struct mesh *m, uint32_t rail, bool on);
 struct channel *channel_find(struct mesh *m, uint32_t id);
 const char *channel_state_name(const struct channel *ch);

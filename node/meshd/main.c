@@ -395,6 +395,7 @@ static int run(struct dp *dp)
 		pthread_mutex_lock(&d->lock);
 		for (size_t i = 0; i < d->n_xports; i++)
 			more |= dp_owns(dp, i) && d->more[i];
+		more |= channel_local_pending(m);
 		if (!hot && !more && dp->polled) {
 			/* About to sleep: applications kick again from now on; what they published before
 			 * they could see the cleared flag is found by this last look. */
@@ -494,6 +495,8 @@ static int run(struct dp *dp)
 			metrics_http_run(&d->metrics); /* its connection timeouts */
 			notify_tick(d, util_now_ms());
 		}
+		/* What this batch told channels to the local node reaches them now, outside any handler. */
+		channel_local_run(m);
 		/* What the handlers released goes after the batch (no event above may still name it). */
 		mesh_reap(m);
 		if (d->poll_mode != POLL_EVENT) {

@@ -248,6 +248,7 @@ struct mesh {
 	struct listener *listeners;
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;
+	struct channel_local *local; /* channels to this node (channel.c), created on first use */
 	bool polling[MESH_RAILS_MAX]; /* the rail's data-path thread polls its rings now (MESH_DAEMON_POLLING) */
 	struct mesh_numa numa;
 };

@@ -138,7 +138,8 @@ MESH_EXPORT int mesh_listener_fd(const mesh_listener_t *l);
 MESH_EXPORT int mesh_listener_info(const mesh_listener_t *l, struct mesh_listener_info *info);
 MESH_EXPORT void mesh_listener_close(mesh_listener_t *l);
 
-/* Opens a channel to (node, port); returns once the peer accepted. Errors: -MESH_EUNKNOWNNODE (not in
+/* Opens a channel to (node, port); returns once the peer accepted. node may be this node's own id:
+ * the channel is the same, ring to ring inside meshd, with no link (meshd 0.4 and later). Errors: -MESH_EUNKNOWNNODE (not in
  * the cluster), -ENETUNREACH (the link to that node is not UP), -ECONNREFUSED (nobody listens on the
  * port), -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
 MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
