@@ -109,6 +109,8 @@ def main():
                 ratio = f"({v / ref[t]:.2f}x)" if isinstance(ref, dict) and ref.get(t) and v else ""
                 cells.append(f"{v:>11.0f} {ratio:>8}" if v else f"{'-':>20}")
             print(f"{name:<22} {clients:>7} " + " ".join(cells))
+    if not os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else True:
+        print("note: no RDMA device here: librspreload.so falls back to kernel TCP, so its rows measure TCP")
     return 0
 
 
