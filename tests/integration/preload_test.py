@@ -19,8 +19,8 @@ LD_PRELOAD=libmesh_preload.so, the server beside node 2's meshd, the client besi
   4. memcached; memcslap sets and gets, memccp/memccat store and fetch a file checked by hash.
   Both: the link counted at least the bytes the work implies, and the client host's kernel made
   (almost) no TCP connection (/proc/net/snmp ActiveOpens): the traffic crossed the mesh.
-Skips (exit 77) with the reason: not root for namespaces, a program missing, or a sanitizer build
-whose runtime cannot be preloaded into programs built without it.
+Skips (exit 77) with the reason: not root for namespaces. A sanitizer build preloads its runtime
+first (leak checks off for Debian's uninstrumented programs).
 Prints one line per check and 'N passed, M failed'; exit 1 on failure.
 """
 import argparse
@@ -338,13 +338,10 @@ def sanitizer_preload(a):
     asan = re.search(r"(\S*libasan\.so\S*) => (\S+)", r.stdout)
     if not asan:
         return a.preload, None
+    # The sanitizer runtime goes first; Debian's programs are not instrumented, so their own leaks at
+    # exit (memcached's) are not ours to report: leak checking stays on for the test's own programs.
     if a.part == "apps":
-        # Debian's redis-server and memcached are not built with ASan: its runtime must come first
-        # in the process, before libc's allocator is in use, and its interceptors then see an
-        # uninstrumented program; jemalloc (redis) and ASan's allocator do not share a process.
-        return None, ("the preload library is built with AddressSanitizer, whose runtime cannot be preloaded "
-                      "into Debian's uninstrumented redis-server (jemalloc) and memcached; the release build "
-                      "runs this test")
+        os.environ["ASAN_OPTIONS"] = "detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", "")
     return f"{asan.group(2)}:{a.preload}", None
 
 
