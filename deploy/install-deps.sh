@@ -17,6 +17,10 @@ build_pkgs=(
     dpkg-dev file lintian strace systemd python3-yaml
     # The Go binding (meshlib/go) and its tests.
     golang-go
+    # Real programs under libmesh_preload.so (tests/integration/preload_test.py), each started by the
+    # test on its own port in its own namespace. Debian starts redis-server and memcached as services
+    # on 127.0.0.1:6379 and :11211 where systemd runs; the tests never use those.
+    redis-server redis-tools memcached libmemcached-tools
 )
 # The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.
 vm_pkgs=(

@@ -673,3 +673,46 @@ MESH_EXPORT int mesh_close(mesh_channel_t *c)
 	free(c);
 	return 0;
 }
+
+MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st)
+{
+	ssize_t rx, tx;
+
+	if (!c || !st || (flags & ~MESH_STATUS_ARM))
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	if (flags & MESH_STATUS_ARM) {
+		/* Cleared before the look: a change after it makes the fd readable again. */
+		if (fd_exported(c))
+			wake_clear(c);
+		lifeline_gone(c);
+	}
+	rx = rx_avail(c);
+	tx = tx_space(c);
+	if (rx > 0) {
+		st->rx_bytes = (uint64_t)rx;
+		st->ready |= MESH_READY_RECV;
+	} else if (rx == 0) {
+		st->ready |= MESH_READY_RECV | MESH_READY_EOF;
+	} else if (rx != -EAGAIN) {
+		st->ready |= MESH_READY_RECV | MESH_READY_ERROR;
+		st->error = (int32_t)rx;
+	}
+	if (tx > 0) {
+		st->tx_free = (uint64_t)tx;
+		st->ready |= MESH_READY_SEND;
+	} else if (tx == -EPIPE) {
+		st->ready |= MESH_READY_SEND | MESH_READY_SHUT;
+	} else if (tx != 0) {
+		st->ready |= MESH_READY_SEND | MESH_READY_ERROR;
+		if (!st->error)
+			st->error = (int32_t)tx;
+	}
+	/* meshd gone: whatever would wait fails with -ECONNRESET (bytes in the ring come first). */
+	if (c->meshd_gone) {
+		st->ready |= MESH_READY_RECV | MESH_READY_SEND | MESH_READY_ERROR;
+		if (!st->error)
+			st->error = -ECONNRESET;
+	}
+	return 0;
+}

@@ -300,3 +300,89 @@ MESH_EXPORT void mesh_listener_close(mesh_listener_t *l)
 	close(l->fd);
 	free(l);
 }
+
+/* One SHOW request on a fresh control connection; *out is the reply (free it). */
+static int ctl_show(mesh_session_t *s, CtlObject object, CtlReply **out)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	int fds[CTL_FDS_MAX], nfds, fd, ret;
+	struct timespec deadline;
+	CtlReply *r;
+
+	req.version = MESH_CTL_VERSION;
+	req.op = CTL_OP__CTL_OP_SHOW;
+	req.object = object;
+	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
+	fd = ctl_open(s->path, &deadline);
+	if (fd < 0)
+		return fd;
+	ret = ctl_send(fd, &req);
+	if (ret)
+		goto out_close;
+	do {
+		ret = ctl_wait(fd, &deadline, true);
+		if (!ret)
+			ret = ctl_recv(fd, &r, fds, &nfds);
+	} while (ret == -EAGAIN);
+	if (ret)
+		goto out_close;
+	ctl_fds_close(fds, nfds); /* a SHOW answer carries none */
+	ret = reply_status(s, r);
+	if (ret)
+		ctl_reply__free_unpacked(r, NULL);
+	else
+		*out = r;
+out_close:
+	close(fd);
+	return ret;
+}
+
+static void node_addr_set(struct mesh_node_addr *e, uint32_t node, uint32_t flags, const char *addr)
+{
+	size_t n = addr ? strnlen(addr, sizeof(e->addr) - 1) : 0;
+
+	memset(e, 0, sizeof(*e));
+	e->node = node;
+	e->flags = flags;
+	if (n)
+		memcpy(e->addr, addr, n);
+}
+
+MESH_EXPORT int mesh_node_table(mesh_session_t *s, struct mesh_node_addr *nodes, size_t max)
+{
+	CtlReply *r;
+	size_t count = 0;
+	int ret;
+
+	if (!s || (!nodes && max))
+		return -EINVAL;
+	s->error[0] = 0;
+	/* The LINKS answer carries this node's NodeInfo too, as every answer does. */
+	ret = ctl_show(s, CTL_OBJECT__CTL_OBJECT_LINKS, &r);
+	if (ret)
+		return ret;
+	if (!r->node || r->node->id > MESH_NODE_ID_MAX || r->n_links > MESH_NODE_ID_MAX) {
+		lib_debug("node table: the LINKS answer names no node, or too many links (%zu)", r->n_links);
+		ret = -EPROTO;
+		goto out_free;
+	}
+	if (count < max)
+		node_addr_set(&nodes[count], r->node->id, MESH_NODE_SELF, r->node->addr);
+	count++;
+	for (size_t i = 0; i < r->n_links; i++) {
+		const LinkInfo *l = r->links[i];
+
+		if (l->peer > MESH_NODE_ID_MAX) {
+			lib_debug("node table: link to node %u, above %u", l->peer, MESH_NODE_ID_MAX);
+			ret = -EPROTO;
+			goto out_free;
+		}
+		if (count < max)
+			node_addr_set(&nodes[count], l->peer, 0, l->peer_addr);
+		count++;
+	}
+	ret = (int)count;
+out_free:
+	ctl_reply__free_unpacked(r, NULL);
+	return ret;
+}

@@ -138,10 +138,23 @@ MESH_EXPORT int mesh_listener_fd(const mesh_listener_t *l);
 MESH_EXPORT int mesh_listener_info(const mesh_listener_t *l, struct mesh_listener_info *info);
 MESH_EXPORT void mesh_listener_close(mesh_listener_t *l);
 
+/* The cluster's nodes as the local meshd knows them (since 0.4): this node first (MESH_NODE_SELF),
+ * then every peer with its configured address (rail 0, nodes.addr). Fills at most max entries and
+ * returns how many nodes there are (which may be more), or a negative errno (no meshd: -ENOENT or
+ * -ECONNREFUSED). Waits at most 30 s. */
+#define MESH_NODE_SELF 0x1u
+struct mesh_node_addr {
+	uint32_t node;
+	uint32_t flags;  /* MESH_NODE_SELF */
+	char addr[64];   /* numeric address or name as the configuration gives it, NUL-terminated */
+	uint64_t reserved[2];
+};
+MESH_EXPORT int mesh_node_table(mesh_session_t *s, struct mesh_node_addr *nodes, size_t max);
+
 /* Opens a channel to (node, port); returns once the peer accepted. node may be this node's own id:
- * the channel is the same, ring to ring inside meshd, with no link (meshd 0.4 and later). Errors: -MESH_EUNKNOWNNODE (not in
- * the cluster), -ENETUNREACH (the link to that node is not UP), -ECONNREFUSED (nobody listens on the
- * port), -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
+ * the channel is the same, ring to ring inside meshd, with no link (meshd 0.4 and later). Errors:
+ * -MESH_EUNKNOWNNODE (not in the cluster), -ENETUNREACH (the link to that node is not UP),
+ * -ECONNREFUSED (nobody listens on the port), -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
 MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
 			     mesh_channel_t **out);
 
@@ -166,6 +179,28 @@ MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len);
  * it. Owned by the channel: do not read or close it. */
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c);
 MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_info *info);
+/* What the channel can do now (since 0.4), for event loops that wait in poll/epoll on mesh_channel_fd
+ * and need POLLIN/POLLOUT rather than "something changed". */
+#define MESH_READY_RECV 0x1u  /* mesh_recv would not wait: bytes, the end of the stream, or an error */
+#define MESH_READY_SEND 0x2u  /* mesh_send would not wait: free space, or an error */
+#define MESH_READY_EOF 0x4u   /* the peer shut its side and every byte was read: mesh_recv returns 0 */
+#define MESH_READY_ERROR 0x8u /* the channel failed (or meshd is gone): calls return the error */
+#define MESH_READY_SHUT 0x10u /* this side was shut (mesh_shutdown) */
+/* With MESH_STATUS_ARM, mesh_channel_status first clears the channel fd (as a MESH_NONBLOCK call
+ * that returns -EAGAIN does) and checks whether meshd is still there: when nothing you want is
+ * ready, the fd becomes readable on the next change and you may sleep on it. Without, it only looks
+ * (no system call). */
+#define MESH_STATUS_ARM 0x1
+
+struct mesh_channel_status {
+	uint32_t ready;    /* MESH_READY_* */
+	int32_t error;     /* with MESH_READY_ERROR: the error the next call returns (negative errno) */
+	uint64_t rx_bytes; /* received and not read yet */
+	uint64_t tx_free;  /* free space in the send ring */
+	uint64_t reserved[3];
+};
+MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st);
+
 /* Shuts the write side: the peer reads EOF after the last byte sent. */
 MESH_EXPORT int mesh_shutdown(mesh_channel_t *c);
 /* Closes the channel. Bytes already sent still reach the peer, which then reads EOF. */

@@ -1,0 +1,121 @@
+/*
+ * libmesh_preload internals: the descriptor table, the real libc functions and the helpers shared
+ * by preload.c (sockets, data) and poll.c (poll, select, epoll). Nothing here is exported.
+ */
+#ifndef MESH_PRELOAD_H
+#define MESH_PRELOAD_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <mesh/mesh.h>
+
+#define PL_FD_MAX 65536 /* descriptors at or above this number are never made channels */
+
+/* The functions we interpose, as the next object (libc) defines them. */
+struct pl_real {
+	int (*socket)(int, int, int);
+	int (*connect)(int, const struct sockaddr *, socklen_t);
+	int (*listen)(int, int);
+	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+	int (*close)(int);
+	int (*dup)(int);
+	int (*dup2)(int, int);
+	int (*dup3)(int, int, int);
+	int (*fcntl)(int, int, ...);
+	int (*ioctl)(int, unsigned long, ...);
+	ssize_t (*read)(int, void *, size_t);
+	ssize_t (*write)(int, const void *, size_t);
+	ssize_t (*readv)(int, const struct iovec *, int);
+	ssize_t (*writev)(int, const struct iovec *, int);
+	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+	ssize_t (*recvmsg)(int, struct msghdr *, int);
+	ssize_t (*sendmsg)(int, const struct msghdr *, int);
+	ssize_t (*sendfile)(int, int, off_t *, size_t);
+	int (*getsockopt)(int, int, int, void *, socklen_t *);
+	int (*setsockopt)(int, int, int, const void *, socklen_t);
+	int (*getsockname)(int, struct sockaddr *, socklen_t *);
+	int (*getpeername)(int, struct sockaddr *, socklen_t *);
+	int (*shutdown)(int, int);
+	int (*poll)(struct pollfd *, nfds_t, int);
+	int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+	int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+	int (*pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *);
+	int (*epoll_ctl)(int, int, int, struct epoll_event *);
+	int (*epoll_wait)(int, struct epoll_event *, int, int);
+	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+	ssize_t (*pread)(int, void *, size_t, off_t);
+};
+extern struct pl_real pl_real;
+
+/* A descriptor of the application that is more than a kernel socket. */
+enum pl_kind {
+	PL_CHANNEL,  /* a mesh channel: the real descriptor is a duplicate of mesh_channel_fd */
+	PL_LISTENER, /* a kernel TCP listener that also accepts mesh channels to its port */
+};
+
+#define PL_OPTS_MAX 8
+
+struct pl_fd {
+	enum pl_kind kind;
+	atomic_int refs;         /* the table's slots (dup) and calls in progress */
+	pthread_mutex_t lock;    /* one libmesh call at a time on ch */
+	mesh_channel_t *ch;
+	mesh_listener_t *ls;
+	int lfd;                 /* listener: mesh_listener_fd */
+	pid_t owner;             /* the process that made it: a forked child may not use a channel */
+	atomic_bool nonblock;    /* O_NONBLOCK as the application set it */
+	atomic_bool connecting;  /* a non-blocking connect() that has not been looked at yet */
+	bool cloexec;            /* FD_CLOEXEC as the application set it (the real one is always set) */
+	bool rd_shut;            /* shutdown(SHUT_RD) */
+	int family;              /* AF_INET or AF_INET6, as the application's socket() */
+	struct sockaddr_storage local, peer;
+	socklen_t local_len, peer_len;
+	struct {
+		int level, name, value;
+	} opts[PL_OPTS_MAX];     /* setsockopt values kept for getsockopt */
+	int n_opts;
+};
+
+/* glibc's _FORTIFY_SOURCE entry points (programs built with it call these instead). */
+ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags, struct sockaddr *sa, socklen_t *sl);
+int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
+int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen);
+int fcntl64(int fd, int cmd, ...);
+ssize_t sendfile64(int out, int in, off_t *offset, size_t count);
+
+/* ---- preload.c ---- */
+
+/* True when the calling thread is inside libmesh or the preload is off: pass everything through. */
+bool pl_bypass(void);
+/* Marks the calling thread as inside libmesh (so libmesh's own system calls reach the kernel). */
+void pl_lib_enter(void);
+void pl_lib_leave(void);
+/* The entry of a descriptor with a reference taken, or NULL; pl_put drops it. */
+struct pl_fd *pl_get(int fd);
+void pl_put(struct pl_fd *p);
+/* Any tracked descriptor at all (cheap: no lock). */
+bool pl_tracked(int fd);
+/* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
+ * with arm, the channel fd is cleared first so that it wakes on the next change. */
+short pl_chan_revents(struct pl_fd *p, bool arm);
+/* Warns on stderr, once per distinct key (0: always). */
+void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- poll.c ---- */
+
+/* The descriptor fd was closed or replaced: forget its epoll registrations; an epoll fd its set. */
+void pl_epoll_forget(int fd);
+
+#endif

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""redis-benchmark over libmesh_preload.so, kernel TCP and rsocket's librspreload.so (not asserted).
+
+Two meshd (node 1 and node 2 at two addresses of this machine: 127.0.0.1 and 127.0.0.2 by default,
+the Soft-RoCE VM's 10.77.0.1 and 10.77.0.2 with --transport rdma) and one redis-server beside node
+2, started under each library in turn; redis-benchmark (ping, set, get) beside node 1 with 50 clients
+and with 1 client (latency bound). Prints requests/s per case and the ratio to kernel TCP. Where a
+library cannot run (rsocket without an RDMA device, or a crash), the row says so.
+
+  tests/bench/preload_bench.py [--build build] [--transport tcp|rdma] [--addrs "A B"] [-n REQUESTS]
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "integration"))
+import preload_test  # noqa: E402
+from mesh_test import wait_until  # noqa: E402
+
+RSOCKET = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+
+
+def bench(env, host, port, clients, n):
+    """{test: requests/s} from redis-benchmark, or a string saying why not."""
+    try:
+        r = subprocess.run(["redis-benchmark", "-h", host, "-p", str(port), "-t", "ping,set,get", "-n", str(n),
+                            "-c", str(clients), "-q"], env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    res = {m.group(1): float(m.group(2)) for m in
+           re.finditer(r"(\w+): ([\d.]+) requests per second", r.stdout.replace("\r", "\n"))}
+    if r.returncode or len(res) < 4:
+        return f"failed (exit {r.returncode}: {(r.stderr or r.stdout).strip()[-80:]})"
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--addrs", default="127.0.0.1 127.0.0.2")
+    ap.add_argument("-n", "--requests", type=int, default=100000)
+    a = ap.parse_args()
+    a.build = os.path.abspath(a.build)
+    a.preload = os.path.join(a.build, "meshlib", "preload", "libmesh_preload.so")
+    a.preload_env = a.preload
+    a.port = 17900 + random.randrange(0, 50) * 2
+    for p in ("redis-server", "redis-benchmark"):
+        if not shutil.which(p):
+            sys.exit(f"preload_bench: {p} is not installed (apt-get install redis-server redis-tools)")
+    workdir = tempfile.mkdtemp(prefix="mesh-preload-bench-")
+    m = preload_test.Mesh(a, workdir, a.addrs.split())
+    e = preload_test.Env(a, m)
+    host, port = m.addr[2], 26400 + random.randrange(0, 500)
+    rows = []
+    try:
+        m.start()
+        if not wait_until(m.up, 30, 0.05):
+            sys.exit("preload_bench: the mesh did not come UP")
+        cases = [("kernel TCP", None), ("libmesh_preload", a.preload), ("rsocket librspreload", RSOCKET)]
+        for name, lib in cases:
+            if lib and not os.path.exists(lib):
+                rows.append((name, "not installed", "not installed"))
+                continue
+            env_srv = e.env(2, preload=False)
+            env_cli = e.env(1, preload=False)
+            if lib:
+                env_srv["LD_PRELOAD"] = env_cli["LD_PRELOAD"] = lib
+            log = os.path.join(workdir, f"redis-{len(rows)}.log")
+            with open(log, "w") as f:
+                srv = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "0.0.0.0", "--protected-mode",
+                                        "no", "--save", "", "--appendonly", "no", "--dir", workdir], env=env_srv,
+                                       stdout=f, stderr=subprocess.STDOUT)
+            time.sleep(1.0)
+            if srv.poll() is not None:
+                why = f"server exited {srv.returncode}" + (" (SIGSEGV)" if srv.returncode == -11 else "")
+                rows.append((name, why, why))
+            else:
+                rows.append((name, bench(env_cli, host, port, 50, a.requests),
+                             bench(env_cli, host, port, 1, max(a.requests // 10, 1000))))
+            preload_test.stop(srv)
+            port += 1
+    finally:
+        for p in m.proc.values():
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    base = rows[0]
+    print(f"redis-benchmark requests/s, {a.transport} mesh between {m.addr[1]} and {m.addr[2]}"
+          f" (ratio to kernel TCP in brackets)")
+    print(f"{'CASE':<22} {'CLIENTS':>7} " + " ".join(f"{t:>20}" for t in ("PING_INLINE", "PING_MBULK", "SET", "GET")))
+    for name, r50, r1 in rows:
+        for clients, res, ref in ((50, r50, base[1]), (1, r1, base[2])):
+            if isinstance(res, str):
+                print(f"{name:<22} {clients:>7} {res}")
+                continue
+            cells = []
+            for t in ("PING_INLINE", "PING_MBULK", "SET", "GET"):
+                v = res.get(t)
+                ratio = f"({v / ref[t]:.2f}x)" if isinstance(ref, dict) and ref.get(t) and v else ""
+                cells.append(f"{v:>11.0f} {ratio:>8}" if v else f"{'-':>20}")
+            print(f"{name:<22} {clients:>7} " + " ".join(cells))
+    if not os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else True:
+        print("note: no RDMA device here: librspreload.so falls back to kernel TCP, so its rows measure TCP")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
