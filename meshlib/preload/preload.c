@@ -425,6 +425,14 @@ static const struct pl_node *node_self(void)
 	return NULL;
 }
 
+/* 127.0.0.0/8 or ::1: the kernel would deliver it on this host. */
+static bool addr_is_loopback(int family, const uint8_t *addr)
+{
+	static const uint8_t lo6[16] = {[15] = 1};
+
+	return family == AF_INET ? addr[0] == 127 : !memcmp(addr, lo6, 16);
+}
+
 static bool port_wanted(uint16_t port)
 {
 	return port && (!ports || (ports[port / 8] & (1u << (port % 8))));
@@ -734,6 +742,7 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	uint8_t addr[16];
 	uint16_t port;
 	int family, sfamily, fl, cfd, ret;
+	bool via_lo;
 
 	if (pl_bypass() || !sa || fd < 0 || fd >= PL_FD_MAX)
 		return pl_real.connect(fd, sa, len);
@@ -748,7 +757,13 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	family = sa_addr(sa, len, addr, &port);
 	if (family < 0 || !port_wanted(port) || !is_tcp(fd, &sfamily) || !nodes_ready())
 		return pl_real.connect(fd, sa, len);
+	/* A loopback address that names no node is this host: a client beside its server (a server
+	 * listening on every address listens through the mesh too; one bound to loopback only does
+	 * not, so its clients are refused by the mesh and stay on kernel TCP). */
 	node = node_by_addr(family, addr);
+	via_lo = !node && addr_is_loopback(family, addr);
+	if (via_lo)
+		node = node_self();
 	if (!node)
 		return pl_real.connect(fd, sa, len);
 	pl_lib_enter();
@@ -776,6 +791,19 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	p->cloexec = fl >= 0 && (fl & FD_CLOEXEC);
 	sa_make(sfamily, node_self(), info.local_port, &p->local, &p->local_len);
 	sa_make(sfamily, node, port, &p->peer, &p->peer_len);
+	if (via_lo) {
+		/* As the kernel would say: the address dialled, from the host's loopback. */
+		struct pl_node lo = {.family = family};
+
+		if (family == AF_INET)
+			memcpy(lo.addr, (const uint8_t[4]){127, 0, 0, 1}, 4);
+		else
+			lo.addr[15] = 1;
+		sa_make(sfamily, &lo, info.local_port, &p->local, &p->local_len);
+		lo.family = family;
+		memcpy(lo.addr, addr, sizeof(lo.addr));
+		sa_make(sfamily, &lo, port, &p->peer, &p->peer_len);
+	}
 	/* The application's number now names the channel's descriptor (the kernel socket goes). */
 	if (cfd < 0 || pl_real.dup3(cfd, fd, O_CLOEXEC) < 0) {
 		pl_warn(3, "cannot put a channel at descriptor %d: %s; using kernel TCP", fd, strerror(errno));

@@ -192,6 +192,26 @@ def part_echo(a, m, e, workdir):
     moved = m.link_bytes() - before
     check(moved >= 2 * size, f"the link counted the blocking echo: {moved} bytes >= {2 * size}")
 
+    # 2. a client beside its server (node 2 to its own address, then to a loopback address of no node): a channel to the
+    # local node, ring to ring in node 2's meshd, nothing on the link
+    before = m.link_bytes()
+    for k, target in enumerate((host, "127.0.0.9" if ":" not in host else "::1")):
+        port = a.app_port + 5 + k
+        srv = e.spawn(2, [echo, "bserver", str(port), "1"], log=os.path.join(workdir, f"local{k}.log"))
+        wait_until(lambda: port in m.ports(2), 10, 0.05)
+        r = e.run(2, [echo, "client", target, str(port), "block", str(size)], MESH_PRELOAD_DEBUG="1")
+        out = (r.stdout + r.stderr).strip()
+        check(r.returncode == 0 and re.search(rf"channel \d+ to node 2 port {port}", out),
+              f"a client on node 2 connecting to {target} (its own node) gets a local channel: {size} bytes echoed",
+              out[-600:])
+        try:
+            srv.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+        stop(srv)
+    moved = m.link_bytes() - before
+    check(moved == 0, f"the same-node echoes never crossed the link ({moved} bytes)")
+
     before = m.link_bytes()
     port = a.app_port + 1
     srv = e.spawn(2, [echo, "server", str(port), "3"], log=os.path.join(workdir, "server.log"))
