@@ -555,3 +555,52 @@ func TestLocalNode(t *testing.T) {
 		t.Fatalf("echo of %d bytes came back as %d bytes, different", size, len(back))
 	}
 }
+
+// Dials that wait park in the runtime poller, not in OS threads: 1000 dials to a "meshd" that takes
+// every request and never answers keep the process under 64 threads, and each returns with its
+// context's deadline, the request's connection closed.
+func TestDialParksWhileMeshdAnswers(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/silent.sock"
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held sync.Map
+	go func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			held.Store(c, true) // reads the request never, answers never
+		}
+	}()
+	defer held.Range(func(k, _ any) bool { k.(*net.UnixConn).Close(); return true })
+
+	const n = 1000
+	threads := countThreads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	d := &Dialer{Socket: path}
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			c, err := d.DialContext(ctx, "mesh", "2:80")
+			if c != nil {
+				c.Close()
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if now := countThreads(t); now >= 64 {
+		t.Errorf("%d dials waiting: %d OS threads (%d before), want under 64", n, now, threads)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("dial %d: %v, want the context's deadline", i, err)
+		}
+	}
+}

@@ -6,8 +6,8 @@
 //
 // A *Conn is a net.Conn (deadlines, Close unblocking Read and Write, CloseWrite), a *Listener a
 // net.Listener, so net/http, io.Copy, bufio and the rest work unchanged. Waiting in Read, Write and
-// Accept parks the goroutine in Go's runtime poller, never an OS thread; Dial waits in libmesh's
-// mesh_connect, which holds an OS thread until meshd answers.
+// Accept parks the goroutine in Go's runtime poller, never an OS thread; so does Dial, on the
+// control connection of libmesh's non-blocking mesh_connect_start until meshd answers.
 //
 // The local meshd is reached through its control socket: Dialer.Socket or ListenConfig.Socket, else
 // $MESH_SOCKET, else /run/meshd/meshd.sock.
@@ -15,6 +15,7 @@ package mesh
 
 /*
 #cgo pkg-config: mesh
+#include <errno.h>
 #include <stdlib.h>
 #include <mesh/mesh.h>
 */
@@ -54,17 +55,13 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 	return d.DialContext(context.Background(), network, address)
 }
 
-type dialResult struct {
-	c   *Conn
-	err error
-}
-
 // DialContext opens a channel to address ("NODE:PORT") and returns once the peer accepted it.
 // Errors are *net.OpError around an *Error: errors.Is(err, syscall.ECONNREFUSED) when nobody
 // listens on that port, mesh.EUNKNOWNNODE for a node outside the cluster, syscall.ENETUNREACH when
-// the link to it is not UP. A context cancelled before meshd answers returns at once with the
-// context's error (context.Canceled, or os.ErrDeadlineExceeded for its deadline); the channel
-// that may still come is closed when it does.
+// the link to it is not UP. The goroutine parks in the runtime poller while meshd and the peer
+// answer. A context cancelled before meshd answers returns at once with the context's error
+// (context.Canceled, or os.ErrDeadlineExceeded for its deadline); meshd then sees the request's
+// connection close and closes the channel if it comes.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	opErr := func(addr net.Addr, err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: addr, Err: err}
@@ -112,32 +109,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(addr, ctxError(err))
 	}
-	if ctx.Done() == nil {
-		c, err := d.connect(addr, &opts)
-		if err != nil {
-			return nil, opErr(addr, err)
-		}
-		return c, nil
+	c, err := d.connect(ctx, addr, &opts, timeout)
+	if err != nil {
+		return nil, opErr(addr, err)
 	}
-	res := make(chan dialResult, 1)
-	go func() {
-		c, err := d.connect(addr, &opts)
-		res <- dialResult{c, err}
-	}()
-	select {
-	case r := <-res:
-		if r.err != nil {
-			return nil, opErr(addr, r.err)
-		}
-		return r.c, nil
-	case <-ctx.Done():
-		go func() {
-			if r := <-res; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, opErr(addr, ctxError(ctx.Err()))
-	}
+	return c, nil
 }
 
 func ctxError(err error) error {
@@ -162,8 +138,10 @@ func session(socket string) (*C.mesh_session_t, error) {
 	return s, nil
 }
 
-// connect is the blocking part of a dial: mesh_connect, in its own OS thread while it waits.
-func (d *Dialer) connect(addr Addr, opts *C.struct_mesh_channel_opts) (*Conn, error) {
+// connect sends the request (mesh_connect_start) and parks in the runtime poller on its control
+// connection until meshd answers, the timeout passes or ctx is done: no OS thread waits.
+func (d *Dialer) connect(ctx context.Context, addr Addr, opts *C.struct_mesh_channel_opts, timeout time.Duration) (*Conn, error) {
+	var p *C.mesh_connecting_t
 	var ch *C.mesh_channel_t
 
 	s, err := session(d.Socket)
@@ -171,7 +149,47 @@ func (d *Dialer) connect(addr Addr, opts *C.struct_mesh_channel_opts) (*Conn, er
 		return nil, err
 	}
 	defer C.mesh_session_close(s)
-	if ret := C.mesh_connect(s, C.uint32_t(addr.Node), C.uint16_t(addr.Port), opts, &ch); ret < 0 {
+	if ret := C.mesh_connect_start(s, C.uint32_t(addr.Node), C.uint16_t(addr.Port), opts, &p); ret < 0 {
+		return nil, errorOf("mesh_connect", int64(ret), C.GoString(C.mesh_session_error(s)))
+	}
+	f, rc, err := pollFile(int(C.mesh_connect_fd(p)), "mesh-connect")
+	if err != nil {
+		C.mesh_connect_cancel(p)
+		return nil, err
+	}
+	defer f.Close()
+	if timeout <= 0 {
+		timeout = 30 * time.Second // libmesh's default: its finish says -ETIMEDOUT then
+	}
+	f.SetReadDeadline(time.Now().Add(timeout + 10*time.Millisecond))
+	done := make(chan struct{})
+	defer close(done)
+	if ctx.Done() != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				f.SetReadDeadline(time.Unix(1, 0)) // in the past: wakes the waiter now
+			case <-done:
+			}
+		}()
+	}
+	ret := C.int(-C.EAGAIN)
+	werr := rc.Read(func(uintptr) bool {
+		ret = C.mesh_connect_finish(p, &ch)
+		return ret != -C.EAGAIN
+	})
+	if ret == -C.EAGAIN {
+		// Woken by the deadline or ctx before meshd answered: the pending connect is still ours.
+		C.mesh_connect_cancel(p)
+		if err := ctx.Err(); err != nil {
+			return nil, ctxError(err)
+		}
+		if werr == nil || os.IsTimeout(werr) {
+			return nil, errorOf("mesh_connect", -int64(C.ETIMEDOUT), "meshd did not answer in time")
+		}
+		return nil, werr
+	}
+	if ret < 0 {
 		return nil, errorOf("mesh_connect", int64(ret), C.GoString(C.mesh_session_error(s)))
 	}
 	return newConn(ch)

@@ -123,14 +123,20 @@ static int opts_check(const struct mesh_channel_opts *o)
 	return 0;
 }
 
-MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
-			     mesh_channel_t **out)
+/* A connect under way: its own control connection, and when it gives up. */
+struct mesh_connecting {
+	mesh_session_t *s; /* its error text goes there */
+	int fd;
+	struct timespec deadline;
+};
+
+MESH_EXPORT int mesh_connect_start(mesh_session_t *s, uint32_t node, uint16_t port,
+				   const struct mesh_channel_opts *opts, mesh_connecting_t **out)
 {
 	CtlRequest req = CTL_REQUEST__INIT;
 	uint32_t timeout_ms = MESH_CONNECT_TIMEOUT_MS;
-	int fds[CTL_FDS_MAX], nfds, fd, ret;
-	struct timespec deadline;
-	CtlReply *r;
+	mesh_connecting_t *p;
+	int ret;
 
 	if (!s || !out || node > MESH_NODE_ID_MAX)
 		return -EINVAL;
@@ -167,27 +173,86 @@ MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, co
 			req.rail = opts->rail;
 		}
 	}
-	ctl_deadline(&deadline, timeout_ms);
-	fd = ctl_open(s->path, &deadline);
-	if (fd < 0)
-		return fd;
-	ret = ctl_send(fd, &req);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->s = s;
+	ctl_deadline(&p->deadline, timeout_ms);
+	/* A local unix socket: connecting and sending one datagram do not wait for the peer node. */
+	p->fd = ctl_open(s->path, &p->deadline);
+	if (p->fd < 0) {
+		ret = p->fd;
+		free(p);
+		return ret;
+	}
+	ret = ctl_send(p->fd, &req);
+	if (ret) {
+		close(p->fd);
+		free(p);
+		return ret;
+	}
+	*out = p;
+	return 0;
+}
+
+MESH_EXPORT int mesh_connect_fd(const mesh_connecting_t *p)
+{
+	return p ? p->fd : -EINVAL;
+}
+
+MESH_EXPORT void mesh_connect_cancel(mesh_connecting_t *p)
+{
+	if (!p)
+		return;
+	close(p->fd); /* meshd sees it close: the channel that may still come is closed there */
+	free(p);
+}
+
+MESH_EXPORT int mesh_connect_finish(mesh_connecting_t *p, mesh_channel_t **out)
+{
+	struct timespec now;
+	int fds[CTL_FDS_MAX], nfds, ret;
+	CtlReply *r;
+
+	if (!p || !out)
+		return -EINVAL;
+	ret = ctl_recv(p->fd, &r, fds, &nfds);
+	if (ret == -EAGAIN) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec < p->deadline.tv_sec ||
+		    (now.tv_sec == p->deadline.tv_sec && now.tv_nsec < p->deadline.tv_nsec))
+			return -EAGAIN;
+		ret = -ETIMEDOUT;
+	}
+	if (!ret) {
+		ret = reply_channel(p->s, r, fds, nfds, out);
+		ctl_reply__free_unpacked(r, NULL);
+	}
+	mesh_connect_cancel(p);
+	return ret;
+}
+
+MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
+			     mesh_channel_t **out)
+{
+	mesh_connecting_t *p;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	ret = mesh_connect_start(s, node, port, opts, &p);
 	if (ret)
-		goto out_close;
+		return ret;
 	/* One reply, once the peer accepted or refused. A signal does not abort the wait: the
 	 * channel would be half made. */
 	do {
-		ret = ctl_wait(fd, &deadline, true);
-		if (!ret)
-			ret = ctl_recv(fd, &r, fds, &nfds);
+		ret = ctl_wait(p->fd, &p->deadline, true);
+		if (ret && ret != -EAGAIN) {
+			mesh_connect_cancel(p);
+			return ret;
+		}
+		ret = mesh_connect_finish(p, out);
 	} while (ret == -EAGAIN);
-	if (ret)
-		goto out_close;
-	ret = reply_channel(s, r, fds, nfds, out);
-	ctl_reply__free_unpacked(r, NULL);
-out_close:
-	/* Done with the control connection either way; on a timeout meshd sees it close. */
-	close(fd);
 	return ret;
 }
 

@@ -971,6 +971,106 @@ static void meshlib_connect__no_reply__etimedout_after_timeout(void **state)
 	assert_int_equal(fd_count(), before);
 }
 
+/* ---- connecting without waiting ---- */
+
+/* start returns before meshd answered; the fd turns readable with the answer; finish gives the
+ * channel, which works. */
+static void meshlib_connect_start__answered__fd_readable_then_channel(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_channel_opts o = small_opts();
+	mesh_connecting_t *p = NULL;
+	mesh_channel_t *c = NULL;
+	int before = fd_count();
+
+	f->flaw = FLAW_NO_REPLY; /* the fake takes the request and keeps quiet: nothing to read yet */
+	fake_serve(f);
+	assert_int_equal(mesh_connect_start(f->s, PEER_NODE, PEER_PORT, &o, &p), 0);
+	assert_non_null(p);
+	fake_join(f);
+	assert_true(f->got_req);
+	assert_int_equal(f->req.op, CTL_OP__CTL_OP_CONNECT);
+	assert_int_equal(f->req.node, PEER_NODE);
+	assert_false(fd_readable(mesh_connect_fd(p), 50));
+	assert_int_equal(mesh_connect_finish(p, &c), -EAGAIN);
+	assert_null(c);
+	/* Now meshd answers on the same connection. */
+	f->flaw = FLAW_NONE;
+	fake_answer(f, f->conn, true, SMALL_RING);
+	assert_int_equal(f->thr_err, 0);
+	assert_true(fd_readable(mesh_connect_fd(p), 2000));
+	assert_int_equal(mesh_connect_finish(p, &c), 0);
+	assert_non_null(c);
+	assert_true(mesh_channel_fd(c) >= 0);
+	assert_int_equal(mesh_close(c), 0);
+	fake_drop(f);
+	assert_int_equal(fd_count(), before);
+}
+
+/* A refusal comes back through finish, its text in the session; nothing is left open. */
+static void meshlib_connect_start__refused__finish_says_why(void **state)
+{
+	struct fake *f = *state;
+	mesh_connecting_t *p = NULL;
+	mesh_channel_t *c = NULL;
+	int before = fd_count();
+
+	f->status = -ECONNREFUSED;
+	f->error_text = "nobody listens on port 4242";
+	fake_serve(f);
+	assert_int_equal(mesh_connect_start(f->s, PEER_NODE, PEER_PORT, NULL, &p), 0);
+	assert_true(fd_readable(mesh_connect_fd(p), 2000));
+	assert_int_equal(mesh_connect_finish(p, &c), -ECONNREFUSED);
+	assert_null(c);
+	assert_string_equal(mesh_session_error(f->s), "nobody listens on port 4242");
+	fake_drop(f);
+	assert_int_equal(fd_count(), before);
+}
+
+/* No answer: -EAGAIN until the options' timeout, then -ETIMEDOUT and meshd sees the close. */
+static void meshlib_connect_start__no_reply__eagain_then_etimedout(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_channel_opts o = {.mask = MESH_OPT_TIMEOUT_MS, .timeout_ms = 150};
+	mesh_connecting_t *p = NULL;
+	mesh_channel_t *c = NULL;
+	int before = fd_count();
+
+	f->flaw = FLAW_NO_REPLY;
+	fake_serve(f);
+	assert_int_equal(mesh_connect_start(f->s, PEER_NODE, PEER_PORT, &o, &p), 0);
+	fake_join(f);
+	assert_int_equal(mesh_connect_finish(p, &c), -EAGAIN);
+	usleep(200 * 1000);
+	assert_int_equal(mesh_connect_finish(p, &c), -ETIMEDOUT);
+	assert_null(c);
+	assert_true(fd_hung_up(f->conn, 1000));
+	fake_drop(f);
+	assert_int_equal(fd_count(), before);
+}
+
+/* Cancelled before the answer: meshd sees the control connection close, nothing leaks. */
+static void meshlib_connect_cancel__pending__meshd_sees_close(void **state)
+{
+	struct fake *f = *state;
+	mesh_connecting_t *p = NULL;
+	int before = fd_count();
+
+	f->flaw = FLAW_NO_REPLY;
+	fake_serve(f);
+	assert_int_equal(mesh_connect_start(f->s, PEER_NODE, PEER_PORT, NULL, &p), 0);
+	fake_join(f);
+	mesh_connect_cancel(p);
+	mesh_connect_cancel(NULL);
+	assert_true(fd_hung_up(f->conn, 1000));
+	fake_drop(f);
+	assert_int_equal(fd_count(), before);
+	assert_int_equal(mesh_connect_start(NULL, 1, 1, NULL, &p), -EINVAL);
+	assert_int_equal(mesh_connect_start(f->s, 1, 1, NULL, NULL), -EINVAL);
+	assert_int_equal(mesh_connect_finish(NULL, NULL), -EINVAL);
+	assert_int_equal(mesh_connect_fd(NULL), -EINVAL);
+}
+
 /* ---- listeners ---- */
 
 static void meshlib_listen__channels_pushed__accepted_in_order(void **state)
@@ -2159,6 +2259,10 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_connect__garbage_reply__ebadmsg_no_fd_leaked),
 	T(meshlib_connect__meshd_hangs_up__econnreset),
 	T(meshlib_connect__no_reply__etimedout_after_timeout),
+	T(meshlib_connect_start__answered__fd_readable_then_channel),
+	T(meshlib_connect_start__refused__finish_says_why),
+	T(meshlib_connect_start__no_reply__eagain_then_etimedout),
+	T(meshlib_connect_cancel__pending__meshd_sees_close),
 	T(meshlib_listen__channels_pushed__accepted_in_order),
 	T(meshlib_listen__port_taken__eaddrinuse),
 	T(meshlib_listen__answer_with_fds__eproto_no_fd_leaked),

@@ -69,6 +69,7 @@ MESH_EXPORT const char *mesh_strerror(int err);
 typedef struct mesh_session mesh_session_t;
 typedef struct mesh_listener mesh_listener_t;
 typedef struct mesh_channel mesh_channel_t;
+typedef struct mesh_connecting mesh_connecting_t;
 
 /* Flags of calls that may wait. */
 #define MESH_NONBLOCK 0x1 /* return -EAGAIN instead of waiting */
@@ -157,6 +158,20 @@ MESH_EXPORT int mesh_node_table(mesh_session_t *s, struct mesh_node_addr *nodes,
  * -ECONNREFUSED (nobody listens on the port), -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
 MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
 			     mesh_channel_t **out);
+
+/* mesh_connect without waiting (since 0.4), for event loops: mesh_connect_start sends the request and
+ * returns at once (argument errors and a missing meshd as mesh_connect); mesh_connect_fd is readable
+ * (poll, epoll) once meshd answered or went away; mesh_connect_finish then returns 0 and the channel,
+ * or what mesh_connect would have returned; before that -EAGAIN, and -ETIMEDOUT once the timeout of
+ * the options passed (the caller bounds its own wait: nothing wakes it at the deadline). Except after
+ * -EAGAIN, finish has freed the pending connect; mesh_connect_cancel frees it unfinished (meshd sees
+ * its control connection close and closes the channel if it comes). Its errors go to the session's
+ * mesh_session_error(), so s must outlive it. */
+MESH_EXPORT int mesh_connect_start(mesh_session_t *s, uint32_t node, uint16_t port,
+				   const struct mesh_channel_opts *opts, mesh_connecting_t **out);
+MESH_EXPORT int mesh_connect_fd(const mesh_connecting_t *p);
+MESH_EXPORT int mesh_connect_finish(mesh_connecting_t *p, mesh_channel_t **out);
+MESH_EXPORT void mesh_connect_cancel(mesh_connecting_t *p);
 
 /* Copies up to len bytes in or out; returns the count (> 0), 0 from mesh_recv at EOF, or a negative
  * errno: -EAGAIN (MESH_NONBLOCK and nothing possible now), -EPIPE (send after mesh_shutdown),
