@@ -367,7 +367,7 @@ MESH_EXPORT void mesh_listener_close(mesh_listener_t *l)
 }
 
 /* One SHOW request on a fresh control connection; *out is the reply (free it). */
-static int ctl_show(mesh_session_t *s, CtlObject object, CtlReply **out)
+static int ctl_show(mesh_session_t *s, CtlObject object, uint64_t offset, CtlReply **out)
 {
 	CtlRequest req = CTL_REQUEST__INIT;
 	int fds[CTL_FDS_MAX], nfds, fd, ret;
@@ -377,6 +377,7 @@ static int ctl_show(mesh_session_t *s, CtlObject object, CtlReply **out)
 	req.version = MESH_CTL_VERSION;
 	req.op = CTL_OP__CTL_OP_SHOW;
 	req.object = object;
+	req.offset = offset;
 	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
 	fd = ctl_open(s->path, &deadline);
 	if (fd < 0)
@@ -416,37 +417,48 @@ static void node_addr_set(struct mesh_node_addr *e, uint32_t node, uint32_t flag
 MESH_EXPORT int mesh_node_table(mesh_session_t *s, struct mesh_node_addr *nodes, size_t max)
 {
 	CtlReply *r;
-	size_t count = 0;
+	size_t count = 0, links = 0, total;
 	int ret;
 
 	if (!s || (!nodes && max))
 		return -EINVAL;
 	s->error[0] = 0;
-	/* The LINKS answer carries this node's NodeInfo too, as every answer does. */
-	ret = ctl_show(s, CTL_OBJECT__CTL_OBJECT_LINKS, &r);
-	if (ret)
-		return ret;
-	if (!r->node || r->node->id > MESH_NODE_ID_MAX || r->n_links > MESH_NODE_ID_MAX) {
-		lib_debug("node table: the LINKS answer names no node, or too many links (%zu)", r->n_links);
-		ret = -EPROTO;
-		goto out_free;
-	}
-	if (count < max)
-		node_addr_set(&nodes[count], r->node->id, MESH_NODE_SELF, r->node->addr);
-	count++;
-	for (size_t i = 0; i < r->n_links; i++) {
-		const LinkInfo *l = r->links[i];
-
-		if (l->peer > MESH_NODE_ID_MAX) {
-			lib_debug("node table: link to node %u, above %u", l->peer, MESH_NODE_ID_MAX);
+	/* The LINKS answer carries this node's NodeInfo too, as every answer does; meshd pages it
+	 * (CtlReply.total): ask again from where the last page ended. */
+	do {
+		ret = ctl_show(s, CTL_OBJECT__CTL_OBJECT_LINKS, links, &r);
+		if (ret)
+			return ret;
+		/* A meshd before paging says no total: its one answer has every link. */
+		total = r->total || links ? r->total : r->n_links;
+		if (!r->node || r->node->id > MESH_NODE_ID_MAX || total > MESH_NODE_ID_MAX ||
+		    links + r->n_links > total || (links < total && !r->n_links)) {
+			lib_debug("node table: the LINKS answer names no node, or links %zu + %zu of %zu", links,
+				  r->n_links, total);
 			ret = -EPROTO;
 			goto out_free;
 		}
-		if (count < max)
-			node_addr_set(&nodes[count], l->peer, 0, l->peer_addr);
-		count++;
-	}
-	ret = (int)count;
+		if (!links) {
+			if (count < max)
+				node_addr_set(&nodes[count], r->node->id, MESH_NODE_SELF, r->node->addr);
+			count++;
+		}
+		for (size_t i = 0; i < r->n_links; i++) {
+			const LinkInfo *l = r->links[i];
+
+			if (l->peer > MESH_NODE_ID_MAX) {
+				lib_debug("node table: link to node %u, above %u", l->peer, MESH_NODE_ID_MAX);
+				ret = -EPROTO;
+				goto out_free;
+			}
+			if (count < max)
+				node_addr_set(&nodes[count], l->peer, 0, l->peer_addr);
+			count++;
+		}
+		links += r->n_links;
+		ctl_reply__free_unpacked(r, NULL);
+	} while (links < total);
+	return (int)count;
 out_free:
 	ctl_reply__free_unpacked(r, NULL);
 	return ret;

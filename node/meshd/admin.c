@@ -643,9 +643,12 @@ void admin_on_client(struct admin *a, int fd)
 	fill_numa(a->mesh, &node, &numa);
 	node.ctl_errors = a->errors;
 	r.node = &node;
+	/* Lists go in pages of ADMIN_LIST_PAGE bytes from the item the request names (CtlReply.total):
+	 * a reply must fit one datagram, and a cluster may have any number of links. */
 	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->mesh->n_links) {
-		size_t nl = a->mesh->n_links;
+		size_t nl = a->mesh->n_links, bytes = 0;
 
+		r.total = (uint32_t)nl;
 		lis = calloc(nl, sizeof(*lis));
 		lptrs = calloc(nl, sizeof(*lptrs));
 		mbs = calloc(nl, sizeof(*mbs));
@@ -653,16 +656,24 @@ void admin_on_client(struct admin *a, int fd)
 			admin_reply_error(a, slot, -ENOMEM, "out of memory");
 			goto out;
 		}
-		for (size_t i = 0; i < nl; i++) {
-			link_info__init(&lis[i]);
-			mailbox_info__init(&mbs[i]);
-			fill_link(a->mesh, &a->mesh->links[i], &lis[i], &mbs[i]);
-			lptrs[i] = &lis[i];
+		for (uint64_t i = req->offset; i < nl; i++) {
+			LinkInfo *li = &lis[r.n_links];
+
+			link_info__init(li);
+			mailbox_info__init(&mbs[r.n_links]);
+			fill_link(a->mesh, &a->mesh->links[i], li, &mbs[r.n_links]);
+			bytes += link_info__get_packed_size(li) + 4;
+			if (r.n_links && bytes > ADMIN_LIST_PAGE)
+				break;
+			lptrs[r.n_links++] = li;
 		}
-		r.n_links = nl;
 		r.links = lptrs;
 	}
 	if (req->object == CTL_OBJECT__CTL_OBJECT_CHANNELS && a->mesh->n_channels) {
+		uint64_t skip = req->offset;
+		size_t bytes = 0;
+
+		r.total = a->mesh->n_channels;
 		cis = calloc(a->mesh->n_channels, sizeof(*cis));
 		cptrs = calloc(a->mesh->n_channels, sizeof(*cptrs));
 		if (!cis || !cptrs) {
@@ -670,18 +681,28 @@ void admin_on_client(struct admin *a, int fd)
 			goto out;
 		}
 		for (struct channel *ch = a->mesh->channels; ch && r.n_channels < a->mesh->n_channels; ch = ch->next) {
-			channel_info__init(&cis[r.n_channels]);
-			fill_channel(a->mesh, ch, &cis[r.n_channels]);
-			cptrs[r.n_channels] = &cis[r.n_channels];
-			r.n_channels++;
+			ChannelInfo *ci = &cis[r.n_channels];
+
+			if (skip) {
+				skip--;
+				continue;
+			}
+			channel_info__init(ci);
+			fill_channel(a->mesh, ch, ci);
+			bytes += channel_info__get_packed_size(ci) + 4;
+			if (r.n_channels && bytes > ADMIN_LIST_PAGE)
+				break;
+			cptrs[r.n_channels++] = ci;
 		}
 		r.channels = cptrs;
 	}
 	if (req->object == CTL_OBJECT__CTL_OBJECT_PORTS) {
-		size_t np = 0;
+		uint64_t skip = req->offset;
+		size_t np = 0, bytes = 0;
 
 		for (const struct listener *li = a->mesh->listeners; li; li = li->next)
 			np++;
+		r.total = (uint32_t)np;
 		pis = calloc(np ? np : 1, sizeof(*pis));
 		pptrs = calloc(np ? np : 1, sizeof(*pptrs));
 		if (!pis || !pptrs) {
@@ -692,12 +713,19 @@ void admin_on_client(struct admin *a, int fd)
 			PortInfo *pi = &pis[r.n_ports];
 			int cs = admin_slot_of(a, li->fd);
 
+			if (skip) {
+				skip--;
+				continue;
+			}
 			port_info__init(pi);
 			pi->port = li->port;
 			pi->owner_uid = li->uid;
 			pi->owner_pid = cs >= 0 ? a->client_pid[cs] : 0;
 			for (const struct channel *ch = a->mesh->channels; ch; ch = ch->next)
 				pi->channels += !ch->opener && ch->local_port == li->port;
+			bytes += port_info__get_packed_size(pi) + 4;
+			if (r.n_ports && bytes > ADMIN_LIST_PAGE)
+				break;
 			pptrs[r.n_ports++] = pi;
 		}
 		r.ports = pptrs;

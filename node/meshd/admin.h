@@ -18,6 +18,9 @@
 /* Bytes of metrics text per reply (MetricsPage): a datagram well within the default socket
  * buffers (net.core.wmem_default is 208 KiB). */
 #define ADMIN_METRICS_PAGE 61440u
+/* Bytes of LinkInfo, ChannelInfo or PortInfo items per reply: with the NodeInfo every reply carries
+ * it stays well under a datagram the socket buffers take at once (net.core.wmem_default). */
+#define ADMIN_LIST_PAGE 49152u
 
 struct admin {
 	int lfd;

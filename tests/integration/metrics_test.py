@@ -18,6 +18,7 @@ a backslash, which the text must escape.
 Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
 """
 import argparse
+import json
 import os
 import re
 import select
@@ -140,6 +141,16 @@ def main():
         check(sc.get('rdmamesh_link_up{peer="2"}') == 1, 'meshctl metrics: rdmamesh_link_up{peer="2"} 1')
         check(r.stdout.endswith("\n") and r.stdout.count("# TYPE rdmamesh_link_up gauge") == 1,
               "the pages fit together: one text, each family once")
+        # meshctl links pages the listing too (a reply is one datagram; 401 links take several
+        # pages of 48 KiB): every configured peer once, in order, with its state.
+        r = ctl(1, "-j", "links")
+        try:
+            peers = [lk["peer"] for lk in json.loads(r.stdout)["links"]]
+        except (ValueError, KeyError, TypeError):
+            peers = []
+        check(r.returncode == 0 and peers == list(range(2, 3 + args.phantoms)) and len(r.stdout) > 2 * 49152,
+              f"meshctl links lists all {1 + args.phantoms} links, each once, in order ({len(r.stdout)} bytes "
+              "of JSON, several pages of meshd's)", f"exit {r.returncode}, {len(peers)} links: {r.stderr[-200:]}")
 
         # 3. bytes grow with a transfer
         before1, before2 = samples(get(1)[2]), samples(get(2)[2])
