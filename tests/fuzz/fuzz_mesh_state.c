@@ -481,6 +481,9 @@ static void ev_local(struct mt *t, struct in *in, uint8_t kind)
 		channel_listen(&t->m, U16(in), fd, uid, &why);
 	else
 		channel_client_gone(&t->m, fd);
+	/* Node 2 is us: a connect to it is a local channel, whose messages meshd delivers to itself
+	 * after the batch, as its loop does. */
+	channel_local_run(&t->m);
 	mesh_reap(&t->m);
 }
 
