@@ -8,6 +8,10 @@ and with 1 client (latency bound). Prints requests/s per case and the ratio to k
 library cannot run (rsocket without an RDMA device, or a crash), the row says so.
 
   tests/bench/preload_bench.py [--build build] [--transport tcp|rdma] [--addrs "A B"] [-n REQUESTS]
+                               [--rtt-count N]
+
+Then the test's own blocking echo programs (tests/integration/preload_echo.c), which every library
+can run: the mean 64 B round trip and the rate of a 64 MiB echo.
 """
 import argparse
 import os
@@ -41,12 +45,40 @@ def bench(env, host, port, clients, n):
     return res
 
 
+def echo_bench(a, env_srv, env_cli, host, port, workdir):
+    """The test's own blocking echo programs (tests/integration/preload_echo.c): the mean round trip
+    of 64 B (TCP_NODELAY) and the rate of a 64 MiB echo; (rtt_us, MB/s) or a string saying why not."""
+    echo = os.path.join(a.build, "tests", "integration", "preload_echo")
+    srv = subprocess.Popen([echo, "bserver", str(port), "2"], env=env_srv, stdout=subprocess.DEVNULL,
+                           stderr=open(os.path.join(workdir, f"echo-{port}.log"), "w"))
+    time.sleep(0.5)
+    try:
+        r = subprocess.run([echo, "rtt", host, str(port), str(a.rtt_count), "64"], env=env_cli, capture_output=True,
+                           text=True, timeout=300)
+        m = re.search(r"rtt_us ([\d.]+)", r.stdout)
+        if r.returncode or not m:
+            return f"failed (exit {r.returncode}: {(r.stderr or r.stdout).strip()[-80:]})"
+        size = 64 << 20
+        t0 = time.monotonic()
+        r2 = subprocess.run([echo, "client", host, str(port), "block", str(size)], env=env_cli, capture_output=True,
+                            text=True, timeout=600)
+        dt = time.monotonic() - t0
+        if r2.returncode:
+            return f"failed (exit {r2.returncode}: {(r2.stderr or r2.stdout).strip()[-80:]})"
+        return float(m.group(1)), 2 * size / dt / 1e6
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    finally:
+        preload_test.stop(srv)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--addrs", default="127.0.0.1 127.0.0.2")
     ap.add_argument("-n", "--requests", type=int, default=100000)
+    ap.add_argument("--rtt-count", type=int, default=5000)
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     a.preload = os.path.join(a.build, "meshlib", "preload", "libmesh_preload.so")
@@ -59,7 +91,7 @@ def main():
     m = preload_test.Mesh(a, workdir, a.addrs.split())
     e = preload_test.Env(a, m)
     host, port = m.addr[2], 26400 + random.randrange(0, 500)
-    rows = []
+    rows, echo_rows = [], []
     try:
         m.start()
         if not wait_until(m.up, 30, 0.05):
@@ -87,6 +119,8 @@ def main():
                              bench(env_cli, host, port, 1, max(a.requests // 10, 1000))))
             preload_test.stop(srv)
             port += 1
+            echo_rows.append((name, echo_bench(a, env_srv, env_cli, host, port, workdir)))
+            port += 1
     finally:
         for p in m.proc.values():
             if p.poll() is None:
@@ -109,6 +143,16 @@ def main():
                 ratio = f"({v / ref[t]:.2f}x)" if isinstance(ref, dict) and ref.get(t) and v else ""
                 cells.append(f"{v:>11.0f} {ratio:>8}" if v else f"{'-':>20}")
             print(f"{name:<22} {clients:>7} " + " ".join(cells))
+    print(f"\nthe test's own blocking echo (preload_echo: 64 B round trips, 64 MiB echoed; ratio to kernel TCP)")
+    print(f"{'CASE':<22} {'RTT_US':>16} {'ECHO_MB/S':>18}")
+    ebase = echo_rows[0][1] if echo_rows else None
+    for name, res in echo_rows:
+        if isinstance(res, str):
+            print(f"{name:<22} {res}")
+            continue
+        rr = f"({res[0] / ebase[0]:.2f}x)" if isinstance(ebase, tuple) else ""
+        br = f"({res[1] / ebase[1]:.2f}x)" if isinstance(ebase, tuple) else ""
+        print(f"{name:<22} {res[0]:>8.1f} {rr:>7} {res[1]:>10.1f} {br:>7}")
     if not os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else True:
         print("note: no RDMA device here: librspreload.so falls back to kernel TCP, so its rows measure TCP")
     return 0

@@ -9,6 +9,9 @@
  *        MODE epoll|poll|select: non-blocking connect (EINPROGRESS, writable, SO_ERROR 0), then
  *        the stream through that wait call. Either way the client sends BYTES of a pattern, reads
  *        the echo back and checks it, shuts its side and expects EOF.
+ *   preload_echo rtt HOST PORT COUNT SIZE
+ *        for the benchmark (tests/bench/preload_bench.py): blocking, TCP_NODELAY, COUNT round trips
+ *        of SIZE bytes against an echo server; prints "rtt_us AVG" (the mean round trip).
  * Exit status 0 when every check held; each failure is named on stderr.
  */
 #include <arpa/inet.h>
@@ -27,6 +30,7 @@
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -414,8 +418,55 @@ static int client(const char *host, int port, const char *mode, uint64_t bytes, 
 	return failures ? 1 : 0;
 }
 
+static int rtt(const char *host, int port, long count, size_t size)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	uint8_t *buf = calloc(1, size ? size : 1);
+	struct timespec t0, t1;
+	int fd, one = 1;
+
+	if (!buf || count < 1 || !size || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+		fprintf(stderr, "preload_echo: rtt: bad arguments\n");
+		return 2;
+	}
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		fprintf(stderr, "preload_echo: rtt: connect to %s:%d: %s\n", host, port, strerror(errno));
+		return 1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (long i = 0; i < count; i++) {
+		size_t got = 0;
+
+		if (write(fd, buf, size) != (ssize_t)size) {
+			fprintf(stderr, "preload_echo: rtt: write: %s\n", strerror(errno));
+			return 1;
+		}
+		while (got < size) {
+			ssize_t n = read(fd, buf + got, size - got);
+
+			if (n <= 0) {
+				fprintf(stderr, "preload_echo: rtt: read: %s\n", n ? strerror(errno) : "EOF");
+				return 1;
+			}
+			got += (size_t)n;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("rtt_us %.1f\n", ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / (double)count);
+	shutdown(fd, SHUT_WR);
+	while (read(fd, buf, size) > 0)
+		;
+	close(fd);
+	free(buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 6 && !strcmp(argv[1], "rtt"))
+		return rtt(argv[2], atoi(argv[3]), atol(argv[4]), strtoul(argv[5], NULL, 10));
 	if (argc == 4 && !strcmp(argv[1], "server"))
 		return server(atoi(argv[2]), atoi(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "bserver"))
