@@ -576,7 +576,8 @@ static int list_append(void ***all, size_t *len, void *const *items, size_t n)
 
 	if (!a)
 		return -ENOMEM;
-	memcpy(a + *len, items, n * sizeof(*a));
+	if (n)
+		memcpy(a + *len, items, n * sizeof(*a));
 	*all = a;
 	*len += n;
 	return 0;
