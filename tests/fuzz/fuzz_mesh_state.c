@@ -194,7 +194,7 @@ static void ev_cm(struct mt *t, struct in *in)
 	static const enum xport_ev_type types[] = {XPORT_EV_ESTABLISHED, XPORT_EV_REJECTED, XPORT_EV_CONNECT_ERROR,
 						   XPORT_EV_DISCONNECTED};
 	struct fake_conn *c = pick_conn(t, U8(in));
-	uint8_t sel = U8(in), pdata[XPORT_PDATA_MAX];
+	uint8_t sel = U8(in), pdata[XPORT_PDATA_MAX] = {0};
 	struct link *l;
 	struct xport_event ev;
 	size_t len = 0;
