@@ -224,3 +224,24 @@ err_free:
 		free(buf);
 	return ret;
 }
+
+int ctl_request(const char *path, const CtlRequest *req, const struct timespec *deadline, CtlReply **out,
+		int fds[CTL_FDS_MAX], int *nfds)
+{
+	int fd = ctl_open(path, deadline), ret;
+
+	if (fd < 0)
+		return fd;
+	ret = ctl_send(fd, req);
+	if (!ret)
+		do {
+			ret = ctl_wait(fd, deadline, true);
+			if (!ret)
+				ret = ctl_recv(fd, out, fds, nfds);
+		} while (ret == -EAGAIN);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}

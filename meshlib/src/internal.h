@@ -95,6 +95,11 @@ int ctl_wait(int fd, const struct timespec *deadline, bool restart);
  * queued), -ECONNRESET (meshd closed the connection), -EPROTO (truncated reply or descriptors),
  * -EBADMSG (undecodable), -ENOMEM or another -errno. */
 int ctl_recv(int fd, CtlReply **out, int fds[CTL_FDS_MAX], int *nfds);
+/* One request on a fresh control connection and its first reply, by the deadline (a signal does
+ * not cut the wait): the connection (>= 0, the caller's to close) with *out and the reply's
+ * descriptors, or a negative errno with nothing left open. */
+int ctl_request(const char *path, const CtlRequest *req, const struct timespec *deadline, CtlReply **out,
+		int fds[CTL_FDS_MAX], int *nfds);
 void ctl_fds_close(int *fds, int nfds);
 
 /* ---- channel.c ---- */

@@ -275,21 +275,11 @@ MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **
 	req.port = port;
 	/* meshd answers LISTEN at once: the connect timeout bounds a stuck daemon. */
 	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
-	fd = ctl_open(s->path, &deadline);
+	fd = ctl_request(s->path, &req, &deadline, &r, fds, &nfds);
 	if (fd < 0) {
 		ret = fd;
 		goto err_free;
 	}
-	ret = ctl_send(fd, &req);
-	if (ret)
-		goto err_close;
-	do {
-		ret = ctl_wait(fd, &deadline, true);
-		if (!ret)
-			ret = ctl_recv(fd, &r, fds, &nfds);
-	} while (ret == -EAGAIN);
-	if (ret)
-		goto err_close;
 	ret = reply_status(s, r);
 	if (!ret && (r->setup || nfds)) {
 		lib_debug("LISTEN answer carries %s and %d descriptors", r->setup ? "a setup" : "no setup", nfds);
@@ -379,27 +369,16 @@ static int ctl_show(mesh_session_t *s, CtlObject object, uint64_t offset, CtlRep
 	req.object = object;
 	req.offset = offset;
 	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
-	fd = ctl_open(s->path, &deadline);
+	fd = ctl_request(s->path, &req, &deadline, &r, fds, &nfds);
 	if (fd < 0)
 		return fd;
-	ret = ctl_send(fd, &req);
-	if (ret)
-		goto out_close;
-	do {
-		ret = ctl_wait(fd, &deadline, true);
-		if (!ret)
-			ret = ctl_recv(fd, &r, fds, &nfds);
-	} while (ret == -EAGAIN);
-	if (ret)
-		goto out_close;
+	close(fd);
 	ctl_fds_close(fds, nfds); /* a SHOW answer carries none */
 	ret = reply_status(s, r);
 	if (ret)
 		ctl_reply__free_unpacked(r, NULL);
 	else
 		*out = r;
-out_close:
-	close(fd);
 	return ret;
 }
 
