@@ -551,11 +551,6 @@ static bool chan_usable(struct pl_fd *p)
 	return false;
 }
 
-struct iov_cursor {
-	const struct iovec *iov;
-	int n;
-};
-
 static size_t iov_total(const struct iovec *iov, int n)
 {
 	size_t t = 0;
@@ -563,6 +558,35 @@ static size_t iov_total(const struct iovec *iov, int n)
 	for (int i = 0; i < n; i++)
 		t += iov[i].iov_len;
 	return t;
+}
+
+/* Moves bytes between the channel and iov from (*i, *off) on without waiting, under p->lock and
+ * inside libmesh: the count moved, or when nothing moved what mesh_send/mesh_recv said (0 at the
+ * end of the stream, -EAGAIN, an error). Stops at the first short move: the ring is full (send) or
+ * empty (receive) for now. */
+static ssize_t iov_move(struct pl_fd *p, const struct iovec *iov, int niov, int *i, size_t *off, bool send)
+{
+	ssize_t r = 0;
+
+	while (*i < niov) {
+		uint8_t *b = (uint8_t *)iov[*i].iov_base + *off;
+		size_t n = iov[*i].iov_len - *off;
+		ssize_t g;
+
+		if (!n) {
+			(*i)++;
+			*off = 0;
+			continue;
+		}
+		g = send ? mesh_send(p->ch, b, n, MESH_NONBLOCK) : mesh_recv(p->ch, b, n, MESH_NONBLOCK);
+		if (g <= 0)
+			return r ? r : g;
+		r += g;
+		*off += (size_t)g;
+		if ((size_t)g < n)
+			break;
+	}
+	return r;
 }
 
 /* Receives into iov; MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL understood. Returns bytes or -1/errno. */
@@ -603,26 +627,7 @@ static ssize_t chan_recv(struct pl_fd *p, const struct iovec *iov, int niov, int
 				r = (ssize_t)k;
 			}
 		} else {
-			r = 0;
-			while (i < niov) {
-				ssize_t g;
-
-				if (iov[i].iov_len == off) {
-					i++;
-					off = 0;
-					continue;
-				}
-				g = mesh_recv(p->ch, (uint8_t *)iov[i].iov_base + off, iov[i].iov_len - off, MESH_NONBLOCK);
-				if (g <= 0) {
-					if (!r)
-						r = g;
-					break;
-				}
-				r += g;
-				off += (size_t)g;
-				if (off < iov[i].iov_len)
-					break; /* the ring is empty for now */
-			}
+			r = iov_move(p, iov, niov, &i, &off, false);
 		}
 		pl_lib_leave();
 		pthread_mutex_unlock(&p->lock);
@@ -674,25 +679,7 @@ static ssize_t chan_send(struct pl_fd *p, const struct iovec *iov, int niov, int
 
 		pthread_mutex_lock(&p->lock);
 		pl_lib_enter();
-		while (i < niov) {
-			ssize_t g;
-
-			if (iov[i].iov_len == off) {
-				i++;
-				off = 0;
-				continue;
-			}
-			g = mesh_send(p->ch, (const uint8_t *)iov[i].iov_base + off, iov[i].iov_len - off, MESH_NONBLOCK);
-			if (g <= 0) {
-				if (!r)
-					r = g;
-				break;
-			}
-			r += g;
-			off += (size_t)g;
-			if (off < iov[i].iov_len)
-				break; /* the ring is full for now */
-		}
+		r = iov_move(p, iov, niov, &i, &off, true);
 		pl_lib_leave();
 		pthread_mutex_unlock(&p->lock);
 		if (r > 0) {
