@@ -539,37 +539,26 @@ static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **
 	return 0;
 }
 
-/* The replies of one listing: the first, whose lists are replaced by the whole list (pointers into
- * every page's items), and the later pages, which own those items. */
+/* One listing: every reply (meshd pages lists: CtlReply.total), and a view of the first whose lists
+ * are every page's items (arrays of pointers owned here, the items by their pages). */
 struct listing {
-	CtlReply *first;
-	CtlReply **more;
-	size_t n_more;
-	void *links, *channels, *ports; /* the first page's own arrays and counts, put back before */
-	size_t n_links, n_channels, n_ports; /* it is freed */
+	CtlReply **pages;
+	size_t n_pages;
+	CtlReply view;
 };
 
 static void listing_free(struct listing *ls)
 {
-	if (ls->first) {
-		free(ls->first->links);
-		free(ls->first->channels);
-		free(ls->first->ports);
-		ls->first->links = ls->links;
-		ls->first->channels = ls->channels;
-		ls->first->ports = ls->ports;
-		ls->first->n_links = ls->n_links;
-		ls->first->n_channels = ls->n_channels;
-		ls->first->n_ports = ls->n_ports;
-		ctl_reply__free_unpacked(ls->first, NULL);
-	}
-	for (size_t i = 0; i < ls->n_more; i++)
-		ctl_reply__free_unpacked(ls->more[i], NULL);
-	free(ls->more);
+	free(ls->view.links);
+	free(ls->view.channels);
+	free(ls->view.ports);
+	for (size_t i = 0; i < ls->n_pages; i++)
+		ctl_reply__free_unpacked(ls->pages[i], NULL);
+	free(ls->pages);
 	memset(ls, 0, sizeof(*ls));
 }
 
-/* Appends n items of a page to the list *all of *len items (a fresh array). */
+/* Appends n items of a page to the list *all of *len items. */
 static int list_append(void ***all, size_t *len, void *const *items, size_t n)
 {
 	void **a = realloc(*all, (*len + n + 1) * sizeof(*a));
@@ -583,12 +572,38 @@ static int list_append(void ***all, size_t *len, void *const *items, size_t n)
 	return 0;
 }
 
-/* One listing, page after page on one connection until the reply's total is reached (meshd pages
- * lists: CtlReply.total). */
+/* Keeps page r of the listing and adds its items to the view. */
+static int listing_add(struct listing *ls, CtlReply *r)
+{
+	CtlReply **pages = realloc(ls->pages, (ls->n_pages + 1) * sizeof(*pages));
+	CtlReply *v = &ls->view;
+
+	if (!pages) {
+		ctl_reply__free_unpacked(r, NULL);
+		return -ENOMEM;
+	}
+	ls->pages = pages;
+	ls->pages[ls->n_pages++] = r;
+	if (ls->n_pages == 1) {
+		*v = *r;
+		v->n_links = v->n_channels = v->n_ports = 0;
+		v->links = NULL;
+		v->channels = NULL;
+		v->ports = NULL;
+	}
+	if (list_append((void ***)&v->links, &v->n_links, (void *const *)r->links, r->n_links) ||
+	    list_append((void ***)&v->channels, &v->n_channels, (void *const *)r->channels, r->n_channels) ||
+	    list_append((void ***)&v->ports, &v->n_ports, (void *const *)r->ports, r->n_ports))
+		return -ENOMEM;
+	return 0;
+}
+
+/* One listing, page after page on one connection until the first reply's total is reached. */
 static int request(const char *path, CtlObject obj, struct listing *ls)
 {
 	CtlRequest req = CTL_REQUEST__INIT;
 	int fd = ctl_connect(path), ret;
+	const CtlReply *v = &ls->view;
 	CtlReply *r;
 
 	memset(ls, 0, sizeof(*ls));
@@ -596,73 +611,29 @@ static int request(const char *path, CtlObject obj, struct listing *ls)
 		return fd;
 	req.version = MESH_CTL_VERSION;
 	req.object = obj;
-	ret = ctl_call(fd, path, &req, &ls->first);
-	if (ret)
-		goto out;
-	r = ls->first;
-	ls->links = r->links;
-	ls->channels = r->channels;
-	ls->ports = r->ports;
-	ls->n_links = r->n_links;
-	ls->n_channels = r->n_channels;
-	ls->n_ports = r->n_ports;
-	/* From here the first page's lists are copies, freed by listing_free. */
-	{
-		void **l = NULL, **c = NULL, **p = NULL;
-		size_t nl = 0, nc = 0, np = 0;
+	ret = ctl_call(fd, path, &req, &r);
+	if (!ret)
+		ret = listing_add(ls, r);
+	while (!ret && !v->status) {
+		size_t got = obj == CTL_OBJECT__CTL_OBJECT_LINKS ? v->n_links
+			     : obj == CTL_OBJECT__CTL_OBJECT_CHANNELS ? v->n_channels
+			     : obj == CTL_OBJECT__CTL_OBJECT_PORTS ? v->n_ports : 0;
 
-		if (list_append(&l, &nl, (void *const *)r->links, r->n_links) ||
-		    list_append(&c, &nc, (void *const *)r->channels, r->n_channels) ||
-		    list_append(&p, &np, (void *const *)r->ports, r->n_ports)) {
-			free(l);
-			free(c);
-			free(p);
-			r->links = NULL;
-			r->channels = NULL;
-			r->ports = NULL;
-			ret = -ENOMEM;
-			goto out;
-		}
-		r->links = (LinkInfo **)l;
-		r->channels = (ChannelInfo **)c;
-		r->ports = (PortInfo **)p;
-	}
-	while (!r->status) {
-		size_t got = obj == CTL_OBJECT__CTL_OBJECT_LINKS ? r->n_links
-			     : obj == CTL_OBJECT__CTL_OBJECT_CHANNELS ? r->n_channels
-			     : obj == CTL_OBJECT__CTL_OBJECT_PORTS ? r->n_ports : 0;
-		CtlReply *pg, **more;
-		size_t n;
-
-		if (got >= r->total)
+		if (got >= v->total)
 			break;
 		req.offset = got;
-		ret = ctl_call(fd, path, &req, &pg);
+		ret = ctl_call(fd, path, &req, &r);
 		if (ret)
-			goto out;
-		more = realloc(ls->more, (ls->n_more + 1) * sizeof(*more));
-		if (!more) {
-			ctl_reply__free_unpacked(pg, NULL);
-			ret = -ENOMEM;
-			goto out;
-		}
-		ls->more = more;
-		ls->more[ls->n_more++] = pg;
-		n = pg->n_links + pg->n_channels + pg->n_ports;
-		if (pg->status || !n) {
+			break;
+		if (r->status || !(r->n_links + r->n_channels + r->n_ports)) {
 			/* The list shrank under us, or meshd refused the page: what we have is the listing. */
-			if (pg->status)
-				fprintf(stderr, "meshctl: meshd: page at %zu: %s\n", got, pg->error ? pg->error : "error");
+			if (r->status)
+				fprintf(stderr, "meshctl: meshd: page at %zu: %s\n", got, r->error ? r->error : "error");
+			ctl_reply__free_unpacked(r, NULL);
 			break;
 		}
-		if (list_append((void ***)&r->links, &r->n_links, (void *const *)pg->links, pg->n_links) ||
-		    list_append((void ***)&r->channels, &r->n_channels, (void *const *)pg->channels, pg->n_channels) ||
-		    list_append((void ***)&r->ports, &r->n_ports, (void *const *)pg->ports, pg->n_ports)) {
-			ret = -ENOMEM;
-			goto out;
-		}
+		ret = listing_add(ls, r);
 	}
-out:
 	close(fd);
 	if (ret)
 		listing_free(ls);
@@ -817,7 +788,7 @@ int main(int argc, char **argv)
 	ret = request(sock, objects[obj].obj, &ls);
 	if (ret)
 		return 2;
-	r = ls.first;
+	r = &ls.view;
 	if (r->status) {
 		fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
 			mesh_strerror(r->status));
