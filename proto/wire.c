@@ -146,7 +146,7 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_open.ring_size is not a power of two in 4 KiB..256 MiB";
 		if (o->qps == 0 || o->qps > MESH_QPS_PER_LINK_MAX)
 			return "channel_open.qps out of range 1..16";
-		if (!o->rx_addr || o->rx_addr + o->ring_size < o->rx_addr || !o->credit_addr || o->credit_addr + MESH_CREDIT_LEN < o->credit_addr)
+		if (!o->rx_addr || o->rx_addr + o->ring_size < o->rx_addr || !o->credit_addr || o->credit_addr + MESH_CREDIT_AREA < o->credit_addr)
 			return "channel_open: bad ring or credit address";
 		return NULL;
 	}
@@ -155,7 +155,7 @@ static const char *peer_msg_check(const PeerMsg *m)
 
 		if (a->slot >= MESH_CHANNEL_SLOTS || a->peer_slot >= MESH_CHANNEL_SLOTS)
 			return "channel_accept slot out of range";
-		if (!a->rx_addr || !a->credit_addr || a->credit_addr + MESH_CREDIT_LEN < a->credit_addr)
+		if (!a->rx_addr || !a->credit_addr || a->credit_addr + MESH_CREDIT_AREA < a->credit_addr)
 			return "channel_accept: bad ring or credit address";
 		return NULL;
 	}
@@ -180,7 +180,7 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_resume.rx_seq out of range 0..65535";
 		if (r->rx_cons > r->rx_bytes)
 			return "channel_resume.rx_cons beyond rx_bytes";
-		if (!r->rx_addr || !r->credit_addr || r->credit_addr + MESH_CREDIT_LEN < r->credit_addr)
+		if (!r->rx_addr || !r->credit_addr || r->credit_addr + MESH_CREDIT_AREA < r->credit_addr)
 			return "channel_resume: bad ring or credit address";
 		if (r->rail >= MESH_RAILS_MAX)
 			return "channel_resume.rail out of range";

@@ -35,7 +35,10 @@
 /* Feature bits of Hello. A message kind is sent only if both sides announced its bit. */
 #define MESH_FEAT_KEEPALIVE (1ull << 0)
 #define MESH_FEAT_GOODBYE (1ull << 1)
-#define MESH_FEAT_CHANNELS (1ull << 2)
+/* Bit 2 named channels whose credits all landed on one pair of words (earlier builds): retired, so
+ * that such a peer and this one see no channels in common, the open answered with a clear
+ * "does not support channels" on both sides rather than a data path they read differently. */
+#define MESH_FEAT_CHANNELS (1ull << 5) /* stream channels, credits in MESH_CREDIT_SLOTS slots */
 #define MESH_FEAT_RESUME (1ull << 3) /* channels wait for a link that went DOWN and resume (ChannelResume) */
 /* a link stays UP while one rail is: control messages are sequenced and fail over (PeerMsg.seq/ack),
  * a lost rail's channels move (ChannelResume.rail), the rail rejoins (RailDown, RailUp, MESH_CM_F_RAIL_JOIN) */
@@ -46,13 +49,22 @@
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update
  *   bits 30..16 the receiver's channel slot (MESH_CHANNEL_SLOTS per link)
- *   bits 15..0  data: chunk sequence number (mod 2^16); credit: 0 */
+ *   bits 15..0  data: chunk sequence number (mod 2^16); credit: the credit write's number (mod 2^16) */
 #define MESH_IMM_CREDIT (1u << 31)
 /* A credit write: the reader's rx_cons, then the bytes its meshd has placed (contiguous rx_prod),
  * both u64 in the host order of the cluster (one machine architecture per cluster). The sender
  * posts up to rx_cons + ring size, and lets its application reuse TX bytes only up to the placed
  * position: bytes written but not yet seen placed are written again if the link is lost. */
 #define MESH_CREDIT_LEN 16u
+/* Credit write n lands in slot n % MESH_CREDIT_SLOTS of the sender's credit area, and the sender
+ * reads the slot its immediate names. An RDMA WRITE is complete when its immediate arrives, but its
+ * bytes are placed in no promised order (under emulation a byte at a time), so a later write landing
+ * on the same words could be read half old and half new. With slots, the next write to this slot
+ * is MESH_CREDIT_SLOTS credits later, each a quarter ring of the reader's progress at least (two
+ * rings), while the reader cannot get more than a ring past the last credit the sender has read:
+ * it cannot be under way while the sender reads this one. */
+#define MESH_CREDIT_SLOTS 8u
+#define MESH_CREDIT_AREA (MESH_CREDIT_SLOTS * MESH_CREDIT_LEN)
 #define MESH_CHANNEL_SLOTS 32768u
 #define MESH_IMM(credit, slot, seq) (((credit) ? MESH_IMM_CREDIT : 0u) | ((uint32_t)(slot) << 16) | ((uint32_t)(seq) & 0xffffu))
 #define MESH_IMM_SLOT(imm) (((imm) >> 16) & 0x7fffu)

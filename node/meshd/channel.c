@@ -213,7 +213,7 @@ static int channel_write_imm(struct channel *ch, uint32_t qp, xport_mr_t *mr, co
 		return xport_post_write_imm(l->conns[qp], mr, buf, len, raddr, rkey, imm, wr_id);
 	peer = link_channel(l, ch->peer_slot);
 	if (!peer || peer->peer_slot != ch->slot ||
-	    !(local_within(raddr, len, peer->rx, peer->size) || local_within(raddr, len, peer->credit, MESH_CREDIT_LEN)))
+	    !(local_within(raddr, len, peer->rx, peer->size) || local_within(raddr, len, peer->credit, MESH_CREDIT_AREA)))
 		return -EFAULT;
 	memcpy((void *)(uintptr_t)raddr, buf, len);
 	ret = local_push(ch->mesh, &ev);
@@ -347,7 +347,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 		*why = "out of descriptors or memory";
 		goto err;
 	}
-	memset(ch->credit, 0, 64);
+	memset(ch->credit, 0, (CH_CREDIT_OUT + 2) * sizeof(*ch->credit));
 	ch->life_fd = sv[0];
 	ch->app_life_fd = sv[1];
 	ch->ctrl->magic = MESH_RING_MAGIC;
@@ -366,9 +366,10 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	if (!ch->local && ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
 	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_rx)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, MESH_CREDIT_AREA, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
 				  &ch->mr_cin)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + 2, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &ch->mr_cout)))) {
+	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + CH_CREDIT_OUT, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL,
+				  &ch->mr_cout)))) {
 		*why = "memory registration failed";
 		goto err;
 	}
@@ -615,10 +616,13 @@ static void channel_post_credit(struct channel *ch)
 		return;
 	if (!mesh_link_sq_room(l, ch->qp0))
 		return;
-	ch->credit[2] = cons;
-	ch->credit[3] = ch->rx_bytes;
-	ret = channel_write_imm(ch, ch->qp0, ch->mr_cout, &ch->credit[2], MESH_CREDIT_LEN, ch->peer_credit_addr,
-				ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, 0), WR_ID(WR_CH_CREDIT, ch->slot));
+	/* Into the next of the peer's credit slots (wire.h MESH_CREDIT_SLOTS), named by the immediate. */
+	ch->credit[CH_CREDIT_OUT] = cons;
+	ch->credit[CH_CREDIT_OUT + 1] = ch->rx_bytes;
+	ret = channel_write_imm(ch, ch->qp0, ch->mr_cout, &ch->credit[CH_CREDIT_OUT], MESH_CREDIT_LEN,
+				ch->peer_credit_addr + (ch->credit_writes % MESH_CREDIT_SLOTS) * MESH_CREDIT_LEN,
+				ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, ch->credit_writes),
+				WR_ID(WR_CH_CREDIT, ch->slot));
 	if (ret) {
 		channel_break(ch, -ECONNRESET, "posting a credit write failed: %s", mesh_strerror(ret));
 		return;
@@ -1282,23 +1286,23 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 	/* Data may beat the Accept (other QPs complete independently): it is in our ring already, and
 	 * counts as soon as it arrives. */
 	if (imm & MESH_IMM_CREDIT) {
-		uint64_t c = __atomic_load_n(&ch->credit[0], __ATOMIC_ACQUIRE);
-		uint64_t placed = __atomic_load_n(&ch->credit[1], __ATOMIC_ACQUIRE);
+		/* The slot this write filled: whole now, and no later write is landing on it (wire.h
+		 * MESH_CREDIT_SLOTS says why). Credits come in order on one QP, so both words only grow;
+		 * the reader cannot have consumed what its meshd had not placed. */
+		const uint64_t *w = ch->credit + 2 * (MESH_IMM_SEQ(imm) % MESH_CREDIT_SLOTS);
+		uint64_t c = __atomic_load_n(&w[0], __ATOMIC_ACQUIRE);
+		uint64_t placed = __atomic_load_n(&w[1], __ATOMIC_ACQUIRE);
 
-		/* The two words are read while the peer's next credit write may be landing on them (its
-		 * meshd posts it once this one completed at its end, which may be before we read this
-		 * one): each word only grows, but the pair may be torn, the reader's position newer than
-		 * the placed one. The reader cannot have consumed what was not placed, so its position is
-		 * as good a lower bound of what is placed. */
 		if (!mesh_ring_in_window(c, ch->peer_cons, ch->tx_sent))
 			channel_break(ch, -EPROTO, "peer credited %llu bytes, outside [%llu, %llu]", (unsigned long long)c,
 				      (unsigned long long)ch->peer_cons, (unsigned long long)ch->tx_sent);
-		else if (!mesh_ring_in_window(placed, ch->peer_placed, ch->tx_sent))
-			channel_break(ch, -EPROTO, "peer placed %llu bytes, outside [%llu, %llu]", (unsigned long long)placed,
-				      (unsigned long long)ch->peer_placed, (unsigned long long)ch->tx_sent);
+		else if (!mesh_ring_in_window(placed, MAX(ch->peer_placed, c), ch->tx_sent))
+			channel_break(ch, -EPROTO, "peer placed %llu bytes, outside [%llu, %llu] (its reader at %llu)",
+				      (unsigned long long)placed, (unsigned long long)MAX(ch->peer_placed, c),
+				      (unsigned long long)ch->tx_sent, (unsigned long long)c);
 		else {
 			ch->peer_cons = c;
-			ch->peer_placed = mesh_ring_in_window(placed, c, ch->tx_sent) ? placed : c;
+			ch->peer_placed = placed;
 		}
 	} else {
 		uint16_t seq = MESH_IMM_SEQ(imm);
@@ -1444,8 +1448,8 @@ static void channel_move(struct channel *ch, uint32_t k)
 		return;
 	if (!c || (ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, &tx)) ||
 	    (ret = xport_mr_reg(c, ch->rx, ch->size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &rx)) ||
-	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &cin)) ||
-	    (ret = xport_mr_reg(c, ch->credit + 2, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &cout))) {
+	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_AREA, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &cin)) ||
+	    (ret = xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &cout))) {
 		mesh_bury_mr(m, tx);
 		mesh_bury_mr(m, rx);
 		mesh_bury_mr(m, cin);

@@ -23,7 +23,8 @@
 #define CH_WINDOW 256u          /* chunks in flight per direction (sender); < 2^16 for the sequence numbers */
 #define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
 #define CH_PORT_PRIVILEGED 1024u /* ports below it: root's to listen on, as in TCP */
-#define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: [0..1] in (peer writes), [2..3] out */
+#define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: the slots in (peer writes), then out */
+#define CH_CREDIT_OUT (2u * MESH_CREDIT_SLOTS) /* index of the out words (our credit, as posted) */
 
 struct mesh;
 struct link;

@@ -69,7 +69,7 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 		FUZZ_CHECK(mesh_ring_size_valid(o->ring_size));
 		FUZZ_CHECK(o->qps >= 1 && o->qps <= MESH_QPS_PER_LINK_MAX);
 		FUZZ_CHECK(o->rx_addr != 0 && o->rx_addr + o->ring_size >= o->rx_addr);
-		FUZZ_CHECK(o->credit_addr != 0 && o->credit_addr + 8 >= o->credit_addr);
+		FUZZ_CHECK(o->credit_addr != 0 && o->credit_addr + MESH_CREDIT_AREA >= o->credit_addr);
 		break;
 	}
 	case PEER_MSG__BODY_CHANNEL_ACCEPT:
