@@ -11,6 +11,9 @@ spell of a shared machine hits both alike. Prints medians, ranges and the keyed/
 Figures are reported, never asserted; exits 1 only when a mesh does not form or a meshd fails.
 
   tests/bench/formation.py --build build [--nodes 16] [--rounds 3] [--transport tcp|rdma]
+                           [--max-handshakes N] [--progress SEC] [--only keyed|unkeyed]
+A mesh that does not form is diagnosed: the link ends not UP with their last errors, the attempt
+failures the logs name, the meshd's CPU time.
 """
 import argparse
 import json
@@ -27,6 +30,65 @@ import time
 UP_RE = re.compile(r"link to node \d+ UP: .*, (\d+) ms$")
 
 
+FAIL_RE = re.compile(r"link to node (\d+): attempt epoch \d+ failed \(\d+ before it\): (.*)$")
+REJECT_RE = re.compile(r"(refused|rejected) .*?: (.*)$")
+
+
+def links_up(a, procs, socks):
+    """Link ends UP over all meshd (a meshd that does not answer counts none)."""
+    meshctl = os.path.join(a.build, "node", "meshctl")
+    n = 0
+    for i in procs:
+        r = subprocess.run([meshctl, "-j", "-s", socks[i], "node"], capture_output=True, text=True)
+        if r.returncode == 0:
+            n += json.loads(r.stdout).get("links_up", 0)
+    return n
+
+
+def cpu_seconds(procs):
+    """User + system CPU of the meshd so far, from /proc (what the formation costs the machine)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in procs.values():
+        try:
+            with open(f"/proc/{p.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
+def diagnose(a, procs, socks, logs):
+    """Why a mesh did not form: the meshd short of links, what each waits on, the failures logged."""
+    meshctl = os.path.join(a.build, "node", "meshctl")
+    short = []
+    for i in procs:
+        r = subprocess.run([meshctl, "-j", "-s", socks[i], "links"], capture_output=True, text=True)
+        if r.returncode != 0:
+            short.append(f"node {i}: meshctl failed: {r.stderr.strip()}")
+            continue
+        for l in json.loads(r.stdout)["links"]:
+            if l.get("state") != "UP":
+                short.append(f"node {i} -> {l.get('peer')}: {l.get('state')} for {l.get('state_ms')} ms, "
+                             f"last error: {l.get('last_error') or '-'}")
+    print(f"  link ends not UP: {len(short)}", flush=True)
+    for line in short[:40]:
+        print(f"    {line}")
+    reasons = {}
+    for i in procs:
+        with open(logs[i]) as f:
+            for line in f:
+                m = FAIL_RE.search(line.strip())
+                if m:
+                    key = re.sub(r"\d+", "N", m.group(2))
+                    reasons[key] = reasons.get(key, 0) + 1
+    print("  attempt failures logged (numbers as N; meshd logs the 1st, 2nd, 4th, 8th... of a link):")
+    for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"    {v:6}  {k}")
+    print(f"  meshd CPU: {cpu_seconds(procs):.1f} s in all", flush=True)
+
+
 def run_once(a, work, keyed, round_no):
     conf = os.path.join(work, f"mesh-{'key' if keyed else 'nokey'}.conf")
     with open(conf, "w") as f:
@@ -34,7 +96,7 @@ def run_once(a, work, keyed, round_no):
                 f'  transport = "{a.transport}";\n  qps_per_link = {a.qps};\n'
                 '  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n'
                 '  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n'
-                f'  max_handshakes = {a.nodes};\n  backoff_initial_ms = 50;\n  backoff_max_ms = 1000;\n'
+                f'  max_handshakes = {a.max_handshakes or a.nodes};\n  backoff_initial_ms = 50;\n  backoff_max_ms = 1000;\n'
                 '  log_level = "info";\n'
                 + ('  key_file = "cluster.key";\n' if keyed else '') + '};\nnodes = (\n'
                 + ",\n".join(f'  {{ id = {i}; addr = "{a.addr}"; port = {a.base_port + i}; }}'
@@ -50,6 +112,7 @@ def run_once(a, work, keyed, round_no):
             procs[i] = subprocess.Popen([meshd, "-c", conf, "-n", str(i), "-s", socks[i]],
                                         stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
     full = None
+    next_progress = t0 + a.progress if a.progress else float("inf")
     try:
         deadline = t0 + a.timeout
         while time.monotonic() < deadline:
@@ -72,8 +135,13 @@ def run_once(a, work, keyed, round_no):
                     last = max(last, now - ms / 1000.0)
                 full = last - t0
                 break
+            if time.monotonic() >= next_progress:
+                next_progress += a.progress
+                print(f"  {time.monotonic() - t0:6.1f} s: {links_up(a, procs, socks)} of {a.nodes * (a.nodes - 1)} "
+                      f"link ends UP, meshd CPU {cpu_seconds(procs):.1f} s", flush=True)
             time.sleep(0.05)
         if full is None:
+            diagnose(a, procs, socks, logs)
             raise RuntimeError(f"no full mesh within {a.timeout} s")
     finally:
         for p in procs.values():
@@ -105,6 +173,9 @@ def main():
     ap.add_argument("--addr", default="127.0.0.1")
     ap.add_argument("--base-port", type=int, default=17800)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--max-handshakes", type=int, default=0, help="cluster.max_handshakes (default: the node count)")
+    ap.add_argument("--progress", type=float, default=0, help="print link ends UP every this many seconds")
+    ap.add_argument("--only", choices=("keyed", "unkeyed"), help="one kind of round only (no ratio)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     work = tempfile.mkdtemp(prefix="mesh-formation-")
@@ -116,7 +187,8 @@ def main():
     res = {False: ([], []), True: ([], [])}
     try:
         for r in range(a.rounds):
-            for keyed in ((False, True) if r % 2 == 0 else (True, False)):
+            kinds = (False, True) if r % 2 == 0 else (True, False)
+            for keyed in (k for k in kinds if not a.only or k == (a.only == "keyed")):
                 full, links = run_once(a, work, keyed, r)
                 res[keyed][0].append(full)
                 res[keyed][1].extend(links)
@@ -125,6 +197,13 @@ def main():
     except Exception as e:  # noqa: BLE001
         print(f"formation: FAILED: {e}; logs in {work}")
         return 1
+
+    if a.only:
+        full, links = res[a.only == "keyed"]
+        print(f"\nformation of {a.nodes} nodes ({a.only}), {a.qps} QPs per link, {a.transport} on {a.addr}: full mesh "
+              f"median {statistics.median(full):.2f} s, per link median {statistics.median(links):.0f} ms")
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
 
     def q(v, p):
         v = sorted(v)
