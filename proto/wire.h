@@ -43,8 +43,15 @@
 /* a link stays UP while one rail is: control messages are sequenced and fail over (PeerMsg.seq/ack),
  * a lost rail's channels move (ChannelResume.rail), the rail rejoins (RailDown, RailUp, MESH_CM_F_RAIL_JOIN) */
 #define MESH_FEAT_RAILS (1ull << 4)
+/* Rail 0's keepalive is an RDMA WRITE of a counter into the peer's mailbox word MESH_KA_OFF: no
+ * receive, no answer, no wake-up at the peer, which looks at the word on its own timer; the write's
+ * completion is the writer's round trip. Keepalive messages and their acks cost each end two
+ * messages sent and two received per interval and link: 64 idle meshd over rdma in the VM spent
+ * both vCPUs on them. Other rails keep Keepalive messages (their mailbox is not registered there). */
+#define MESH_FEAT_KA_WRITE (1ull << 6)
 #define MESH_FEAT_ALL \
-	(MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME | MESH_FEAT_RAILS)
+	(MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME | MESH_FEAT_RAILS | \
+	 MESH_FEAT_KA_WRITE)
 
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update
@@ -79,6 +86,10 @@
 /* The mailbox's first bytes are the proof slot: the peer writes its token there and reads it back. */
 #define MESH_PROOF_LEN 32u
 #define MESH_MAILBOX_MIN (MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
+/* After the proof slots: the keepalive word (MESH_FEAT_KA_WRITE), when the mailbox holds it. */
+#define MESH_KA_OFF MESH_MAILBOX_MIN
+#define MESH_KA_LEN 8u
+#define MESH_MAILBOX_CFG_MIN (MESH_KA_OFF + MESH_KA_LEN) /* what this meshd's own mailbox has at least */
 
 enum mesh_cm_kind {
 	MESH_CM_CONNECT = 1, /* dialler -> acceptor, in rdma_connect */

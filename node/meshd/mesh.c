@@ -20,7 +20,7 @@ _Static_assert(MESH_CM_ACCEPT_PDATA_MAX <= XPORT_PDATA_MAX && MESH_CM_PDATA_MAX 
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
 enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
-	       WR_RECV_DATA = 7 };
+	       WR_RECV_DATA = 7, WR_KA_WRITE };
 #define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 #define WR_KIND(id) ((uint32_t)((id) >> 32))
 #define WR_IDX(id) ((uint32_t)(id))
@@ -31,7 +31,8 @@ enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h
 #define BUF_SEND_OFF(m) (BUF_RECV_OFF + (size_t)LINK_RECV_BUFS * (m)->n_rails * MESH_PEER_MSG_MAX)
 #define BUF_PROOF_OFF(m) (BUF_SEND_OFF(m) + LINK_SEND_BUFS * MESH_PEER_MSG_MAX)
 #define BUF_TOKEN_OFF(m) (BUF_PROOF_OFF(m) + MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
-#define BUF_LEN(m) (BUF_TOKEN_OFF(m) + MESH_PROOF_LEN)
+#define BUF_KA_OFF(m) (BUF_TOKEN_OFF(m) + MESH_PROOF_LEN)
+#define BUF_LEN(m) (BUF_KA_OFF(m) + MESH_KA_LEN)
 
 static uint64_t now_ms(void)
 {
@@ -259,6 +260,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	memset(l->rail_gen, 0, sizeof(l->rail_gen));
 	l->have_peer_hello = false;
 	l->peer_ready = false;
+	l->ka_write_busy = false;
 	l->proofs_done = 0;
 	l->auth_proof_sent = l->peer_proved = false;
 	l->rails_proof_sent = l->rails_peer_proved = 0;
@@ -314,6 +316,7 @@ static int link_register(struct link *l, xport_conn_t *c)
 	if (l->mr_local)
 		return 0;
 	memset(l->mailbox, 0, l->mesh->cfg->mailbox_size);
+	l->ka_word_seen = 0;
 	ret = xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_local);
 	if (ret)
 		return ret;
@@ -1405,6 +1408,8 @@ static void link_on_hello(struct link *l, const Hello *h)
 	l->peer_mb_addr = h->mailbox_addr;
 	l->peer_mb_len = h->mailbox_len;
 	l->peer_mb_rkey = h->mailbox_rkey;
+	if (h->mailbox_len < MESH_KA_OFF + MESH_KA_LEN)
+		l->features &= ~MESH_FEAT_KA_WRITE; /* no keepalive word in its mailbox */
 	link_progress(l);
 }
 
@@ -1655,6 +1660,17 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	case WR_PROOF_WRITE:
 		l->sq_used[ev->conn->index]--;
 		return;
+	case WR_KA_WRITE: {
+		/* The peer's NIC acknowledged the write: a round trip on rail 0. */
+		uint64_t t = util_now_us();
+
+		l->sq_used[ev->conn->index]--;
+		l->ka_write_busy = false;
+		if (l->ctl_rail == 0 && l->ka_write_us <= t)
+			l->rtt_us = t - l->ka_write_us;
+		link_metrics_ka_acked(&l->metrics, 0, l->ka_write_seq);
+		return;
+	}
 	case WR_PROOF_READ:
 		l->sq_used[ev->conn->index]--;
 		if (idx >= l->mesh->cfg->qps_per_link || l->phase != LINK_PROOF) {
@@ -1722,12 +1738,59 @@ void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
 	}
 }
 
+/* Rail 0's keepalive by WRITE (MESH_FEAT_KA_WRITE): the sequence number into the peer's mailbox
+ * word; one in flight at a time (a write not acknowledged for a whole interval is the QP's to
+ * fail, and the peer's timeout decides meanwhile). */
+static int link_ka_write(struct link *l, uint64_t seq)
+{
+	uint8_t *src = l->buf + BUF_KA_OFF(l->mesh); /* the WRITE's source must be registered memory */
+	int ret;
+
+	if (l->ka_write_busy) {
+		l->metrics.ka_misses[0]++; /* an interval without its answer, as for a message */
+		return 0;
+	}
+	if (!l->conns[0])
+		return 0;
+	if (l->sq_used[0] >= LINK_SQ_DEPTH)
+		return 0; /* all slots busy: the peer is not completing our sends, the timeout decides */
+	memcpy(src, &seq, MESH_KA_LEN);
+	ret = xport_post_write(l->conns[0], l->mr_local, src, MESH_KA_LEN, l->peer_mb_addr + MESH_KA_OFF,
+			       l->peer_mb_rkey, WR_ID(WR_KA_WRITE, 0));
+	if (ret)
+		return ret;
+	l->sq_used[0]++;
+	l->ka_write_busy = true;
+	l->ka_write_us = util_now_us();
+	l->ka_write_seq = seq;
+	link_metrics_ka_sent(&l->metrics, 0, seq);
+	return 0;
+}
+
+/* The peer's keepalive word in our mailbox: changed since the last look, the peer (on rail 0) is
+ * alive. Any value counts: the peer writes what it likes into its mailbox slot, and a word read
+ * while a write lands may be half new, which is as much a sign of life. */
+static void link_ka_look(struct link *l, uint64_t t)
+{
+	uint64_t w;
+
+	if (!(l->features & MESH_FEAT_KA_WRITE) || !(l->rails_up & 1u))
+		return;
+	w = __atomic_load_n((const uint64_t *)(const void *)(l->mailbox + MESH_KA_OFF), __ATOMIC_RELAXED);
+	if (w != l->ka_word_seen) {
+		l->ka_word_seen = w;
+		l->last_rx_ms = t;
+		l->rail_rx_ms[0] = t;
+	}
+}
+
 static void link_tick(struct link *l, uint64_t t)
 {
 	struct mesh *m = l->mesh;
 	const struct mesh_config *cfg = m->cfg;
 
 	if (l->phase == LINK_UP) {
+		link_ka_look(l, t);
 		/* Without agreed keepalives the peer sends nothing periodic: only disconnects count. */
 		if ((l->features & MESH_FEAT_KEEPALIVE) && t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
 			link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u for %llu ms", l->peer->id,
@@ -1780,6 +1843,15 @@ static void link_tick(struct link *l, uint64_t t)
 			for (uint32_t r = 0; r < m->n_rails; r++) {
 				if (!(l->rails_up & (1u << r)))
 					continue;
+				if (r == 0 && (l->features & MESH_FEAT_KA_WRITE)) {
+					ret = link_ka_write(l, k.seq);
+					if (ret) {
+						link_rail_fail(l, 0, ret, "cannot write a keepalive on rail 0");
+						if (l->phase != LINK_UP)
+							return;
+					}
+					continue;
+				}
 				ret = link_send_on(l, r * cfg->qps_per_link, &msg);
 				if (!ret)
 					link_metrics_ka_sent(&l->metrics, r, k.seq);

@@ -11,7 +11,7 @@ spell of a shared machine hits both alike. Prints medians, ranges and the keyed/
 Figures are reported, never asserted; exits 1 only when a mesh does not form or a meshd fails.
 
   tests/bench/formation.py --build build [--nodes 16] [--rounds 3] [--transport tcp|rdma]
-                           [--max-handshakes N] [--progress SEC] [--only keyed|unkeyed]
+                           [--max-handshakes N] [--progress SEC] [--only keyed|unkeyed] [--hold SEC]
 A mesh that does not form is diagnosed: the link ends not UP with their last errors, the attempt
 failures the logs name, the meshd's CPU time.
 """
@@ -99,6 +99,30 @@ def diagnose(a, procs, socks, logs):
     print(f"  meshd CPU: {cpu_seconds(procs):.1f} s in all", flush=True)
 
 
+def hold(a, procs, socks, watch):
+    """The full mesh held for a.hold seconds: every link stays UP (no DOWN in any log), what the
+    idle mesh costs (meshd CPU per second) and how fast the control socket answers meanwhile."""
+    meshctl = os.path.join(a.build, "node", "meshctl")
+    c0, t0 = cpu_seconds(procs), time.monotonic()
+    lat = []
+    while time.monotonic() - t0 < a.hold:
+        for i in list(procs)[:: max(1, len(procs) // 8)]:
+            s = time.monotonic()
+            r = subprocess.run([meshctl, "-j", "-s", socks[i], "node"], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"meshctl node on meshd {i} failed while held: {r.stderr.strip()}")
+            lat.append(time.monotonic() - s)
+        time.sleep(1)
+    c1, t1 = cpu_seconds(procs), time.monotonic()
+    up = watch.poll()
+    if up != a.nodes * (a.nodes - 1):
+        raise RuntimeError(f"only {up} of {a.nodes * (a.nodes - 1)} link ends UP after holding {a.hold} s")
+    lat.sort()
+    print(f"  held {t1 - t0:.0f} s, every link UP: meshd CPU {(c1 - c0) / (t1 - t0):.2f} s per s in all, "
+          f"meshctl node median {statistics.median(lat) * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms "
+          f"({len(lat)} calls, process start included)", flush=True)
+
+
 def run_once(a, work, keyed, round_no):
     conf = os.path.join(work, f"mesh-{'key' if keyed else 'nokey'}.conf")
     with open(conf, "w") as f:
@@ -149,6 +173,8 @@ def run_once(a, work, keyed, round_no):
                     ms = min(l["state_ms"] for l in json.loads(r.stdout)["links"])
                     last = max(last, now - ms / 1000.0)
                 full = last - t0
+                if a.hold:
+                    hold(a, procs, socks, watch)
                 break
             if time.monotonic() >= next_progress:
                 next_progress += a.progress
@@ -191,6 +217,8 @@ def main():
     ap.add_argument("--max-handshakes", type=int, default=0, help="cluster.max_handshakes (default: the node count)")
     ap.add_argument("--progress", type=float, default=0, help="print link ends UP every this many seconds")
     ap.add_argument("--only", choices=("keyed", "unkeyed"), help="one kind of round only (no ratio)")
+    ap.add_argument("--hold", type=float, default=0,
+                    help="keep each full mesh this many seconds: links must stay UP; idle CPU and meshctl latency")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     work = tempfile.mkdtemp(prefix="mesh-formation-")

@@ -36,6 +36,7 @@ struct mt {
 	struct fake_xport *fx1; /* set before mt_init: the instance of rails 1.. (an acceptor tells rails
 				 * apart by the instance a request came to); freed by mt_close */
 	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
+	uint64_t peer_feat_off; /* feature bits the peer's Hello leaves out (an older peer) */
 	/* With keys (t->m.keys set after mt_init): the peer proves with peer_keys (its first key). */
 	struct auth_keys peer_keys;
 	uint8_t peer_nonce[AUTH_NONCE_LEN]; /* the peer's: in its accept, or the test's requests carry it */

@@ -811,7 +811,7 @@ static void config_load__mailbox_below_minimum__rejected_with_line(void **state)
 {
 	char want[64];
 
-	snprintf(want, sizeof(want), "cluster.mailbox_size 100 out of range %u..", MESH_MAILBOX_MIN);
+	snprintf(want, sizeof(want), "cluster.mailbox_size 100 out of range %u..", MESH_MAILBOX_CFG_MIN);
 	expect_refused_at(*state,
 			  "cluster = {\n"
 			  "  name = \"lab\";\n"

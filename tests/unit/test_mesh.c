@@ -232,6 +232,7 @@ static void mesh_handshake__dialler__up_then_keepalive_timeout_down(void **state
 	Keepalive ka = KEEPALIVE__INIT;
 	uint64_t epoch, before, after;
 
+	t->peer_feat_off = MESH_FEAT_KA_WRITE; /* keepalives as messages, as with an older peer */
 	mt_init(t, 2, ids123, 3);
 	l = lk(t, 1);
 	tick(t);
@@ -975,6 +976,91 @@ static void mesh_accept__stale_epoch__rejected_estale(void **state)
 	mt_finish(t);
 }
 
+/* Keepalives by WRITE (MESH_FEAT_KA_WRITE): rail 0's keepalive is one RDMA WRITE into the peer's
+ * mailbox word, no message; one in flight at a time (an interval without its completion is a
+ * miss); its completion is the round trip; the peer's word changing in our mailbox is its sign of
+ * life, and the timeout runs from the last change. */
+static void mesh_keepalive__by_write__word_is_life_completion_is_rtt(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	unsigned c0;
+	size_t from;
+	struct fake_post *p;
+	struct xport_event ev;
+	uint64_t t0, us0, seen, word = 0;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	assert_true(l->features & MESH_FEAT_KA_WRITE);
+	c0 = conn_id(l->conns[0]);
+	t0 = util_now_ms();
+	us0 = util_now_us();
+	from = t->fx->n_posts;
+	tick_at(t, t0);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, c0), 0);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, c0), 1);
+	p = fake_post_find(t->fx, from, XPORT_OP_WRITE, c0, 0);
+	assert_true(p->raddr == (uintptr_t)t->peer_mb + MESH_KA_OFF);
+	assert_int_equal(p->rkey, PEER_RKEY);
+	assert_int_equal(p->len, MESH_KA_LEN);
+	assert_true(l->metrics.ka_sent[0] == l->ka_seq);
+	/* Not completed by the next interval: no second write, a miss. */
+	from = t->fx->n_posts;
+	tick_at(t, t0 + t->cfg.keepalive_interval_ms + 1);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, c0), 0);
+	assert_int_equal(l->metrics.ka_misses[0], 1);
+	/* Its completion: acknowledged, a round trip measured; the next interval writes again. */
+	l->rtt_us = UINT64_MAX;
+	ev = wc_event(l->conns[0], XPORT_OP_WRITE, p->wr_id, 0);
+	deliver(t, &ev);
+	assert_true(l->metrics.ka_acked[0] == l->metrics.ka_sent[0]);
+	assert_true(l->rtt_us <= util_now_us() - us0); /* from the post to the completion */
+	from = t->fx->n_posts;
+	tick_at(t, t0 + 2 * t->cfg.keepalive_interval_ms + 2);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, c0), 1);
+	/* The peer's word: each change is life, silence past the timeout from the last change is not. */
+	seen = t0 + t->cfg.keepalive_timeout_ms / 2;
+	word = 1;
+	memcpy(l->mailbox + MESH_KA_OFF, &word, sizeof(word));
+	tick_at(t, seen);
+	assert_true(l->last_rx_ms == seen);
+	tick_at(t, seen + t->cfg.keepalive_timeout_ms - 1); /* unchanged, but not silent for long enough */
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	tick_at(t, seen + t->cfg.keepalive_timeout_ms + 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EKEEPALIVE)));
+	mt_finish(t);
+}
+
+/* An older peer (no MESH_FEAT_KA_WRITE) gets keepalive messages on rail 0, and so does one whose
+ * mailbox has no room for the word. */
+static void mesh_keepalive__older_peer_or_small_mailbox__messages(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	unsigned c0;
+	size_t from;
+	PeerMsg *m;
+
+	t->peer_feat_off = MESH_FEAT_KA_WRITE;
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	assert_false(l->features & MESH_FEAT_KA_WRITE);
+	c0 = conn_id(l->conns[0]);
+	from = t->fx->n_posts;
+	tick_at(t, util_now_ms() + t->cfg.keepalive_interval_ms + 1);
+	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, c0), 0);
+	m = last_send(t, from, c0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_KEEPALIVE);
+	mesh_peer_msg_free(m);
+	mt_finish(t);
+}
+
 /* A peer that did not announce keepalives never sends them: the link must not time out on silence. */
 static void mesh_keepalive__not_agreed__no_timeout_no_keepalive(void **state)
 {
@@ -1707,11 +1793,18 @@ static void peer_rail_msg(struct mt *t, struct link *l, uint32_t qp, PeerMsg__Bo
 static void mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin(void **state)
 {
 	struct mt *t = *state;
-	struct link *l = rails_up(t);
-	unsigned c0 = conn_id(l->conns[0]), c2 = conn_id(l->conns[2]), c3 = conn_id(l->conns[3]);
-	size_t from = t->fx->n_posts, nconn;
+	struct link *l;
+	unsigned c0, c2, c3;
+	size_t from, nconn;
 	struct mesh_cm_pdata pd;
 	PeerMsg *m;
+
+	t->peer_feat_off = MESH_FEAT_KA_WRITE; /* rail 0's keepalives as messages, counted below */
+	l = rails_up(t);
+	c0 = conn_id(l->conns[0]);
+	c2 = conn_id(l->conns[2]);
+	c3 = conn_id(l->conns[3]);
+	from = t->fx->n_posts;
 
 	qp_lost(t, l, 3);
 	assert_int_equal(link_state(l), LINK_STATE_UP_);
@@ -2034,6 +2127,8 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__accept_kind_in_request__rejected),
 	T(mesh_accept__stale_epoch__rejected_estale),
 	T(mesh_keepalive__not_agreed__no_timeout_no_keepalive),
+	T(mesh_keepalive__by_write__word_is_life_completion_is_rtt),
+	T(mesh_keepalive__older_peer_or_small_mailbox__messages),
 	T(mesh_link_state__redials_while_down__time_in_state_kept),
 	T(mesh_accept__late_qp_of_failed_attempt__rejected_estale),
 	T(mesh_accept__same_qp_twice__rejected_edupqp),
