@@ -260,7 +260,6 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	memset(l->rail_gen, 0, sizeof(l->rail_gen));
 	l->have_peer_hello = false;
 	l->peer_ready = false;
-	l->ka_write_busy = false;
 	l->proofs_done = 0;
 	l->auth_proof_sent = l->peer_proved = false;
 	l->rails_proof_sent = l->rails_peer_proved = 0;
@@ -1661,14 +1660,15 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 		l->sq_used[ev->conn->index]--;
 		return;
 	case WR_KA_WRITE: {
-		/* The peer's NIC acknowledged the write: a round trip on rail 0. */
+		/* The peer's NIC acknowledged a keepalive write (idx: its number's low half); the latest
+		 * one gives a round trip on rail 0. */
 		uint64_t t = util_now_us();
+		uint64_t seq = l->ka_write_seq - (uint32_t)((uint32_t)l->ka_write_seq - idx);
 
 		l->sq_used[ev->conn->index]--;
-		l->ka_write_busy = false;
-		if (l->ctl_rail == 0 && l->ka_write_us <= t)
+		if (seq == l->ka_write_seq && l->ctl_rail == 0 && l->ka_write_us <= t)
 			l->rtt_us = t - l->ka_write_us;
-		link_metrics_ka_acked(&l->metrics, 0, l->ka_write_seq);
+		link_metrics_ka_acked(&l->metrics, 0, seq);
 		return;
 	}
 	case WR_PROOF_READ:
@@ -1739,31 +1739,26 @@ void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
 }
 
 /* Rail 0's keepalive by WRITE (MESH_FEAT_KA_WRITE): the sequence number into the peer's mailbox
- * word; one in flight at a time (a write not acknowledged for a whole interval is the QP's to
- * fail, and the peer's timeout decides meanwhile). */
+ * word, every interval whether or not the last one completed. Its completion waits for the peer's
+ * acknowledgement, which over tcp queues behind everything the peer sends us (a stream moved onto
+ * rail 0 took it past the timeout): the peer must see the word change all the same. The source
+ * word is shared by the writes in flight: one may carry a newer number, any change is life. */
 static int link_ka_write(struct link *l, uint64_t seq)
 {
 	uint8_t *src = l->buf + BUF_KA_OFF(l->mesh); /* the WRITE's source must be registered memory */
 	int ret;
 
-	if (l->ka_write_busy) {
-		l->metrics.ka_misses[0]++; /* an interval without its answer, as for a message */
-		return 0;
-	}
-	if (!l->conns[0])
-		return 0;
-	if (l->sq_used[0] >= LINK_SQ_DEPTH)
+	if (!l->conns[0] || l->sq_used[0] >= LINK_SQ_DEPTH)
 		return 0; /* all slots busy: the peer is not completing our sends, the timeout decides */
 	memcpy(src, &seq, MESH_KA_LEN);
 	ret = xport_post_write(l->conns[0], l->mr_local, src, MESH_KA_LEN, l->peer_mb_addr + MESH_KA_OFF,
-			       l->peer_mb_rkey, WR_ID(WR_KA_WRITE, 0));
+			       l->peer_mb_rkey, WR_ID(WR_KA_WRITE, (uint32_t)seq));
 	if (ret)
 		return ret;
 	l->sq_used[0]++;
-	l->ka_write_busy = true;
 	l->ka_write_us = util_now_us();
 	l->ka_write_seq = seq;
-	link_metrics_ka_sent(&l->metrics, 0, seq);
+	link_metrics_ka_sent(&l->metrics, 0, seq); /* counts a miss if the last one is not completed */
 	return 0;
 }
 

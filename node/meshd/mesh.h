@@ -145,9 +145,8 @@ struct link {
 	uint64_t rail_rx_ms[MESH_RAILS_MAX]; /* anything received on the rail's QPs: a silent rail is dead */
 	uint64_t next_ka_ms;
 	uint64_t ka_seq;
-	/* Keepalives by WRITE (MESH_FEAT_KA_WRITE): ours in flight since ka_write_us, the peer's word
-	 * as last seen in our mailbox. */
-	bool ka_write_busy;
+	/* Keepalives by WRITE (MESH_FEAT_KA_WRITE): our latest, posted at ka_write_us; the peer's
+	 * word as last seen in our mailbox. */
 	uint64_t ka_write_us, ka_write_seq, ka_word_seen;
 	uint64_t rtt_us;
 	uint32_t failures; /* failed attempts since the last UP */
