@@ -223,6 +223,21 @@ static int channel_write_imm(struct channel *ch, uint32_t qp, xport_mr_t *mr, co
 	return local_push(ch->mesh, &ev);
 }
 
+/* The channel's registrations on the device of connection c: its TX ring (local), its RX ring and
+ * credit slots (the peer writes them), its outgoing credit words (local). What was registered
+ * before a failure stays in the out pointers, for the caller to release. */
+static int channel_mr_reg(struct channel *ch, xport_conn_t *c, xport_mr_t **tx, xport_mr_t **rx, xport_mr_t **cin,
+			  xport_mr_t **cout)
+{
+	int ret;
+
+	if ((ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, tx)) ||
+	    (ret = xport_mr_reg(c, ch->rx, ch->size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, rx)) ||
+	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_AREA, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, cin)))
+		return ret;
+	return xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, cout);
+}
+
 static uint32_t mr_key(const xport_mr_t *mr)
 {
 	return mr ? mr->rkey : 0;
@@ -363,13 +378,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->local = link_is_local(l);
 	/* On the rail's device; its first QP stands for all of the rail's QPs (a local channel's rings
 	 * are only ever copied by this process: nothing to register). */
-	if (!ch->local && ((*errp = xport_mr_reg(l->conns[ch->qp0], ch->tx, size, XPORT_ACCESS_LOCAL, &ch->mr_tx)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->rx, size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
-				  &ch->mr_rx)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit, MESH_CREDIT_AREA, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE,
-				  &ch->mr_cin)) ||
-	    (*errp = xport_mr_reg(l->conns[ch->qp0], ch->credit + CH_CREDIT_OUT, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL,
-				  &ch->mr_cout)))) {
+	if (!ch->local && (*errp = channel_mr_reg(ch, l->conns[ch->qp0], &ch->mr_tx, &ch->mr_rx, &ch->mr_cin, &ch->mr_cout))) {
 		*why = "memory registration failed";
 		goto err;
 	}
@@ -1446,13 +1455,11 @@ static void channel_move(struct channel *ch, uint32_t k)
 
 	if (k == ch->rail)
 		return;
-	if (!c || (ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, &tx)) ||
-	    (ret = xport_mr_reg(c, ch->rx, ch->size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &rx)) ||
-	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_AREA, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, &cin)) ||
-	    (ret = xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &cout))) {
+	if (!c || (ret = channel_mr_reg(ch, c, &tx, &rx, &cin, &cout))) {
 		mesh_bury_mr(m, tx);
 		mesh_bury_mr(m, rx);
 		mesh_bury_mr(m, cin);
+		mesh_bury_mr(m, cout);
 		channel_break(ch, c ? ret : -ENETDOWN, "cannot move from rail %u to rail %u: registration failed", ch->rail, k);
 		return;
 	}
