@@ -39,6 +39,19 @@
  * is clear. One of the two always sees the other's store, so no publication is left unseen while
  * meshd sleeps, and a polling meshd costs the application no system call.
  *
+ * Direct receive (the direct pair at MESH_RING_DIRECT_OFF of the control page): the one place a
+ * third party writes. meshd registers those 16 bytes, and only those, for remote write and gives
+ * their key to the peer's meshd, which writes {pos, mesh_ring_direct_check(pos)} by RDMA WRITE on
+ * the same QP right after the data that pos covers (and only once every chunk below pos is on that
+ * QP before it or has completed). An RC QP executes its messages in order (docs/design.md, "Direct
+ * receive"), so when the pair is seen, the bytes below pos are in the RX area: the application may
+ * read them before its meshd has polled their immediates. The pair is a claim, not an index: it is
+ * taken only when its check matches (a pair read while it lands is torn, and ignored), when it is
+ * ahead of what is known and within a ring of the reader; anything else is ignored, never an
+ * error, because meshd's rx_prod still follows every byte. A zero page (an older meshd or peer)
+ * never matches. rx_cons may then run ahead of meshd's rx_prod: meshd accepts it up to the valid
+ * pair it reads itself, and credits the peer no further than its own rx_prod.
+ *
  * spin_us (line 0, set by meshd from the configuration): how long a blocking libmesh call polls
  * the ring before it sleeps on the wake eventfd (0: sleep at once). MESH_SPIN_US in the
  * application's environment overrides it. Both are hints; a zero page from an older meshd means
@@ -95,7 +108,16 @@ struct mesh_ring_ctrl {
 	_Atomic int32_t error; /* negative errno when MESH_STATE_ERROR */
 	_Atomic uint32_t daemon_flags; /* MESH_DAEMON_*; zero from a meshd that never polls */
 };
-_Static_assert(sizeof(struct mesh_ring_ctrl) <= MESH_RING_CTRL_SIZE, "ring control page overflows");
+/* Direct receive: written by the peer's NIC (see above), read by both libmesh and meshd. */
+#define MESH_RING_DIRECT_OFF 2048u
+#define MESH_RING_DIRECT_LEN 16u
+struct mesh_ring_direct {
+	_Atomic uint64_t pos;   /* stream position: every byte below it is in the RX area */
+	_Atomic uint64_t check; /* mesh_ring_direct_check(pos) */
+};
+_Static_assert(sizeof(struct mesh_ring_ctrl) <= MESH_RING_DIRECT_OFF, "ring control lines overlap the direct pair");
+_Static_assert(sizeof(struct mesh_ring_direct) == MESH_RING_DIRECT_LEN, "direct pair is 16 bytes");
+_Static_assert(MESH_RING_DIRECT_OFF + MESH_RING_DIRECT_LEN <= MESH_RING_CTRL_SIZE, "ring control page overflows");
 _Static_assert(sizeof(_Atomic uint64_t) == 8, "64-bit atomics required");
 
 static inline int mesh_ring_size_valid(uint64_t size)
@@ -113,6 +135,36 @@ static inline int mesh_ring_in_window(uint64_t v, uint64_t lo, uint64_t hi)
 static inline uint64_t mesh_ring_contig(uint64_t pos, uint64_t size)
 {
 	return size - (pos & (size - 1));
+}
+
+/* The check word of a direct pair: a mixing function (splitmix64's finaliser) of pos, so that a pair
+ * read half old, half new, at any byte boundary, does not match; offset so that a zero page does
+ * not match either. Not a MAC: the peer may write what it likes into our RX area anyway. */
+static inline uint64_t mesh_ring_direct_check(uint64_t pos)
+{
+	uint64_t z = pos + 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static inline struct mesh_ring_direct *mesh_ring_direct(struct mesh_ring_ctrl *k)
+{
+	return (struct mesh_ring_direct *)(void *)((unsigned char *)k + MESH_RING_DIRECT_OFF);
+}
+
+/* The direct pair's position when its check matches (1), else 0: nothing usable is there. */
+static inline int mesh_ring_direct_read(struct mesh_ring_ctrl *k, uint64_t *pos)
+{
+	struct mesh_ring_direct *d = mesh_ring_direct(k);
+	uint64_t c = atomic_load_explicit(&d->check, memory_order_acquire);
+	uint64_t p = atomic_load_explicit(&d->pos, memory_order_acquire);
+
+	if (c != mesh_ring_direct_check(p))
+		return 0;
+	*pos = p;
+	return 1;
 }
 
 #endif

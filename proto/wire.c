@@ -112,6 +112,12 @@ int mesh_peer_msg_encode(const PeerMsg *msg, void *buf, size_t len)
 	return (int)peer_msg__pack(msg, buf);
 }
 
+/* A channel's direct pair (ring.h): none (key 0), or 16 bytes at a non-zero address. */
+static bool direct_ok(uint64_t addr, uint32_t rkey)
+{
+	return !rkey || (addr && addr + MESH_RING_DIRECT_LEN > addr);
+}
+
 static const char *peer_msg_check(const PeerMsg *m)
 {
 	switch (m->body_case) {
@@ -148,6 +154,8 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_open.qps out of range 1..16";
 		if (!o->rx_addr || o->rx_addr + o->ring_size < o->rx_addr || !o->credit_addr || o->credit_addr + MESH_CREDIT_AREA < o->credit_addr)
 			return "channel_open: bad ring or credit address";
+		if (!direct_ok(o->direct_addr, o->direct_rkey))
+			return "channel_open: bad direct pair address";
 		return NULL;
 	}
 	case PEER_MSG__BODY_CHANNEL_ACCEPT: {
@@ -157,6 +165,8 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_accept slot out of range";
 		if (!a->rx_addr || !a->credit_addr || a->credit_addr + MESH_CREDIT_AREA < a->credit_addr)
 			return "channel_accept: bad ring or credit address";
+		if (!direct_ok(a->direct_addr, a->direct_rkey))
+			return "channel_accept: bad direct pair address";
 		return NULL;
 	}
 	case PEER_MSG__BODY_CHANNEL_REJECT:
@@ -184,6 +194,8 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_resume: bad ring or credit address";
 		if (r->rail >= MESH_RAILS_MAX)
 			return "channel_resume.rail out of range";
+		if (!direct_ok(r->direct_addr, r->direct_rkey))
+			return "channel_resume: bad direct pair address";
 		return NULL;
 	}
 	case PEER_MSG__BODY_RAIL_DOWN:

@@ -126,7 +126,7 @@ static int ctrl_check(mesh_channel_t *c, uint32_t id)
 	c->tx_prod = tx_prod;
 	c->tx_cons = tx_cons;
 	c->rx_cons = c->rx_kicked = rx_cons;
-	c->rx_prod = rx_prod;
+	c->rx_prod = c->rx_prod_d = rx_prod;
 	return 0;
 }
 
@@ -230,14 +230,21 @@ static int tx_sync(mesh_channel_t *c)
 	return 0;
 }
 
-/* meshd's rx_prod: rx_cons <= rx_prod <= rx_cons + ring_size, and it never goes back. */
+/* meshd's rx_prod: it never goes back and stays within a ring of the reader (rx_cons may be ahead
+ * of it, through a direct pair). Then the peer's direct pair (ring.h): taken when its check
+ * matches and it is ahead of what we know, within a ring of the reader; anything else is not yet
+ * usable (landing, stale after a resume, or from a peer that writes none) and is ignored. */
 static int rx_sync(mesh_channel_t *c)
 {
 	uint64_t v = atomic_load_explicit(&c->ctrl->rx_prod, memory_order_acquire);
 
-	if (!mesh_ring_in_window(v, c->rx_prod, c->rx_cons + c->size))
-		return chan_fail(c, "rx_prod", v, c->rx_prod, c->rx_cons + c->size);
-	c->rx_prod = v;
+	if (!mesh_ring_in_window(v, c->rx_prod_d, c->rx_cons + c->size))
+		return chan_fail(c, "rx_prod", v, c->rx_prod_d, c->rx_cons + c->size);
+	c->rx_prod_d = v;
+	if (v > c->rx_prod)
+		c->rx_prod = v;
+	if (mesh_ring_direct_read(c->ctrl, &v) && v > c->rx_prod && v <= c->rx_cons + c->size)
+		c->rx_prod = v;
 	return 0;
 }
 

@@ -55,7 +55,8 @@ struct mesh_channel {
 	uint64_t tx_prod;   /* published */
 	uint64_t tx_cons;   /* last valid value of meshd's tx_cons */
 	uint64_t rx_cons;   /* published */
-	uint64_t rx_prod;   /* last valid value of meshd's rx_prod */
+	uint64_t rx_prod;   /* readable up to here: meshd's rx_prod or a direct pair, the larger */
+	uint64_t rx_prod_d; /* last valid value of meshd's rx_prod (may lag rx_prod, ring.h) */
 	uint64_t rx_kicked; /* rx_cons when meshd was last told about consumption */
 	size_t reserved;    /* bytes handed out by the last mesh_send_reserve, 0 when none */
 	size_t peeked;      /* bytes handed out by the last mesh_recv_peek, 0 when none */

@@ -197,6 +197,7 @@ static const struct field channel_fields[] = {
 	CF("resumes", "RESUMES", 7, F_U64, resumes),
 	CF("rewritten_bytes", "REWRITTEN", 10, F_U64, rewritten_bytes),
 	CF("rail_moves", NULL, 0, F_U64, rail_moves),
+	CF("direct_writes", NULL, 0, F_U64, direct_writes),
 	CF("numa_node", "NUMA", 6, F_NODE, numa_node),
 	CF("numa_want", NULL, 0, F_NODE, numa_want),
 	CF("tx_pending", NULL, 0, F_U64, tx_pending),

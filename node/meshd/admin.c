@@ -404,7 +404,9 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->rewritten_bytes = ch->rewritten_bytes;
 	ci->rail_moves = ch->rail_moves;
 	ci->tx_pending = ch->app_tx_prod - ch->tx_sent;
-	ci->rx_unread = ch->rx_bytes - ch->app_rx_cons;
+	/* The application may have read ahead of rx_bytes (a direct pair): nothing unread then. */
+	ci->rx_unread = ch->rx_bytes > ch->app_rx_cons ? ch->rx_bytes - ch->app_rx_cons : 0;
+	ci->direct_writes = ch->direct_writes;
 	ci->error = (char *)ch->why;
 	ci->numa_want = ch->numa_want;
 	ci->rail = ch->rail;

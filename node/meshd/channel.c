@@ -223,19 +223,51 @@ static int channel_write_imm(struct channel *ch, uint32_t qp, xport_mr_t *mr, co
 	return local_push(ch->mesh, &ev);
 }
 
-/* The channel's registrations on the device of connection c: its TX ring (local), its RX ring and
- * credit slots (the peer writes them), its outgoing credit words (local). What was registered
- * before a failure stays in the out pointers, for the caller to release. */
-static int channel_mr_reg(struct channel *ch, xport_conn_t *c, xport_mr_t **tx, xport_mr_t **rx, xport_mr_t **cin,
-			  xport_mr_t **cout)
+/* The channel's registrations on the device of connection c, as struct channel names them. The
+ * peer may write the RX ring, the credit slots and the 16 bytes of the direct pair, nothing else
+ * of the control page. What was registered before a failure stays in mr, for the caller to
+ * release. */
+struct channel_mrs {
+	xport_mr_t *tx, *rx, *cin, *cout, *dir;
+};
+
+static int channel_mr_reg(struct channel *ch, xport_conn_t *c, struct channel_mrs *mr)
 {
+	const unsigned remote = XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE;
 	int ret;
 
-	if ((ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, tx)) ||
-	    (ret = xport_mr_reg(c, ch->rx, ch->size, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, rx)) ||
-	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_AREA, XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE, cin)))
+	if ((ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, &mr->tx)) ||
+	    (ret = xport_mr_reg(c, ch->rx, ch->size, remote, &mr->rx)) ||
+	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_AREA, remote, &mr->cin)) ||
+	    (ret = xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, 2 * MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &mr->cout)))
 		return ret;
-	return xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, cout);
+	if (strcmp(ch->mesh->cfg->direct_receive, "on"))
+		return 0; /* cluster.direct_receive = off: no key, so the peer writes no pair */
+	return xport_mr_reg(c, mesh_ring_direct(ch->ctrl), MESH_RING_DIRECT_LEN, remote, &mr->dir);
+}
+
+/* Registrations go through the graveyard: after the batch, after any QP that used them. */
+static void channel_mrs_bury(struct mesh *m, const struct channel_mrs *mr)
+{
+	mesh_bury_mr(m, mr->tx);
+	mesh_bury_mr(m, mr->rx);
+	mesh_bury_mr(m, mr->cin);
+	mesh_bury_mr(m, mr->cout);
+	mesh_bury_mr(m, mr->dir);
+}
+
+static struct channel_mrs channel_mrs(const struct channel *ch)
+{
+	return (struct channel_mrs){ch->mr_tx, ch->mr_rx, ch->mr_cin, ch->mr_cout, ch->mr_dir};
+}
+
+static void channel_mrs_set(struct channel *ch, const struct channel_mrs *mr)
+{
+	ch->mr_tx = mr->tx;
+	ch->mr_rx = mr->rx;
+	ch->mr_cin = mr->cin;
+	ch->mr_cout = mr->cout;
+	ch->mr_dir = mr->dir;
 }
 
 static uint32_t mr_key(const xport_mr_t *mr)
@@ -261,11 +293,11 @@ static void channel_free(struct channel *ch)
 		ch->link->ch_slots[ch->slot] = NULL;
 	if (m->ch_ops.watch)
 		m->ch_ops.watch(m->ch_ops.ctx, ch, false);
-	/* Registrations go through the graveyard: after the batch, after any QP that used them. */
-	mesh_bury_mr(m, ch->mr_tx);
-	mesh_bury_mr(m, ch->mr_rx);
-	mesh_bury_mr(m, ch->mr_cin);
-	mesh_bury_mr(m, ch->mr_cout);
+	{
+		struct channel_mrs mr = channel_mrs(ch);
+
+		channel_mrs_bury(m, &mr);
+	}
 	if (ch->reply_fd >= 0 && m->ch_ops.deliver)
 		m->ch_ops.deliver(m->ch_ops.ctx, ch->reply_fd, ch->error ? ch->error : -ECONNRESET,
 				  ch->why[0] ? ch->why : "channel closed before it opened", NULL, NULL);
@@ -362,7 +394,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 		*why = "out of descriptors or memory";
 		goto err;
 	}
-	memset(ch->credit, 0, (CH_CREDIT_OUT + 2) * sizeof(*ch->credit));
+	memset(ch->credit, 0, (CH_DIRECT_OUT + 2) * sizeof(*ch->credit));
 	ch->life_fd = sv[0];
 	ch->app_life_fd = sv[1];
 	ch->ctrl->magic = MESH_RING_MAGIC;
@@ -378,9 +410,15 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->local = link_is_local(l);
 	/* On the rail's device; its first QP stands for all of the rail's QPs (a local channel's rings
 	 * are only ever copied by this process: nothing to register). */
-	if (!ch->local && (*errp = channel_mr_reg(ch, l->conns[ch->qp0], &ch->mr_tx, &ch->mr_rx, &ch->mr_cin, &ch->mr_cout))) {
-		*why = "memory registration failed";
-		goto err;
+	if (!ch->local) {
+		struct channel_mrs mr = {0};
+
+		*errp = channel_mr_reg(ch, l->conns[ch->qp0], &mr);
+		channel_mrs_set(ch, &mr);
+		if (*errp) {
+			*why = "memory registration failed";
+			goto err;
+		}
 	}
 	if (m->ch_ops.watch)
 		m->ch_ops.watch(m->ch_ops.ctx, ch, true);
@@ -517,6 +555,26 @@ static void channel_break(struct channel *ch, int err, const char *fmt, ...)
 		 mesh_strerror(err));
 }
 
+/* How far the application may have read: our contiguous prefix, or further where a valid direct
+ * pair of the peer said so (ring.h; a sender's pair never passes our credit by a ring, and we never
+ * credit past rx_bytes). */
+static uint64_t channel_rx_readable(struct channel *ch)
+{
+	uint64_t pos;
+
+	if (ch->local || !mesh_ring_direct_read(ch->ctrl, &pos) || pos <= ch->rx_bytes || pos - ch->rx_bytes > ch->size)
+		return ch->rx_bytes;
+	return pos;
+}
+
+/* The reader's position as we tell the peer: never past what we placed ourselves. The
+ * application may be ahead (it read a direct pair before we saw the immediates), but what we
+ * credit is also what we call placed, and a resume rewrites from there. */
+static uint64_t channel_rx_credit(const struct channel *ch)
+{
+	return MIN(ch->app_rx_cons, ch->rx_bytes);
+}
+
 /* Reads and checks what the application published. */
 static int channel_read_app(struct channel *ch)
 {
@@ -534,10 +592,10 @@ static int channel_read_app(struct channel *ch)
 			      (unsigned long long)(ch->published_tx + ch->size));
 		return -EPROTO;
 	}
-	if (!mesh_ring_in_window(rx_cons, ch->app_rx_cons, ch->rx_bytes)) {
+	if (!mesh_ring_in_window(rx_cons, ch->app_rx_cons, channel_rx_readable(ch))) {
 		channel_break(ch, -EPROTO, "application published rx_cons %llu outside [%llu, %llu]",
 			      (unsigned long long)rx_cons, (unsigned long long)ch->app_rx_cons,
-			      (unsigned long long)ch->rx_bytes);
+			      (unsigned long long)channel_rx_readable(ch));
 		return -EPROTO;
 	}
 	ch->app_tx_prod = tx_prod;
@@ -582,6 +640,7 @@ static void channel_post_data(struct channel *ch)
 		mesh_link_sq_take(l, qp);
 		ch->tx_len[ch->tx_seq % CH_WINDOW] = len;
 		ch->tx_ok[ch->tx_seq % CH_WINDOW] = false;
+		ch->tx_qp[ch->tx_seq % CH_WINDOW] = (uint8_t)ch->next_qp;
 		ch->tx_seq++;
 		ch->tx_sent += len;
 		ch->tx_bytes += len;
@@ -592,6 +651,46 @@ static void channel_post_data(struct channel *ch)
 		ch->inflight++;
 		ch->next_qp = (ch->next_qp + 1) % ch->qps;
 	}
+}
+
+/* Direct receive (ring.h): the pair {pos, check} into the peer's control page, on the QP of our
+ * last chunk, pos covering every chunk that is on that QP before it or has completed. The verbs
+ * execute one RC QP's writes in order, so the peer's application may read every byte below pos
+ * as soon as it sees the pair, without waiting for its meshd to poll the immediates. One pair in
+ * flight at a time (its source words must not change under the NIC); the next covers what came
+ * meanwhile. Nothing for a peer that gave no key (an older meshd) or for the local link. */
+static void channel_post_direct(struct channel *ch)
+{
+	uint64_t pos = ch->tx_done;
+	uint32_t q = ch->tx_qp[(uint16_t)(ch->tx_seq - 1) % CH_WINDOW];
+	int ret;
+
+	if (!ch->peer_direct_rkey || ch->direct_busy || ch->local || !channel_may_post(ch))
+		return;
+	if (ch->tx_seq == ch->tx_done_seq)
+		q = 0; /* all completed: any QP will do */
+	for (uint16_t s = ch->tx_done_seq; s != ch->tx_seq; s++) {
+		if (!ch->tx_ok[s % CH_WINDOW] && ch->tx_qp[s % CH_WINDOW] != q)
+			break;
+		pos += ch->tx_len[s % CH_WINDOW];
+	}
+	if (pos <= ch->direct_sent || !mesh_link_sq_room(ch->link, ch->qp0 + q))
+		return;
+	ch->credit[CH_DIRECT_OUT] = pos;
+	ch->credit[CH_DIRECT_OUT + 1] = mesh_ring_direct_check(pos);
+	ret = xport_post_write(ch->link->conns[ch->qp0 + q], ch->mr_cout, &ch->credit[CH_DIRECT_OUT],
+			       MESH_RING_DIRECT_LEN, ch->peer_direct_addr, ch->peer_direct_rkey,
+			       WR_ID(WR_CH_DIRECT, ch->slot));
+	if (ret) {
+		channel_break(ch, -ECONNRESET, "posting a direct pair on QP %u failed: %s", ch->qp0 + q,
+			      mesh_strerror(ret));
+		return;
+	}
+	mesh_link_sq_take(ch->link, ch->qp0 + q);
+	ch->direct_busy = true;
+	ch->direct_sent = pos;
+	ch->direct_writes++;
+	ch->inflight++;
 }
 
 /* The sender waits for the peer's reader when a whole ring of its bytes is not consumed yet:
@@ -613,7 +712,7 @@ static void channel_note_stall(struct channel *ch)
 static void channel_post_credit(struct channel *ch)
 {
 	struct link *l = ch->link;
-	uint64_t cons = ch->app_rx_cons;
+	uint64_t cons = channel_rx_credit(ch);
 	int ret;
 
 	if (!channel_may_post(ch) || ch->credit_busy || cons == ch->credit_sent)
@@ -659,6 +758,8 @@ static void channel_send_accept(struct channel *ch)
 	a.rx_rkey = mr_key(ch->mr_rx);
 	a.credit_addr = (uintptr_t)ch->credit;
 	a.credit_rkey = mr_key(ch->mr_cin);
+	a.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
+	a.direct_rkey = mr_key(ch->mr_dir);
 	msg.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
 	msg.channel_accept = &a;
 	if (!channel_send(ch, &msg))
@@ -705,17 +806,19 @@ static void channel_send_resume(struct channel *ch)
 
 	memset(ch->rx_len, 0, ch->rx_window * sizeof(*ch->rx_len));
 	ch->imm_chunks_seen = ch->imm_credits_seen = 0;
-	ch->credit_sent = ch->app_rx_cons; /* the peer takes our reader's position from the message */
+	ch->credit_sent = channel_rx_credit(ch); /* the peer takes our reader's position from the message */
 	r.slot = ch->peer_slot;
 	r.peer_slot = ch->slot;
 	r.rx_bytes = ch->rx_bytes;
 	r.rx_seq = ch->rx_seq;
-	r.rx_cons = ch->app_rx_cons;
+	r.rx_cons = channel_rx_credit(ch);
 	r.eof_known = ch->eof_known;
 	r.rx_addr = (uintptr_t)ch->rx;
 	r.rx_rkey = mr_key(ch->mr_rx);
 	r.credit_addr = (uintptr_t)ch->credit;
 	r.credit_rkey = mr_key(ch->mr_cin);
+	r.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
+	r.direct_rkey = mr_key(ch->mr_dir);
 	r.rail = ch->rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 	msg.channel_resume = &r;
@@ -802,6 +905,7 @@ static void channel_pump(struct channel *ch)
 	}
 	if (ch->state == CH_OPEN) {
 		channel_post_data(ch);
+		channel_post_direct(ch);
 		channel_note_stall(ch);
 		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch)) {
 			PeerMsg msg = PEER_MSG__INIT;
@@ -960,6 +1064,8 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	o.rx_rkey = mr_key(ch->mr_rx);
 	o.credit_addr = (uintptr_t)ch->credit;
 	o.credit_rkey = mr_key(ch->mr_cin);
+	o.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
+	o.direct_rkey = mr_key(ch->mr_dir);
 	o.rail = rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	msg.channel_open = &o;
@@ -1133,6 +1239,8 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 	ch->peer_rx_rkey = o->rx_rkey;
 	ch->peer_credit_addr = o->credit_addr;
 	ch->peer_credit_rkey = o->credit_rkey;
+	ch->peer_direct_addr = o->direct_addr;
+	ch->peer_direct_rkey = o->direct_rkey;
 	channel_publish(ch);
 	if (channel_hand_over(ch, li->fd)) {
 		log_warn("channel from node %u to port %u: the listener did not take it", l->peer->id, o->dst_port);
@@ -1171,6 +1279,8 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 		ch->peer_rx_rkey = a->rx_rkey;
 		ch->peer_credit_addr = a->credit_addr;
 		ch->peer_credit_rkey = a->credit_rkey;
+		ch->peer_direct_addr = a->direct_addr;
+		ch->peer_direct_rkey = a->direct_rkey;
 		ch->state = CH_OPEN;
 		if (!mesh_link_rail_up(l, ch->rail))
 			channel_rail_lost(ch); /* its rail failed while it opened: it moves at once */
@@ -1264,9 +1374,11 @@ static int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, in
 			ch->tx_done += ch->tx_len[ch->tx_done_seq % CH_WINDOW];
 			ch->tx_done_seq++;
 		}
-	} else {
+	} else if (kind == WR_CH_CREDIT) {
 		ch->credit_busy = false;
 		ch->credit_sent = ch->credit_posting;
+	} else {
+		ch->direct_busy = false;
 	}
 	channel_pump(ch);
 	return 0;
@@ -1331,7 +1443,7 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 				end += ch->rx_len[s++ % w];
 			/* Never more than a ring ahead of the reader (the peer ignored our credits), never past
 			 * the EOF: such bytes are not published, the channel breaks. */
-			if (end - ch->app_rx_cons > ch->size)
+			if (end > ch->app_rx_cons + ch->size)
 				channel_break(ch, -EPROTO, "peer wrote %llu bytes past the reader's credit",
 					      (unsigned long long)(end - ch->app_rx_cons - ch->size));
 			else if (ch->eof_known && end > ch->eof_total)
@@ -1377,7 +1489,7 @@ static void channel_link_down(struct link *l, bool may_resume)
 			}
 			ch->resume_rx_sent = ch->resume_tx_done = false;
 			ch->inflight = 0;
-			ch->credit_busy = false;
+			ch->credit_busy = ch->direct_busy = false;
 			ch->stalled = false;
 			continue;
 		}
@@ -1408,7 +1520,7 @@ static void channel_rail_lost(struct channel *ch)
 	bool open = ch->state == CH_OPEN && !ch->error && !ch->close_sent && !ch->close_rcvd;
 
 	ch->inflight = 0;
-	ch->credit_busy = false;
+	ch->credit_busy = ch->direct_busy = false;
 	ch->stalled = false;
 	if (open && l->mesh->cfg->resume_timeout_ms && (l->features & MESH_FEAT_RESUME)) {
 		if (!ch->resuming) {
@@ -1450,27 +1562,18 @@ static void channel_move(struct channel *ch, uint32_t k)
 	struct link *l = ch->link;
 	struct mesh *m = ch->mesh;
 	xport_conn_t *c = l->conns[k * m->cfg->qps_per_link];
-	xport_mr_t *tx = NULL, *rx = NULL, *cin = NULL, *cout = NULL;
+	struct channel_mrs mr = {0}, old = channel_mrs(ch);
 	int ret;
 
 	if (k == ch->rail)
 		return;
-	if (!c || (ret = channel_mr_reg(ch, c, &tx, &rx, &cin, &cout))) {
-		mesh_bury_mr(m, tx);
-		mesh_bury_mr(m, rx);
-		mesh_bury_mr(m, cin);
-		mesh_bury_mr(m, cout);
+	if (!c || (ret = channel_mr_reg(ch, c, &mr))) {
+		channel_mrs_bury(m, &mr);
 		channel_break(ch, c ? ret : -ENETDOWN, "cannot move from rail %u to rail %u: registration failed", ch->rail, k);
 		return;
 	}
-	mesh_bury_mr(m, ch->mr_tx);
-	mesh_bury_mr(m, ch->mr_rx);
-	mesh_bury_mr(m, ch->mr_cin);
-	mesh_bury_mr(m, ch->mr_cout);
-	ch->mr_tx = tx;
-	ch->mr_rx = rx;
-	ch->mr_cin = cin;
-	ch->mr_cout = cout;
+	channel_mrs_bury(m, &old);
+	channel_mrs_set(ch, &mr);
 	log_info("channel %u (node %u port %u): moved from rail %u to rail %u", ch->id, l->peer->id, ch->peer_port,
 		 ch->rail, k);
 	ch->rail = k;
@@ -1567,6 +1670,8 @@ static void channel_on_resume(struct link *l, const ChannelResume *r)
 	ch->peer_rx_rkey = r->rx_rkey;
 	ch->peer_credit_addr = r->credit_addr;
 	ch->peer_credit_rkey = r->credit_rkey;
+	ch->peer_direct_addr = r->direct_addr;
+	ch->peer_direct_rkey = r->direct_rkey;
 	ch->posted_chunks = ch->credit_writes = 0;
 	ch->next_qp = 0; /* the peer's receive window starts afresh: so does the striping */
 	if (ch->eof_sent && !r->eof_known)

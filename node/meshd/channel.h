@@ -25,6 +25,7 @@
 #define CH_PORT_PRIVILEGED 1024u /* ports below it: root's to listen on, as in TCP */
 #define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: the slots in (peer writes), then out */
 #define CH_CREDIT_OUT (2u * MESH_CREDIT_SLOTS) /* index of the out words (our credit, as posted) */
+#define CH_DIRECT_OUT (CH_CREDIT_OUT + 2u)     /* then the direct pair we write to the peer (ring.h) */
 
 struct mesh;
 struct link;
@@ -62,18 +63,24 @@ struct channel {
 	uint8_t *tx, *rx;
 	int memfd, kick_fd, wake_fd, life_fd, app_life_fd;
 
-	/* registered memory: TX (local), RX (peer writes), credit word in (peer writes), credit out */
-	xport_mr_t *mr_tx, *mr_rx, *mr_cin, *mr_cout;
-	uint64_t *credit; /* credit[0..1]: the peer's rx_cons and placed, written by the peer; [2..3]: ours */
-	uint64_t peer_rx_addr, peer_credit_addr;
-	uint32_t peer_rx_rkey, peer_credit_rkey;
+	/* registered memory: TX (local), RX (peer writes), credit slots in (peer writes), credit and
+	 * direct pair out (local), our direct pair in the control page (peer writes) */
+	xport_mr_t *mr_tx, *mr_rx, *mr_cin, *mr_cout, *mr_dir;
+	uint64_t *credit; /* the slots the peer writes, then [CH_CREDIT_OUT..+1] ours, [CH_DIRECT_OUT..+1] */
+	uint64_t peer_rx_addr, peer_credit_addr, peer_direct_addr;
+	uint32_t peer_rx_rkey, peer_credit_rkey, peer_direct_rkey; /* peer_direct_rkey 0: no direct pair */
 
 	/* TX: app published app_tx_prod; we posted tx_sent; writes done up to tx_done */
 	uint64_t app_tx_prod, tx_sent, tx_done, peer_cons, peer_placed;
 	uint16_t tx_seq, tx_done_seq;
 	uint32_t tx_len[CH_WINDOW];
 	bool tx_ok[CH_WINDOW];
+	uint8_t tx_qp[CH_WINDOW]; /* the QP (of the channel's) each chunk went on: what a direct pair covers */
 	bool stalled;
+	/* Direct receive: one pair write in flight at a time, covering direct_posting; direct_sent is
+	 * the largest position a pair was posted for. */
+	bool direct_busy;
+	uint64_t direct_sent, direct_writes;
 
 	/* RX: chunks in order up to rx_bytes; the app consumed app_rx_cons; we credited credit_sent.
 	 * rx_len holds rx_window chunk lengths (channel_rx_window: larger than the sender's window). */
@@ -188,5 +195,6 @@ const char *channel_state_name(const struct channel *ch);
 /* wr_id kinds of the data path (mesh.c owns 1..4). */
 #define WR_CH_DATA 5u
 #define WR_CH_CREDIT 6u
+#define WR_CH_DIRECT 9u /* mesh.c's 7 and 8 come between */
 
 #endif

@@ -36,6 +36,7 @@ struct config_key {
 static const char *const transport_choices[] = {"rdma", "tcp", "auto", NULL};
 static const char *const log_choices[] = {"error", "warn", "info", "debug", NULL};
 static const char *const polling_choices[] = {"adaptive", "busy", "event", NULL};
+static const char *const onoff_choices[] = {"on", "off", NULL};
 
 #define KEY_UINT(n, def, lo, hi, help) \
 	{#n, CFG_UINT, offsetof(struct mesh_config, n), 0, def, lo, hi, NULL, help}
@@ -93,6 +94,10 @@ static const struct config_key config_keys[] = {
 	KEY_UINT(app_spin_us, "50", 0, 1000000,
 		 "hint to libmesh: microseconds a blocking channel call polls its ring before it sleeps "
 		 "(MESH_SPIN_US in the application's environment overrides it)"),
+	KEY_STR(direct_receive, direct_receive, "on", onoff_choices,
+		"on: peers write a channel's arrival position straight into the application's ring page after "
+		"the data (one small RDMA WRITE), so a polling application sees bytes without waiting for this "
+		"meshd; off: only this meshd tells it (the peer is given no key for the page)"),
 	{"numa", CFG_NUMA, offsetof(struct mesh_config, numa), sizeof(((struct mesh_config *)0)->numa), "auto", 0,
 	 CONFIG_NUMA_NODE_MAX, NULL,
 	 "where the data-path thread runs and channel rings and registered memory live: auto (the RDMA "

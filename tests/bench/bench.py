@@ -150,7 +150,7 @@ class Bench:
         """Servers left by a failed measurement must not disturb the next one."""
         keep = []
         for p in self.background:
-            if p is getattr(self, "server_proc", None) and p.poll() is None:
+            if p in (getattr(self, "server_proc", None), getattr(self, "server_off_proc", None)) and p.poll() is None:
                 keep.append(p)
             elif p.poll() is None:
                 self.log(f"killing leftover pid {p.pid}: {p.args}")
@@ -214,24 +214,30 @@ class Bench:
         fd = os.open(os.path.join(self.work, "cluster.key"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(key)
-        with open(conf, "w") as f:
-            f.write("cluster = {\n  name = \"bench\";\n"
-                    f"  transport = \"{a.mode}\";\n  qps_per_link = {a.qps};\n"
-                    "  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n"
-                    "  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n"
-                    f"  polling = \"{a.polling}\";\n"
-                    + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
-                    + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
-                    + ("  numa = 0;\n" if a.numa_compare else "")
-                    + "  log_level = \"info\";\n  key_file = \"cluster.key\";\n};\n"
-                    "nodes = (\n"
-                    f"  {{ id = 1; addr = \"{a.addr}\"; port = {a.mesh_port}; }},\n"
-                    f"  {{ id = 2; addr = \"{a.addr}\"; port = {a.mesh_port + 1}; }}\n);\n")
+        # Two meshes of two meshd each, alike but for cluster.direct_receive: meshd 1 and 2 with it on
+        # (the default), meshd 3 and 4 (nodes 1 and 2 of the second) with it off, so that the latency
+        # with and without direct receive is measured in the same rounds.
+        confs = {}
+        for direct, port in (("on", a.mesh_port), ("off", a.mesh_port + 2)):
+            confs[direct] = conf if direct == "on" else os.path.join(self.work, "mesh-direct-off.conf")
+            with open(confs[direct], "w") as f:
+                f.write("cluster = {\n  name = \"bench\";\n"
+                        f"  transport = \"{a.mode}\";\n  qps_per_link = {a.qps};\n"
+                        "  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n"
+                        "  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n"
+                        f"  polling = \"{a.polling}\";\n  direct_receive = \"{direct}\";\n"
+                        + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
+                        + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
+                        + ("  numa = 0;\n" if a.numa_compare else "")
+                        + "  log_level = \"info\";\n  key_file = \"cluster.key\";\n};\n"
+                        "nodes = (\n"
+                        f"  {{ id = 1; addr = \"{a.addr}\"; port = {port}; }},\n"
+                        f"  {{ id = 2; addr = \"{a.addr}\"; port = {port + 1}; }}\n);\n")
         shutil.copy(conf, os.path.join(self.out, "mesh.conf"))
-        for i in (1, 2):
+        for i in (1, 2, 3, 4):
             sock = os.path.join(self.work, f"meshd{i}.sock")
             log = open(os.path.join(self.work, f"meshd{i}.log"), "w")
-            cmd = [self.bin("node/meshd"), "-c", conf, "-n", str(i), "-s", sock]
+            cmd = [self.bin("node/meshd"), "-c", confs["on" if i <= 2 else "off"], "-n", str(2 - i % 2), "-s", sock]
             self.log("$ (background)", " ".join(cmd))
             self.meshd_procs[i] = dict(proc=subprocess.Popen(cmd, stdout=log, stderr=log), sock=sock,
                                        log=log.name)
@@ -244,10 +250,10 @@ class Bench:
                     raise Failure(f"meshd {i} exited with {m['proc'].returncode}: " + self.meshd_log_tail(i))
                 j = self.ctl(i, "node")
                 up += bool(j and j.get("links_up") == 1)
-            if up == 2:
+            if up == len(self.meshd_procs):
                 return
             time.sleep(0.2)
-        raise Failure("the two meshd did not bring their link UP within 90 s: " + self.meshd_log_tail(1))
+        raise Failure("the meshd did not bring their links UP within 90 s: " + self.meshd_log_tail(1))
 
     def meshd_log_tail(self, i):
         try:
@@ -280,9 +286,10 @@ class Bench:
 
     # ---- meshbench ----
 
-    def meshbench_server(self):
+    def meshbench_server(self, node=1):
+        """A meshbench server on meshd `node` (1, or 3: node 1 of the mesh without direct receive)."""
         port = self.next_port()
-        p = self.start([self.bin("meshlib/meshbench"), "-s", self.meshd_procs[1]["sock"], "-j", "-l", str(port)],
+        p = self.start([self.bin("meshlib/meshbench"), "-s", self.meshd_procs[node]["sock"], "-j", "-l", str(port)],
                        f"meshbench-server-{port}")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -295,11 +302,13 @@ class Bench:
         self.finish(p, "meshbench server", 1)
         raise Failure("meshbench server did not listen")
 
-    def meshbench_client_cmd(self, port, *args):
-        return [self.bin("meshlib/meshbench"), "-s", self.meshd_procs[2]["sock"], "-j", *args, "1", str(port)]
+    def meshbench_client_cmd(self, port, *args, node=2):
+        return [self.bin("meshlib/meshbench"), "-s", self.meshd_procs[node]["sock"], "-j", *args, "1", str(port)]
 
     def meshbench(self, tool, server_port, test, sizes, *extra):
-        cmd = self.meshbench_client_cmd(server_port, "-t", test, "-m", ",".join(str(s) for s in sizes), *extra)
+        node = 4 if tool == "meshbench-direct-off" else 2
+        cmd = self.meshbench_client_cmd(server_port, "-t", test, "-m", ",".join(str(s) for s in sizes), *extra,
+                                        node=node)
         budget = 120 + len(sizes) * (self.a.duration * 3 + 60)
         out = self.run(cmd, budget, f"meshbench {test}")
         got = 0
@@ -374,15 +383,18 @@ class Bench:
                     cpus=j["cpus"])
 
     def derive_floor(self):
-        """Per round, an estimate of the fastest half round trip any data path through meshd can have
-        here: the RDMA write itself (ib_write_lat) plus the two hops between processes that share the
-        CPUs with two others (application -> meshd on the sender, meshd -> application on the
-        receiver), at the price handoff measured in the same round."""
+        """Per round, an estimate of the fastest half round trip a data path through meshd can have
+        here: the RDMA write itself (ib_write_lat) plus the hops between processes that share the CPUs
+        with others, at the price handoff measured in the same round. Through meshd on both sides
+        (direct receive off): two hops, application -> meshd on the sender, meshd -> application on
+        the receiver. With direct receive the receiving application reads the peer's direct pair
+        itself: one hop, on the sender (the data path as built)."""
         for lat in [x for x in self.results if (x["tool"], x["test"], x["size"]) == ("ib_write_lat", "lat", 64)]:
             hop = [x for x in self.results if x["tool"] == "handoff-4-yield" and x["round"] == lat["round"]]
             if lat["round"] is not None and hop:
                 self.round = lat["round"]
                 self.record("floor", "lat", 64, typ_us=lat["typ_us"] + 2 * hop[0]["hop_us"])
+                self.record("floor-direct", "lat", 64, typ_us=lat["typ_us"] + hop[0]["hop_us"])
         self.round = None
 
     # ---- rstream: rsocket, or plain TCP sockets with -T s ----
@@ -569,6 +581,7 @@ class Bench:
         self.start_mesh()
         self.say("link UP")
         self.server_proc, port = self.meshbench_server()
+        self.server_off_proc, port_off = self.meshbench_server(3)
         d = ["-D", str(a.duration)]
         if a.numa_compare:
             # Both meshd have numa = 0: data-path threads and the server's rings on node 0. The client
@@ -581,8 +594,9 @@ class Bench:
                              "-N", "1", *d)
                 self.say(f"round {r + 1} of {a.rounds} done")
             self.round = None
-            self.server_proc.terminate()
-            self.finish(self.server_proc, "meshbench server", 30)
+            for p in (self.server_proc, self.server_off_proc):
+                p.terminate()
+                self.finish(p, "meshbench server", 30)
             return
         rdma = a.mode == "rdma"
         tcp_bw, tcp_lat = ((lambda: self.rstream(True, "bw", 65536)), (lambda: self.rstream(True, "lat", 64))) \
@@ -607,6 +621,8 @@ class Bench:
                 self.attempt("rstream bw", self.rstream, False, "bw", 65536)
             self.attempt("tcp bw", tcp_bw)
             self.attempt("meshbench lat", self.meshbench, "meshbench", port, "lat", [64], "-n", str(a.lat_iters))
+            self.attempt("meshbench lat, direct receive off", self.meshbench, "meshbench-direct-off", port_off, "lat",
+                         [64], "-n", str(a.lat_iters))
             if rdma:
                 self.attempt("ib_write_lat 64", self.ib_write_lat, 64)
                 self.attempt("rstream lat", self.rstream, False, "lat", 64)
@@ -624,20 +640,23 @@ class Bench:
             self.attempt("profile bw 4K", self.profile, port, "bw", 4096)
             self.attempt("profile rate 64", self.profile, port, "rate", 64)
             self.say("profile done")
-        self.server_proc.terminate()
-        self.finish(self.server_proc, "meshbench server", 30)
+        for p in (self.server_proc, self.server_off_proc):
+            p.terminate()
+            self.finish(p, "meshbench server", 30)
 
     # ---- report ----
 
     NAMES = {"meshbench": "channel (meshbench)", "meshbench-check": "channel (meshbench -c, every byte checked)",
              "meshbench-poll": "channel (meshbench -p, apps busy-poll)", "ib_write_bw": "ib_write_bw -R (perftest)",
+             "meshbench-direct-off": "channel, cluster.direct_receive = off",
+             "floor-direct": "floor, direct receive (ib_write_lat + 1 hop)",
              "ib_write_lat": "ib_write_lat -R (perftest)", "rstream": "rstream -T b (rsocket)",
              "tcp": "TCP over loopback (rstream -T s -T b)",
              "meshbench-numa-right": "channel, client rings on node 0 (meshd's)",
              "meshbench-numa-wrong": "channel, client rings on node 1 (wrong)",
              "handoff-2-spin": "hop, 2 processes spinning (perftest's shape)",
              "handoff-4-yield": "hop, 4 processes yielding (a channel's shape)",
-             "floor": "floor via meshd (ib_write_lat + 2 hops)"}
+             "floor": "floor via meshd both sides (ib_write_lat + 2 hops)"}
     KEYS = {"bw": "mb_s", "rate": "msg_s", "lat": "typ_us", "hop": "hop_us"}
 
     def figures(self):
@@ -739,7 +758,11 @@ class Bench:
             ratio("floor through meshd @64 B / ib_write_lat @64 B", ("floor", "lat", 64), ("ib_write_lat", "lat", 64),
                   "typ_us", "typ_us")
             ratio("channel half-RTT @64 B / floor through meshd", ml, ("floor", "lat", 64), "typ_us", "typ_us")
+            ratio("channel half-RTT @64 B / floor with direct receive", ml, ("floor-direct", "lat", 64), "typ_us",
+                  "typ_us")
         ratio("channel half-RTT @64 B / TCP @64 B (average)", ml, ("tcp", "lat", 64), "avg_us", "avg_us")
+        ratio("channel half-RTT @64 B, direct receive on / off", ml, ("meshbench-direct-off", "lat", 64), "typ_us",
+              "typ_us")
         for p in self.profiles:
             w("")
             w(f"profile: meshbench {p['test']} {fmt_size(p['size'])}, {p['seconds']:.1f} s sampled mid-run")
@@ -838,7 +861,7 @@ def main():
         b.failures.append(str(e))
         b.say(f"FAILED: {e}")
     finally:
-        for p in [getattr(b, "server_proc", None)]:
+        for p in [getattr(b, "server_proc", None), getattr(b, "server_off_proc", None)]:
             if p and p.poll() is None:
                 p.kill()
                 p.wait()

@@ -313,6 +313,10 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 		o.credit_addr = U64(in);
 		o.credit_rkey = U32(in);
 		o.rail = U8(in) % 3;
+		if (flags & 4) { /* a direct pair: we then write one after our data */
+			o.direct_addr = U64(in);
+			o.direct_rkey = U32(in);
+		}
 		m.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 		m.channel_open = &o;
 		break;
@@ -323,6 +327,10 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 		a.rx_rkey = U32(in);
 		a.credit_addr = U64(in);
 		a.credit_rkey = U32(in);
+		if (flags & 4) {
+			a.direct_addr = U64(in);
+			a.direct_rkey = U32(in);
+		}
 		m.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
 		m.channel_accept = &a;
 		break;
@@ -365,6 +373,10 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 		rs.credit_addr = U64(in);
 		rs.credit_rkey = U32(in);
 		rs.rail = U8(in) % 3;
+		if (flags & 4) {
+			rs.direct_addr = U64(in);
+			rs.direct_rkey = U32(in);
+		}
 		m.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 		m.channel_resume = &rs;
 		break;

@@ -70,12 +70,14 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 		FUZZ_CHECK(o->qps >= 1 && o->qps <= MESH_QPS_PER_LINK_MAX);
 		FUZZ_CHECK(o->rx_addr != 0 && o->rx_addr + o->ring_size >= o->rx_addr);
 		FUZZ_CHECK(o->credit_addr != 0 && o->credit_addr + MESH_CREDIT_AREA >= o->credit_addr);
+		FUZZ_CHECK(!o->direct_rkey || (o->direct_addr && o->direct_addr + MESH_RING_DIRECT_LEN > o->direct_addr));
 		break;
 	}
 	case PEER_MSG__BODY_CHANNEL_ACCEPT:
 		FUZZ_CHECK(m->channel_accept != NULL);
 		FUZZ_CHECK(m->channel_accept->slot < MESH_CHANNEL_SLOTS && m->channel_accept->peer_slot < MESH_CHANNEL_SLOTS);
 		FUZZ_CHECK(m->channel_accept->rx_addr != 0 && m->channel_accept->credit_addr != 0);
+		FUZZ_CHECK(!m->channel_accept->direct_rkey || m->channel_accept->direct_addr);
 		break;
 	case PEER_MSG__BODY_CHANNEL_REJECT:
 		FUZZ_CHECK(m->channel_reject != NULL);
@@ -97,6 +99,7 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 		FUZZ_CHECK(m->channel_resume->rx_seq <= 65535 && m->channel_resume->rx_cons <= m->channel_resume->rx_bytes);
 		FUZZ_CHECK(m->channel_resume->rx_addr && m->channel_resume->credit_addr);
 		FUZZ_CHECK(m->channel_resume->rail < MESH_RAILS_MAX);
+		FUZZ_CHECK(!m->channel_resume->direct_rkey || m->channel_resume->direct_addr);
 		break;
 	case PEER_MSG__BODY_RAIL_DOWN:
 		FUZZ_CHECK(m->rail_down != NULL && m->rail_down->rail < MESH_RAILS_MAX && m->rail_down->gen <= 65535);
@@ -152,6 +155,8 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 		FUZZ_CHECK(a->channel_open->rx_rkey == b->channel_open->rx_rkey);
 		FUZZ_CHECK(a->channel_open->credit_addr == b->channel_open->credit_addr);
 		FUZZ_CHECK(a->channel_open->credit_rkey == b->channel_open->credit_rkey);
+		FUZZ_CHECK(a->channel_open->direct_addr == b->channel_open->direct_addr);
+		FUZZ_CHECK(a->channel_open->direct_rkey == b->channel_open->direct_rkey);
 		break;
 	case PEER_MSG__BODY_CHANNEL_ACCEPT:
 		FUZZ_CHECK(a->channel_accept->slot == b->channel_accept->slot);
@@ -160,6 +165,8 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 		FUZZ_CHECK(a->channel_accept->rx_rkey == b->channel_accept->rx_rkey);
 		FUZZ_CHECK(a->channel_accept->credit_addr == b->channel_accept->credit_addr);
 		FUZZ_CHECK(a->channel_accept->credit_rkey == b->channel_accept->credit_rkey);
+		FUZZ_CHECK(a->channel_accept->direct_addr == b->channel_accept->direct_addr);
+		FUZZ_CHECK(a->channel_accept->direct_rkey == b->channel_accept->direct_rkey);
 		break;
 	case PEER_MSG__BODY_CHANNEL_REJECT:
 		FUZZ_CHECK(a->channel_reject->slot == b->channel_reject->slot);
@@ -187,6 +194,7 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 		FUZZ_CHECK(x->rx_seq == y->rx_seq && x->rx_cons == y->rx_cons && x->eof_known == y->eof_known);
 		FUZZ_CHECK(x->rx_addr == y->rx_addr && x->rx_rkey == y->rx_rkey && x->credit_addr == y->credit_addr);
 		FUZZ_CHECK(x->credit_rkey == y->credit_rkey && x->rail == y->rail);
+		FUZZ_CHECK(x->direct_addr == y->direct_addr && x->direct_rkey == y->direct_rkey);
 		break;
 	}
 	case PEER_MSG__BODY_RAIL_DOWN:
@@ -296,6 +304,8 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 		c->channel_open.rx_rkey = m->channel_open->rx_rkey;
 		c->channel_open.credit_addr = m->channel_open->credit_addr;
 		c->channel_open.credit_rkey = m->channel_open->credit_rkey;
+		c->channel_open.direct_addr = m->channel_open->direct_addr;
+		c->channel_open.direct_rkey = m->channel_open->direct_rkey;
 		c->msg.channel_open = &c->channel_open;
 		break;
 	case PEER_MSG__BODY_CHANNEL_ACCEPT:
@@ -305,6 +315,8 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 		c->channel_accept.rx_rkey = m->channel_accept->rx_rkey;
 		c->channel_accept.credit_addr = m->channel_accept->credit_addr;
 		c->channel_accept.credit_rkey = m->channel_accept->credit_rkey;
+		c->channel_accept.direct_addr = m->channel_accept->direct_addr;
+		c->channel_accept.direct_rkey = m->channel_accept->direct_rkey;
 		c->msg.channel_accept = &c->channel_accept;
 		break;
 	case PEER_MSG__BODY_CHANNEL_REJECT:
@@ -344,6 +356,8 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 		c->channel_resume.credit_addr = r->credit_addr;
 		c->channel_resume.credit_rkey = r->credit_rkey;
 		c->channel_resume.rail = r->rail;
+		c->channel_resume.direct_addr = r->direct_addr;
+		c->channel_resume.direct_rkey = r->direct_rkey;
 		c->msg.channel_resume = &c->channel_resume;
 		break;
 	}

@@ -85,6 +85,7 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 	c->max_ring_bytes_per_uid = 1ull << 50;
 	snprintf(c->polling, sizeof(c->polling), "event");
 	c->app_spin_us = 77; /* an odd value a test can recognise in the ring */
+	snprintf(c->direct_receive, sizeof(c->direct_receive), "on");
 	snprintf(c->numa, sizeof(c->numa), "auto");
 	c->numa_mode = CONFIG_NUMA_AUTO;
 	for (size_t i = 0; i < n; i++) {

@@ -51,6 +51,7 @@
 #define PEER_SLOT 7u /* the peer meshd's slot of a channel */
 #define PEER_RX_RKEY 0x5eed0001u
 #define PEER_CREDIT_RKEY 0x5eed0002u
+#define PEER_DIRECT_RKEY 0x5eed0003u
 #define ACCESS_RW (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE)
 #define MAX_APPS 16
 #define MAX_CHANS 6
@@ -93,6 +94,11 @@ struct chan {
 	/* the peer's RX ring and credit word: the targets of our writes */
 	uint8_t *peer_rx;
 	uint64_t *peer_credit;
+	/* the peer's direct pair, when it announces one (chan_direct): {pos, check} */
+	uint64_t *peer_dir;
+	/* our direct pair, from our Open or Accept */
+	struct mesh_ring_direct *our_dir;
+	uint32_t our_dir_rkey;
 };
 
 struct ct {
@@ -323,6 +329,7 @@ static int ct_teardown(void **state)
 	for (size_t i = 0; i < c->n_chans; i++) {
 		free(c->chans[i].peer_rx);
 		free(c->chans[i].peer_credit);
+		free(c->chans[i].peer_dir);
 	}
 	free(c);
 	return 0;
@@ -484,13 +491,20 @@ static void complete_write(struct ct *c, struct chan *h, struct fake_post *p)
 
 	assert_non_null(p);
 	assert_non_null(fc);
-	assert_int_equal(p->op, XPORT_OP_WRITE_IMM);
 	assert_false(p->used);
 	p->used = true;
-	if (is_credit(p)) {
+	if (p->op == XPORT_OP_WRITE) {
+		/* The direct pair: into the 16 bytes the peer announced, nothing else. */
+		assert_non_null(h->peer_dir);
+		assert_int_equal(p->rkey, PEER_DIRECT_RKEY);
+		assert_true(p->raddr == (uintptr_t)h->peer_dir);
+		assert_int_equal(p->len, MESH_RING_DIRECT_LEN);
+		memcpy(h->peer_dir, p->buf, MESH_RING_DIRECT_LEN);
+	} else if (is_credit(p)) {
 		uint64_t *slot = h->peer_credit + 2 * (MESH_IMM_SEQ(p->imm) % MESH_CREDIT_SLOTS);
 
 		/* Into the slot its immediate names. */
+		assert_int_equal(p->op, XPORT_OP_WRITE_IMM);
 		assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
 		assert_true(p->raddr == (uintptr_t)slot);
 		assert_int_equal(p->len, MESH_CREDIT_LEN);
@@ -498,6 +512,7 @@ static void complete_write(struct ct *c, struct chan *h, struct fake_post *p)
 	} else {
 		uint64_t off = p->raddr - (uintptr_t)h->peer_rx;
 
+		assert_int_equal(p->op, XPORT_OP_WRITE_IMM);
 		assert_int_equal(p->rkey, PEER_RX_RKEY);
 		assert_true(p->raddr >= (uintptr_t)h->peer_rx);
 		assert_true(off + p->len <= h->size);
@@ -595,6 +610,10 @@ static void peer_open(struct ct *c, const struct chan *h, uint16_t src_port, uin
 	o.rx_rkey = PEER_RX_RKEY;
 	o.credit_addr = (uintptr_t)h->peer_credit;
 	o.credit_rkey = PEER_CREDIT_RKEY;
+	if (h->peer_dir) {
+		o.direct_addr = (uintptr_t)h->peer_dir;
+		o.direct_rkey = PEER_DIRECT_RKEY;
+	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	m.channel_open = &o;
 	peer_msg(c, &m);
@@ -611,6 +630,10 @@ static void peer_accept(struct ct *c, const struct chan *h)
 	a.rx_rkey = PEER_RX_RKEY;
 	a.credit_addr = (uintptr_t)h->peer_credit;
 	a.credit_rkey = PEER_CREDIT_RKEY;
+	if (h->peer_dir) {
+		a.direct_addr = (uintptr_t)h->peer_dir;
+		a.direct_rkey = PEER_DIRECT_RKEY;
+	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
 	m.channel_accept = &a;
 	peer_msg(c, &m);
@@ -708,6 +731,8 @@ static struct chan *connect_out(struct ct *c, uint16_t port, uint64_t size, uint
 	h->our_rx_rkey = m->channel_open->rx_rkey;
 	h->our_credit = (uint64_t *)(uintptr_t)m->channel_open->credit_addr;
 	h->our_credit_rkey = m->channel_open->credit_rkey;
+	h->our_dir = (struct mesh_ring_direct *)(uintptr_t)m->channel_open->direct_addr;
+	h->our_dir_rkey = m->channel_open->direct_rkey;
 	mesh_peer_msg_free(m);
 	assert_true(h->slot < c->l->ch_cap);
 	assert_non_null(c->l->ch_slots[h->slot]);
@@ -773,9 +798,9 @@ static struct chan *open_in(struct ct *c, uint16_t src_port, uint16_t dst_port, 
 	return h;
 }
 
-/* The channel's four registrations, the latest of each kind (access, length). */
+/* The channel's five registrations, the latest of each kind (access, length). */
 struct ch_regs {
-	const struct fake_reg *tx, *rx, *cin, *cout;
+	const struct fake_reg *tx, *rx, *cin, *cout, *dir;
 };
 
 static struct ch_regs find_regs(struct ct *c, uint64_t size)
@@ -792,13 +817,16 @@ static struct ch_regs find_regs(struct ct *c, uint64_t size)
 			r.rx = g;
 		else if (g->access == ACCESS_RW && g->len == MESH_CREDIT_AREA)
 			r.cin = g;
-		else if (g->access == XPORT_ACCESS_LOCAL && g->len == MESH_CREDIT_LEN)
+		else if (g->access == XPORT_ACCESS_LOCAL && g->len == 2 * MESH_CREDIT_LEN)
 			r.cout = g;
+		else if (g->access == ACCESS_RW && g->len == MESH_RING_DIRECT_LEN)
+			r.dir = g;
 	}
 	assert_non_null(r.tx);
 	assert_non_null(r.rx);
 	assert_non_null(r.cin);
 	assert_non_null(r.cout);
+	assert_non_null(r.dir);
 	return r;
 }
 
@@ -836,10 +864,11 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	from = c->t.fx->n_posts;
 	regs = c->t.fx->n_regs;
 	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, -1, -1, -1, CLIENT_FD, ROOT, &why), 0);
-	/* TX (local), RX and the credit word in (remote write), the credit word out (local). */
-	assert_int_equal(c->t.fx->n_regs, regs + 4);
+	/* TX (local), RX and the credit word in (remote write), the credit and direct words out (local),
+	 * the direct pair of the control page (remote write). */
+	assert_int_equal(c->t.fx->n_regs, regs + 5);
 	r = find_regs(c, RING);
-	for (size_t i = regs; i < regs + 4; i++)
+	for (size_t i = regs; i < regs + 5; i++)
 		assert_int_equal(c->t.fx->regs[i].conn_id, conn_id(c->l->conns[0]));
 	assert_int_equal(fake_post_count(c->t.fx, from, XPORT_OP_SEND, 0), 1);
 	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
@@ -859,6 +888,10 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	assert_int_equal(o->rx_rkey, r.rx->rkey);
 	assert_true(o->credit_addr == (uintptr_t)r.cin->addr);
 	assert_int_equal(o->credit_rkey, r.cin->rkey);
+	/* The direct pair: 16 bytes of the control page, nothing else of it. */
+	assert_ptr_equal(r.dir->addr, (uint8_t *)ch->map + MESH_RING_DIRECT_OFF);
+	assert_true(o->direct_addr == (uintptr_t)r.dir->addr);
+	assert_int_equal(o->direct_rkey, r.dir->rkey);
 	/* The rings registered are the ones in the memfd: TX then RX after the control page. */
 	assert_ptr_equal(r.tx->addr, ch->tx);
 	assert_ptr_equal(r.rx->addr, ch->rx);
@@ -969,7 +1002,7 @@ static void channel_on_message__reject__reason_delivered_and_everything_freed(vo
 	h = connect_out(c, 80, RING, 2, PEER_SLOT);
 	id = h->id;
 	slot = h->slot;
-	assert_int_equal(c->t.fx->live_mrs, 2 + 4);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 5);
 	peer_reject(c, slot, -ECONNREFUSED);
 	assert_int_equal(c->n_apps, 1);
 	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
@@ -982,8 +1015,8 @@ static void channel_on_message__reject__reason_delivered_and_everything_freed(vo
 	assert_int_equal(c->t.m.n_channels, 0);
 	assert_null(c->l->ch_slots[slot]);
 	assert_int_equal(c->t.fx->live_mrs, 2);
-	assert_int_equal(c->t.fx->n_deregs, 4);
-	assert_int_equal(c->t.fx->n_regs, regs + 4);
+	assert_int_equal(c->t.fx->n_deregs, 5);
+	assert_int_equal(c->t.fx->n_regs, regs + 5);
 	assert_true(c->watch_del[id] >= 1);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
 	/* The slot serves the next channel. */
@@ -1175,7 +1208,7 @@ static void channel_tick__no_answer__etimedout_then_closed_after_late_accept(voi
 	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
 	/* The peer may still accept and then write into our ring: the channel and its memory stay. */
 	assert_int_equal(c->t.m.n_channels, 1);
-	assert_int_equal(c->t.fx->live_mrs, 2 + 4);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 5);
 	assert_string_equal(channel_state_name(chn(c, h)), "OPENING");
 	complete_sends(c);
 	from = c->t.fx->n_posts;
@@ -2222,7 +2255,7 @@ static void channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack(v
 	check_peer_ring(h, 0, 2 * CHUNK);
 	/* The peer may still write until it acknowledges: everything stays registered. */
 	assert_int_equal(c->t.m.n_channels, 1);
-	assert_int_equal(c->t.fx->live_mrs, 2 + 4);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 5);
 	complete_sends(c);
 	peer_close_ack(c, h);
 	assert_null(channel_find(&c->t.m, id));
@@ -2427,6 +2460,10 @@ static void peer_resume_on(struct ct *c, const struct chan *h, uint64_t rx_bytes
 	r.rx_rkey = PEER_RX_RKEY;
 	r.credit_addr = (uintptr_t)h->peer_credit;
 	r.credit_rkey = PEER_CREDIT_RKEY;
+	if (h->peer_dir) {
+		r.direct_addr = (uintptr_t)h->peer_dir;
+		r.direct_rkey = PEER_DIRECT_RKEY;
+	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 	m.channel_resume = &r;
 	peer_msg(c, &m);
@@ -3137,9 +3174,256 @@ static void channel_on_kick__write_after_peer_close__application_told(void **sta
 	mt_finish(&c->t);
 }
 
+/* ---- direct receive ------------------------------------------------------------------------- */
+
+/* An outgoing channel whose peer announces a direct pair in its Accept. */
+static struct chan *open_out_direct(struct ct *c, uint32_t qps)
+{
+	struct chan *h = connect_out(c, 5000, RING, qps, PEER_SLOT);
+
+	h->peer_dir = aligned_alloc(64, 64);
+	assert_non_null(h->peer_dir);
+	memset(h->peer_dir, 0, 64);
+	accept_out(c, h);
+	return h;
+}
+
+/* The nth write of a direct pair to channel h's peer posted since from, or NULL. */
+static struct fake_post *direct_post(struct ct *c, const struct chan *h, size_t from, size_t nth)
+{
+	for (size_t i = from; i < c->t.fx->n_posts; i++) {
+		struct fake_post *p = &c->t.fx->posts[i];
+
+		if (p->op != XPORT_OP_WRITE || p->raddr != (uintptr_t)h->peer_dir)
+			continue;
+		if (nth-- == 0)
+			return p;
+	}
+	return NULL;
+}
+
+/* The pair p carries: pos, with its check. */
+static uint64_t direct_pos(const struct fake_post *p)
+{
+	const uint64_t *w = p->buf;
+
+	assert_int_equal(p->len, MESH_RING_DIRECT_LEN);
+	assert_true(w[1] == mesh_ring_direct_check(w[0]));
+	return w[0];
+}
+
+/* The peer's NIC lands {pos, check} in our direct pair (check_ok false: a pair read half landed). */
+static void peer_direct(const struct chan *h, uint64_t pos, bool check_ok)
+{
+	uint64_t check = mesh_ring_direct_check(pos);
+
+	atomic_store_explicit(&h->our_dir->pos, pos, memory_order_release);
+	atomic_store_explicit(&h->our_dir->check, check_ok ? check : check ^ 1, memory_order_release);
+}
+
+/* The peer's bytes [pos, pos + len) land in our RX ring, their immediate not polled yet. */
+static void peer_bytes(const struct chan *h, uint64_t pos, uint32_t len)
+{
+	for (uint32_t i = 0; i < len; i++)
+		h->our_rx[(pos + i) & (h->size - 1)] = pat(pos + i, SALT_IN);
+}
+
+static void channel_on_kick__peer_has_direct_pair__pair_after_the_data_on_its_qp_one_at_a_time(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *d, *p;
+	struct ch_regs r;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 1);
+	h = open_out_direct(c, 1);
+	r = find_regs(c, RING);
+	from = c->t.fx->n_posts;
+	app_write(h, 100);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	d = write_post(c, h, from, false, 0);
+	p = direct_post(c, h, from, 0);
+	assert_non_null(p);
+	/* After the data, on the same QP (posts are recorded in order), from our registered out words. */
+	assert_true(p > d);
+	assert_int_equal(p->conn_id, d->conn_id);
+	assert_ptr_equal(p->mr->addr, r.cout->addr);
+	assert_ptr_equal(p->buf, (const uint8_t *)r.cout->addr + MESH_CREDIT_LEN);
+	assert_true(direct_pos(p) == 100);
+	assert_int_equal(chn(c, h)->inflight, 2);
+	/* While it is in flight the next bytes go, their pair waits: its source must not change. */
+	app_write(h, 50);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 2);
+	assert_null(direct_post(c, h, from, 1));
+	assert_true(direct_pos(p) == 100);
+	complete_write(c, h, p);
+	assert_true(h->peer_dir[0] == 100 && h->peer_dir[1] == mesh_ring_direct_check(100));
+	p = direct_post(c, h, from, 1);
+	assert_non_null(p);
+	assert_true(direct_pos(p) == 150);
+	complete_data(c, h, from);
+	complete_write(c, h, p);
+	assert_int_equal(chn(c, h)->inflight, 0);
+	assert_true(chn(c, h)->direct_writes == 2);
+	/* Nothing new: no pair. A completed stream needs none either. */
+	app_kick(c, h);
+	tick(&c->t);
+	assert_null(direct_post(c, h, from, 2));
+	check_peer_ring(h, 0, 150);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__striped_over_two_qps__pair_covers_only_what_is_ordered_or_done(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out_direct(c, 2);
+	from = c->t.fx->n_posts;
+	app_write(h, 2 * CHUNK);
+	app_kick(c, h);
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 2 * CHUNK);
+	/* Chunk 0 on QP 0 is neither done nor ahead of a pair on QP 1: nothing can be vouched for. */
+	assert_null(direct_post(c, h, from, 0));
+	complete_write(c, h, write_post(c, h, from, false, 0));
+	/* Chunk 0 done, chunk 1 on QP 1: a pair behind it there covers both. */
+	p = direct_post(c, h, from, 0);
+	assert_non_null(p);
+	assert_int_equal(p->conn_id, conn_id(c->l->conns[1]));
+	assert_true(p > write_post(c, h, from, false, 1));
+	assert_true(direct_pos(p) == 2 * CHUNK);
+	/* A peer without a pair (an older meshd) gets none: the other tests' peers. */
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__app_read_past_rx_prod__accepted_up_to_a_valid_direct_pair(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	assert_non_null(h->our_dir);
+	assert_int_not_equal(h->our_dir_rkey, 0);
+	/* The peer's NIC placed chunk 0 and then the pair; its immediate is not polled yet. */
+	peer_bytes(h, 0, CHUNK);
+	peer_direct(h, CHUNK, true);
+	from = c->t.fx->n_posts;
+	app_read(h, CHUNK);
+	app_kick(c, h);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	/* No credit: what we credit is also what we say we placed, and we have placed nothing. */
+	assert_int_equal(write_count(c, h, from, true), 0);
+	assert_true(ring_rx_prod(h) == 0);
+	/* The immediate: placed now, and the reader's quarter is credited. */
+	peer_imm(c, 0, MESH_IMM(0, h->slot, 0), CHUNK);
+	assert_true(ring_rx_prod(h) == CHUNK);
+	assert_int_equal(write_count(c, h, from, true), 1);
+	p = write_post(c, h, from, true, 0);
+	assert_true(((const uint64_t *)p->buf)[0] == CHUNK);
+	assert_true(((const uint64_t *)p->buf)[1] == CHUNK);
+	/* A pair whose check does not match (read while it landed) proves nothing: reading past what
+	 * is placed is then the application's error. */
+	peer_bytes(h, CHUNK, 500);
+	peer_direct(h, CHUNK + 500, false);
+	app_read(h, 500);
+	app_kick(c, h);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_connect__direct_receive_off__no_key_for_the_page(void **state)
+{
+	struct ct *c = *state;
+	size_t regs;
+	struct chan *h;
+
+	ct_init(c, 1);
+	snprintf(c->t.cfg.direct_receive, sizeof(c->t.cfg.direct_receive), "off");
+	regs = c->t.fx->n_regs;
+	h = connect_out(c, 80, RING, 1, PEER_SLOT);
+	assert_int_equal(c->t.fx->n_regs, regs + 4); /* no registration of the direct pair */
+	assert_int_equal(h->our_dir_rkey, 0);
+	for (size_t i = regs; i < c->t.fx->n_regs; i++)
+		assert_int_not_equal(c->t.fx->regs[i].len, MESH_RING_DIRECT_LEN);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__direct_pair_beyond_a_ring__not_taken(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 1);
+	h = open_out(c, RING, 1, PEER_SLOT);
+	peer_bytes(h, 0, 100);
+	peer_direct(h, 100 + RING, true);
+	app_read(h, 100);
+	app_kick(c, h);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+/* The application read ahead of what meshd placed (a direct pair) when the link went: the resume
+ * names meshd's own position, reader included (ChannelResume.rx_cons never passes rx_bytes), and
+ * the bytes the peer writes again land where the application already read them. */
+static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_position(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_resume(c, 2); /* link_lost cuts QP 1 */
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_bytes(h, 0, CHUNK + 200);
+	peer_direct(h, CHUNK + 200, true);
+	app_read(h, CHUNK + 200);
+	app_kick(c, h);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	from = c->t.fx->n_posts;
+	link_lost(c);
+	link_back(c, 5000);
+	m = sent_resume(c, h, from);
+	assert_true(m->channel_resume->rx_bytes == 0);
+	assert_true(m->channel_resume->rx_cons == 0);
+	assert_true(m->channel_resume->direct_addr == (uintptr_t)h->our_dir);
+	assert_int_equal(m->channel_resume->direct_rkey, h->our_dir_rkey);
+	mesh_peer_msg_free(m);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	from = c->t.fx->n_posts;
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	peer_data(c, h, 1, 1, CHUNK, 200);
+	assert_true(ring_rx_prod(h) == CHUNK + 200);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_int_equal(write_count(c, h, from, true), 1); /* the reader's quarter, now placed */
+	peer_bytes(h, CHUNK + 200, 100);
+	peer_imm(c, 0, MESH_IMM(0, h->slot, 2), 100);
+	app_read(h, 100);
+	app_kick(c, h);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	mt_finish(&c->t);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, ct_setup, ct_teardown)
 
 static const struct CMUnitTest tests[] = {
+	T(channel_on_kick__peer_has_direct_pair__pair_after_the_data_on_its_qp_one_at_a_time),
+	T(channel_on_kick__striped_over_two_qps__pair_covers_only_what_is_ordered_or_done),
+	T(channel_on_kick__app_read_past_rx_prod__accepted_up_to_a_valid_direct_pair),
+	T(channel_on_kick__direct_pair_beyond_a_ring__not_taken),
+	T(channel_connect__direct_receive_off__no_key_for_the_page),
+	T(channel_link_down__app_ahead_of_placed__resume_names_the_placed_position),
 	T(channel_connect__up_link__open_carries_slot_ports_ring_and_keys),
 	T(channel_connect__qps_and_ring_unset__link_qps_and_default_ring),
 	T(channel_on_message__accept__open_and_delivered_with_four_fds),

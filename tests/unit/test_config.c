@@ -226,6 +226,7 @@ static void config_load__minimal_file__all_defaults(void **state)
 	assert_string_equal(c->polling, "adaptive");
 	assert_int_equal(c->poll_budget_us, 200);
 	assert_int_equal(c->app_spin_us, 50);
+	assert_string_equal(c->direct_receive, "on");
 	assert_string_equal(c->numa, "auto");
 	assert_int_equal(c->numa_mode, CONFIG_NUMA_AUTO);
 	assert_int_equal(c->n_nodes, 1);
@@ -390,6 +391,16 @@ static void config_load__polling_spin__rejected_with_choices(void **state)
 			  "  polling = \"spin\";\n"
 			  "};\n" NODES1,
 			  3, "cluster.polling \"spin\"", "adaptive | busy | event");
+}
+
+static void config_load__direct_receive_maybe__rejected_with_choices(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  direct_receive = \"maybe\";\n"
+			  "};\n" NODES1,
+			  3, "cluster.direct_receive \"maybe\"", "on | off");
 }
 
 static void config_load__poll_budget_too_large__rejected_with_range(void **state)
@@ -879,7 +890,7 @@ static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
 	"max_channels_per_link", "max_ring_mib_per_link", "max_channels_per_uid", "max_ring_bytes_per_uid", "socket_group",
-	"polling", "poll_budget_us", "app_spin_us", "numa", "key_file", "metrics_listen", "log_level",
+	"polling", "poll_budget_us", "app_spin_us", "direct_receive", "numa", "key_file", "metrics_listen", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)
@@ -1063,6 +1074,7 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__transport_foo__rejected_with_line),
 	T(config_load__log_level_loud__rejected_with_choices),
 	T(config_load__polling_spin__rejected_with_choices),
+	T(config_load__direct_receive_maybe__rejected_with_choices),
 	T(config_load__poll_budget_too_large__rejected_with_range),
 	T(config_load__uid_quotas_and_group__loaded),
 	T(config_load__ring_bytes_per_uid_below_1mib__rejected_with_range),

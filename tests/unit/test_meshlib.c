@@ -1709,6 +1709,68 @@ static void meshlib_recv__rx_prod_huge_or_backwards__eproto(void **state)
 	assert_int_equal(mesh_close(c), 0);
 }
 
+/* ---- direct receive (ring.h: the peer's NIC writes a pair after the data it covers) ---- */
+
+/* The peer's bytes land at pos, and then its pair {end, check} (check_ok false: read half landed). */
+static void direct_put(struct fake_chan *ch, uint64_t pos, const void *data, size_t len, uint64_t end, bool check_ok)
+{
+	struct mesh_ring_direct *d = mesh_ring_direct(ch->ctrl);
+
+	ring_copy(ch->rx, ch->size, pos, (uint8_t *)data, len, true);
+	atomic_store_explicit(&d->pos, end, memory_order_release);
+	atomic_store_explicit(&d->check, mesh_ring_direct_check(end) ^ (check_ok ? 0 : 1), memory_order_release);
+}
+
+static void meshlib_recv__valid_direct_pair__bytes_before_meshd_publishes(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	char b[16];
+
+	direct_put(ch, 0, "hello", 5, 5, true);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 5);
+	assert_memory_equal(b, "hello", 5);
+	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 5);
+	/* meshd's rx_prod lags, then catches up: neither is going back. */
+	atomic_store(&ch->ctrl->rx_prod, 3);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN);
+	atomic_store(&ch->ctrl->rx_prod, 5);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN);
+	/* meshd's own path goes on from there. */
+	ring_rx_put(ch, " world", 6);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 6);
+	assert_memory_equal(b, " world", 6);
+	/* meshd's rx_prod going back below its own last value is still its error. */
+	atomic_store(&ch->ctrl->rx_prod, 10);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EPROTO);
+	assert_int_equal(mesh_close(c), 0);
+}
+
+static void meshlib_recv__torn_stale_or_far_direct_pair__ignored(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	char b[16];
+
+	/* Read while it landed: the check does not match. */
+	direct_put(ch, 0, "abcd", 4, 4, false);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN);
+	/* More than a ring ahead of the reader: not a position a sender may write. */
+	direct_put(ch, 0, "abcd", 4, SMALL_RING + 1, true);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN);
+	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 0);
+	/* A valid one is taken; an older one after it (a resume writes again from meshd's own
+	 * position) changes nothing. */
+	direct_put(ch, 0, "abcd", 4, 4, true);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 4);
+	direct_put(ch, 2, "cd", 2, 2, true);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN);
+	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 4);
+	assert_int_equal(mesh_close(c), 0);
+}
+
 /* ---- waiting ---- */
 
 /* Waits (bounded) until the application sleeps with MESH_APP_WAITING set. */
@@ -2289,6 +2351,8 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__tx_cons_backwards__eproto),
 	T(meshlib_recv__rx_prod_beyond_window__eproto_nothing_copied),
 	T(meshlib_recv__rx_prod_huge_or_backwards__eproto),
+	T(meshlib_recv__valid_direct_pair__bytes_before_meshd_publishes),
+	T(meshlib_recv__torn_stale_or_far_direct_pair__ignored),
 	T(meshlib_recv__blocking__sleeps_waiting_until_woken),
 	T(meshlib_send__blocking_full_ring__sleeps_until_space),
 	T(meshlib_recv__meshd_dies_while_blocked__econnreset),

@@ -654,6 +654,45 @@ static void mesh_peer_msg_decode__hello_bad_mailbox_addr__eproto(void **state)
 	expect_hello_refused(&h, "mailbox");
 }
 
+/* A ChannelAccept with a direct pair at addr under key rkey: the decoder's verdict and reason. */
+static int decode_accept_direct(uint64_t addr, uint32_t rkey, const char **why)
+{
+	PeerMsg in = PEER_MSG__INIT, *m = NULL;
+	ChannelAccept a = CHANNEL_ACCEPT__INIT;
+	uint8_t buf[MESH_PEER_MSG_MAX];
+	int len, ret;
+
+	a.slot = 1;
+	a.peer_slot = 2;
+	a.rx_addr = 0x10000;
+	a.rx_rkey = 7;
+	a.credit_addr = 0x20000;
+	a.credit_rkey = 8;
+	a.direct_addr = addr;
+	a.direct_rkey = rkey;
+	in.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
+	in.channel_accept = &a;
+	len = mesh_peer_msg_encode(&in, buf, sizeof(buf));
+	assert_true(len > 0);
+	ret = mesh_peer_msg_decode(buf, (size_t)len, &m, why);
+	if (!ret)
+		mesh_peer_msg_free(m);
+	return ret;
+}
+
+static void mesh_peer_msg_decode__channel_direct_pair_bad_addr__eproto(void **state)
+{
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(decode_accept_direct(0, 0, &why), 0); /* none: an older meshd */
+	assert_int_equal(decode_accept_direct(0x30800, 9, &why), 0);
+	assert_int_equal(decode_accept_direct(0, 9, &why), -EPROTO);
+	assert_non_null(strstr(why, "direct pair"));
+	assert_int_equal(decode_accept_direct(UINT64_MAX - 8, 9, &why), -EPROTO); /* + 16 wraps */
+	assert_non_null(strstr(why, "direct pair"));
+}
+
 static void mesh_peer_msg_decode__no_body__eproto(void **state)
 {
 	PeerMsg in = PEER_MSG__INIT;
@@ -880,6 +919,7 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_peer_msg_decode__hello_qp_count_0_or_17__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__hello_small_mailbox__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__hello_bad_mailbox_addr__eproto),
+	cmocka_unit_test(mesh_peer_msg_decode__channel_direct_pair_bad_addr__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__no_body__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__random_garbage__never_crashes),
 	cmocka_unit_test(mesh_ctl_req_decode__valid__decodes),
