@@ -485,10 +485,14 @@ static int run(struct dp *dp)
 
 			/* Every completion queue, not only the notified ones: a thread stopped while it
 			 * polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what arrived
-			 * meanwhile raised no readiness, and the timer must not judge before reading it. */
+			 * meanwhile raised no readiness, and the timer must not judge before reading it.
+			 * With polling = event the CQs are always armed, and that look must not be taken:
+			 * it leaves the transport polling (no re-arming), which this mode never undoes, so
+			 * every CQ stayed unarmed after the first tick and a channel over rdma moved one
+			 * message per tick (50 ms). */
 			for (size_t i = 0; i < d->n_xports; i++)
 				if (dp_owns(dp, i))
-					d->more[i] = drain_xport_n(d, d->xports[i], true, &got);
+					d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
 			mesh_tick(m, util_now_ms());
 			mesh_reap(m);
 			admin_tick(&d->admin, util_now_ms());

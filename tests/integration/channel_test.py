@@ -138,6 +138,43 @@ def main():
         check(s.wait(timeout=120) == 0 and r.wait(timeout=60) == 0,
               "after the pause the reader resumes and gets every byte", r.stdout.read() + s.stdout.read())
 
+        # 2b. ping-pong of small messages: the bytes arrive by direct receive (the sender's meshd
+        # writes the pair after the data, meshctl counts it) and the exchange is driven by events,
+        # not by meshd's timer: with polling = event over rdma every CQ was left unarmed after the
+        # first tick and each message waited for the next one (75 ms here).
+        bench = os.path.join(args.build, "meshlib", "meshbench")
+        srv = subprocess.Popen([bench, "-s", c.nodes[2]["sock"], "-l", "7050"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        procs.append(srv)
+        srv.stdout.readline()
+        trips, tick_ms = 200, max(5, min(100, args.ka_interval // 4))
+        t1 = time.monotonic()
+        cl = subprocess.Popen([bench, "-s", c.nodes[1]["sock"], "-t", "lat", "-m", "64", "-n", str(trips), "-c",
+                               "2", "7050"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(cl)
+        direct = {}
+
+        def direct_seen():
+            for ch in channels(1):
+                if ch["peer_port"] == 7050:
+                    direct[ch["id"]] = ch.get("direct_writes", 0)
+            return any(direct.values()) or cl.poll() is not None
+        wait_until(direct_seen, 30, 0.01)
+        try:
+            rc = cl.wait(timeout=trips * tick_ms / 1000 + 60)
+        except subprocess.TimeoutExpired:
+            cl.kill()
+            rc = "hung"
+        secs = time.monotonic() - t1
+        out = cl.stdout.read() if rc != "hung" else ""
+        check(rc == 0, f"{trips} round trips of 64 B, every byte checked", f"{rc} {out.strip()}"[-500:])
+        # Not a speed test: a bound 10 times above anything seen, and 5 times under one tick per trip.
+        check(secs < trips * tick_ms / 1000 / 5,
+              f"the exchange is not paced by meshd's {tick_ms} ms timer: {trips} round trips in {secs:.2f} s")
+        check(any(direct.values()), f"the sender's meshd wrote direct pairs (meshctl direct_writes {direct})")
+        srv.kill()
+        srv.wait()
+
         # 3. errors at connect
         rep = meshring.connect_reply(c.nodes[1]["sock"], 999, 7000)
         check(rep.status == -2004, f"connect to an unknown node: {rep.status} ({rep.error})")
