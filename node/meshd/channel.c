@@ -746,6 +746,36 @@ static void channel_pump(struct channel *ch);
 static void channel_rail_lost(struct channel *ch);
 static void channel_move(struct channel *ch, uint32_t k);
 
+/* The opener's ChannelOpen. While the link's send slots are all in flight (a burst of connects, a
+ * peer slow to acknowledge) it stays pending and the pump retries it, at the latest on the tick:
+ * the client waits for its turn, within its handshake_timeout_ms, instead of being told to try
+ * again. -ENOBUFS: pending; another error: the link cannot carry it. */
+static int channel_send_open(struct channel *ch)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+	ChannelOpen o = CHANNEL_OPEN__INIT;
+	int ret;
+
+	o.slot = ch->slot;
+	o.src_port = ch->local_port;
+	o.dst_port = ch->peer_port;
+	o.ring_size = ch->size;
+	o.qps = ch->qps;
+	o.rx_addr = (uintptr_t)ch->rx;
+	o.rx_rkey = mr_key(ch->mr_rx);
+	o.credit_addr = (uintptr_t)ch->credit;
+	o.credit_rkey = mr_key(ch->mr_cin);
+	o.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
+	o.direct_rkey = mr_key(ch->mr_dir);
+	o.rail = ch->rail;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
+	msg.channel_open = &o;
+	ret = channel_send(ch, &msg);
+	if (!ret)
+		ch->open_pending = false;
+	return ret;
+}
+
 /* The acceptor's answer; pending (retried by the pump) while the link's send buffers are busy. */
 static void channel_send_accept(struct channel *ch)
 {
@@ -887,6 +917,16 @@ static void channel_progress_close(struct channel *ch)
 
 static void channel_pump(struct channel *ch)
 {
+	if (ch->open_pending) {
+		/* The peer has not heard of it: a client that gave up (or timed out) takes it along. */
+		if (ch->app_gone) {
+			ch->state = CH_CLOSING;
+			channel_free(ch);
+			return;
+		}
+		if (channel_send_open(ch) == -ENOBUFS)
+			return;
+	}
 	if (!ch->app_gone || ch->app_shut)
 		channel_read_app(ch);
 	/* Bytes published after the peer closed can never go: say so rather than let a sender wait. */
@@ -994,8 +1034,6 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 {
 	struct link *l;
 	struct channel *ch;
-	PeerMsg msg = PEER_MSG__INIT;
-	ChannelOpen o = CHANNEL_OPEN__INIT;
 	uint32_t rail;
 	int ret, numa_node;
 
@@ -1055,31 +1093,20 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	ch->ctrl->local_port = ch->local_port;
 	ch->ctrl->peer_port = port;
 	ch->reply_fd = client_fd;
-	o.slot = ch->slot;
-	o.src_port = ch->local_port;
-	o.dst_port = port;
-	o.ring_size = ring_size;
-	o.qps = qps;
-	o.rx_addr = (uintptr_t)ch->rx;
-	o.rx_rkey = mr_key(ch->mr_rx);
-	o.credit_addr = (uintptr_t)ch->credit;
-	o.credit_rkey = mr_key(ch->mr_cin);
-	o.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
-	o.direct_rkey = mr_key(ch->mr_dir);
-	o.rail = rail;
-	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
-	msg.channel_open = &o;
-	ret = channel_send(ch, &msg);
-	if (ret) {
+	ch->open_pending = true;
+	ret = channel_send_open(ch);
+	if (ret && ret != -ENOBUFS) {
 		/* The peer knows nothing of it: free it at once, the client hears why. */
-		*why = ret == -ENOBUFS ? "the link's control messages are all in flight; try again" : "cannot reach the peer";
+		*why = "cannot reach the peer";
 		ch->state = CH_CLOSING;
 		ch->app_gone = true;
+		ch->reply_fd = -1;
 		channel_free(ch);
-		return ret == -ENOBUFS ? -EAGAIN : ret;
+		return ret;
 	}
-	log_debug("channel %u: opening to node %u port %u (ring %llu, %u QPs on rail %u, rings on node %d)", ch->id,
-		  node, port, (unsigned long long)ring_size, qps, rail, numa_node);
+	log_debug("channel %u: opening to node %u port %u (ring %llu, %u QPs on rail %u, rings on node %d)%s", ch->id,
+		  node, port, (unsigned long long)ring_size, qps, rail, numa_node,
+		  ret ? "; the link's send slots are all in flight: the Open waits for one" : "");
 	return 0;
 }
 
@@ -1270,7 +1297,7 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 		const ChannelAccept *a = msg->channel_accept;
 
 		ch = link_channel(l, a->slot);
-		if (!ch || ch->state != CH_OPENING) {
+		if (!ch || ch->state != CH_OPENING || ch->open_pending) {
 			log_warn("node %u accepted channel slot %u, which is not opening", l->peer->id, a->slot);
 			return 0;
 		}
@@ -1294,7 +1321,7 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 	}
 	case PEER_MSG__BODY_CHANNEL_REJECT:
 		ch = link_channel(l, msg->channel_reject->slot);
-		if (ch && ch->state == CH_OPENING) {
+		if (ch && ch->state == CH_OPENING && !ch->open_pending) {
 			ch->error = msg->channel_reject->reason;
 			snprintf(ch->why, sizeof(ch->why), "node %u refused: %s", l->peer->id,
 				 mesh_strerror(msg->channel_reject->reason));

@@ -114,6 +114,7 @@ struct channel {
 	uint32_t inflight; /* data and credit writes posted, not completed */
 	bool app_gone, app_shut, eof_sent, close_sent, ack_rcvd, close_rcvd, ack_sent;
 	bool accept_pending; /* acceptor: ChannelAccept not sent yet (send buffers busy) */
+	bool open_pending;   /* opener: ChannelOpen not sent yet (send buffers busy): the peer knows nothing */
 	int error;          /* negative errno once broken */
 	int reply_fd;       /* opener: the client waiting for the connect result, -1 none */
 	char why[96];

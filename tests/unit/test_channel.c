@@ -53,7 +53,7 @@
 #define PEER_CREDIT_RKEY 0x5eed0002u
 #define PEER_DIRECT_RKEY 0x5eed0003u
 #define ACCESS_RW (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE)
-#define MAX_APPS 16
+#define MAX_APPS 64
 #define MAX_CHANS 6
 #define MAX_IDS 64
 
@@ -3415,9 +3415,114 @@ static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_posi
 	mt_finish(&c->t);
 }
 
+/* ---- connects while the link's send slots are all in flight ------------------------------------ */
+
+/* Connects from client fds 2000.. until one sends no ChannelOpen (every send slot of the link in
+ * flight, none completed): returns that connect's result; *n_sent: how many Opens went. */
+static int connect_until_no_slot(struct ct *c, size_t *n_sent, uint32_t *pending_slot)
+{
+	const char *why = NULL;
+
+	for (int i = 0; i < 64; i++) {
+		size_t from = c->t.fx->n_posts;
+		int ret = channel_connect(&c->t.m, PEER, 5000, RING, 1, -1, -1, -1, 2000 + i, ROOT, &why);
+		PeerMsg *m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
+
+		if (m) {
+			mesh_peer_msg_free(m);
+			continue;
+		}
+		*n_sent = (size_t)i;
+		for (uint32_t s = 0; s < c->l->ch_cap; s++)
+			if (c->l->ch_slots[s] && c->l->ch_slots[s]->reply_fd == 2000 + i)
+				*pending_slot = s;
+		return ret;
+	}
+	fail_msg("64 connects all sent their Open: the send slots never ran out");
+	return -1;
+}
+
+static void channel_connect__send_slots_all_in_flight__open_waits_for_one(void **state)
+{
+	struct ct *c = *state;
+	uint32_t slot = UINT32_MAX;
+	struct channel *ch;
+	size_t sent = 0, from;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	/* The burst's last connect is not refused (-EAGAIN was the answer): it waits. */
+	assert_int_equal(connect_until_no_slot(c, &sent, &slot), 0);
+	assert_true(sent >= 8);
+	assert_true(slot < c->l->ch_cap);
+	ch = c->l->ch_slots[slot];
+	assert_true(ch->open_pending);
+	assert_string_equal(channel_state_name(ch), "OPENING");
+	assert_int_equal(c->n_apps, 0);
+	/* A forged answer for a channel the peer never heard of changes nothing. */
+	{
+		struct chan *fake = chan_new(c, RING, PEER_SLOT);
+
+		fake->slot = slot;
+		peer_accept(c, fake);
+		assert_true(ch->open_pending);
+		assert_int_equal(c->n_apps, 0);
+		assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	}
+	/* The peer takes the Opens: a slot frees, the pump on the tick sends the waiting one. */
+	from = c->t.fx->n_posts;
+	complete_sends(c);
+	tick(&c->t);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_open->slot, slot);
+	mesh_peer_msg_free(m);
+	assert_false(ch->open_pending);
+	mt_finish(&c->t);
+}
+
+static void channel_connect__open_waiting_for_a_slot__client_gone_or_timeout_frees_it_unsent(void **state)
+{
+	struct ct *c = *state;
+	uint32_t slot = UINT32_MAX, slot2 = UINT32_MAX;
+	size_t sent = 0, from;
+	int fd;
+
+	ct_init(c, 2);
+	assert_int_equal(connect_until_no_slot(c, &sent, &slot), 0);
+	fd = c->l->ch_slots[slot]->reply_fd;
+	/* The client gives up: the channel goes, and no Open for it ever leaves. */
+	channel_client_gone(&c->t.m, fd);
+	mesh_reap(&c->t.m);
+	assert_null(c->l->ch_slots[slot]);
+	/* Another waits past the handshake timeout: its client hears -ETIMEDOUT, nothing is sent. */
+	assert_int_equal(channel_connect(&c->t.m, PEER, 5000, RING, 1, -1, -1, -1, 3000, ROOT, &(const char *){NULL}), 0);
+	for (uint32_t s = 0; s < c->l->ch_cap; s++)
+		if (c->l->ch_slots[s] && c->l->ch_slots[s]->reply_fd == 3000)
+			slot2 = s;
+	assert_true(slot2 < c->l->ch_cap);
+	assert_true(c->l->ch_slots[slot2]->open_pending);
+	from = c->t.fx->n_posts;
+	tick_at(&c->t, c->l->ch_slots[slot2]->open_ms + c->t.cfg.handshake_timeout_ms + 1);
+	mesh_reap(&c->t.m);
+	assert_null(c->l->ch_slots[slot2]);
+	{
+		size_t k = 0;
+
+		while (k < c->n_apps && c->apps[k].client_fd != 3000)
+			k++;
+		assert_true(k < c->n_apps); /* (the Opens that went time out too, and wait for answers) */
+		assert_int_equal(c->apps[k].status, -ETIMEDOUT);
+	}
+	assert_null(sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0));
+	mt_finish(&c->t);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, ct_setup, ct_teardown)
 
 static const struct CMUnitTest tests[] = {
+	T(channel_connect__send_slots_all_in_flight__open_waits_for_one),
+	T(channel_connect__open_waiting_for_a_slot__client_gone_or_timeout_frees_it_unsent),
 	T(channel_on_kick__peer_has_direct_pair__pair_after_the_data_on_its_qp_one_at_a_time),
 	T(channel_on_kick__striped_over_two_qps__pair_covers_only_what_is_ordered_or_done),
 	T(channel_on_kick__app_read_past_rx_prod__accepted_up_to_a_valid_direct_pair),
