@@ -10,8 +10,14 @@ in interleaved rounds (keyed and unkeyed alternate, the order swapped each round
 spell of a shared machine hits both alike. Prints medians, ranges and the keyed/unkeyed ratios.
 Figures are reported, never asserted; exits 1 only when a mesh does not form or a meshd fails.
 
+With --raw-cm (rdma only) each round also forms the same mesh without meshd: N cm_mesh processes
+(tests/bench/cm_mesh.c: rdma_cm and verbs alone, the higher id dialling the lower with the same QPs
+per link, the same retry backoff, no Hello, no key, no admission limit), and the ratios of meshd's
+full mesh to it are printed (the latency issue's goal: at most 2x for 64 nodes).
+
   tests/bench/formation.py --build build [--nodes 16] [--rounds 3] [--transport tcp|rdma]
                            [--max-handshakes N] [--progress SEC] [--only keyed|unkeyed] [--hold SEC]
+                           [--raw-cm]
 A mesh that does not form is diagnosed: the link ends not UP with their last errors, the attempt
 failures the logs name, the meshd's CPU time.
 """
@@ -204,6 +210,40 @@ def run_once(a, work, keyed, round_no):
     return full, per_link
 
 
+def run_raw(a, round_no):
+    """The same mesh formed by cm_mesh processes: seconds from their start until the last one has all
+    its connections (each prints the CLOCK_MONOTONIC time it had them, the clock of time.monotonic)."""
+    tool = os.path.join(a.build, "tests", "bench", "cm_mesh")
+    port = a.base_port + 2000 + 100 * (round_no % 2)
+    procs = {}
+    t0 = time.monotonic()
+    for i in range(1, a.nodes + 1):
+        procs[i] = subprocess.Popen([tool, "-n", str(i), "-N", str(a.nodes), "-a", a.addr, "-p", str(port), "-q",
+                                     str(a.qps), "-T", str(int(a.timeout))], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done, attempts = {}, 0
+    try:
+        for i, p in procs.items():
+            line = p.stdout.readline()
+            if not line:
+                p.wait(timeout=10)
+                raise RuntimeError(f"cm_mesh {i} exited with {p.returncode}: {p.stderr.read().strip()[:300]}")
+            j = json.loads(line)
+            done[i] = j["mono_ms"] / 1000.0
+            attempts += j["attempts"]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    return max(done.values()) - t0, attempts
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
@@ -217,10 +257,14 @@ def main():
     ap.add_argument("--max-handshakes", type=int, default=0, help="cluster.max_handshakes (default: the node count)")
     ap.add_argument("--progress", type=float, default=0, help="print link ends UP every this many seconds")
     ap.add_argument("--only", choices=("keyed", "unkeyed"), help="one kind of round only (no ratio)")
+    ap.add_argument("--raw-cm", action="store_true",
+                    help="rdma: also form the mesh with cm_mesh (rdma_cm alone) in every round, and print the ratio")
     ap.add_argument("--hold", type=float, default=0,
                     help="keep each full mesh this many seconds: links must stay UP; idle CPU and meshctl latency")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    if a.raw_cm and a.transport != "rdma":
+        ap.error("--raw-cm needs --transport rdma (cm_mesh is rdma_cm itself)")
     work = tempfile.mkdtemp(prefix="mesh-formation-")
     key = subprocess.run([os.path.join(a.build, "node", "meshctl"), "keygen"], capture_output=True, text=True,
                          check=True).stdout
@@ -228,8 +272,14 @@ def main():
     with os.fdopen(fd, "w") as f:
         f.write(key)
     res = {False: ([], []), True: ([], [])}
+    raw = []
     try:
         for r in range(a.rounds):
+            if a.raw_cm:
+                full, attempts = run_raw(a, r)
+                raw.append(full)
+                print(f"round {r + 1} raw cm : full mesh of {a.nodes} in {full:.2f} s ({attempts} dials, "
+                      f"{a.nodes * (a.nodes - 1) // 2 * a.qps} connections)", flush=True)
             kinds = (False, True) if r % 2 == 0 else (True, False)
             for keyed in (k for k in kinds if not a.only or k == (a.only == "keyed")):
                 full, links = run_once(a, work, keyed, r)
@@ -241,10 +291,18 @@ def main():
         print(f"formation: FAILED: {e}; logs in {work}")
         return 1
 
+    def raw_ratio(kind, full):
+        if raw:
+            rm = statistics.median(raw)
+            print(f"raw rdma_cm mesh (cm_mesh): full mesh median {rm:.2f} s [{min(raw):.2f}-{max(raw):.2f}]; "
+                  f"meshd {kind} / raw: {statistics.median(full) / rm:.2f}x (per round: "
+                  + ", ".join(f"{f / r:.2f}" for f, r in zip(full, raw)) + ")")
+
     if a.only:
         full, links = res[a.only == "keyed"]
         print(f"\nformation of {a.nodes} nodes ({a.only}), {a.qps} QPs per link, {a.transport} on {a.addr}: full mesh "
               f"median {statistics.median(full):.2f} s, per link median {statistics.median(links):.0f} ms")
+        raw_ratio(a.only, full)
         shutil.rmtree(work, ignore_errors=True)
         return 0
 
@@ -263,6 +321,7 @@ def main():
     lk, ln = statistics.median(res[True][1]), statistics.median(res[False][1])
     print(f"ratio keyed/no key: full mesh {fk / fn:.2f}x, per link {lk / ln if ln else float('nan'):.2f}x "
           f"(the issue's bound: the proof may cost at most 10% of formation time)")
+    raw_ratio("keyed", res[True][0])
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
