@@ -71,7 +71,7 @@ step "benchmark: formation of 16 nodes with and without the key (host tcp, then 
 python3 tests/bench/formation.py --build build --rounds 3
 form_rc=0
 tests/rdma/vm-test.sh -a "10.77.0.1/24" -- python3 "$(pwd)/tests/bench/formation.py" --build "$(pwd)/build" \
-	--transport rdma --addr 10.77.0.1 --rounds 3 || form_rc=$?
+	--transport rdma --addr 10.77.0.1 --rounds 3 --raw-cm || form_rc=$?
 if [ "$form_rc" = 77 ]; then
 	echo "formation benchmark in the VM skipped: the VM cannot run here"
 elif [ "$form_rc" != 0 ]; then
