@@ -61,6 +61,19 @@ class LogWatch:
         return sum(len(u) for u in self.up.values())
 
 
+def stop_all(procs):
+    """SIGTERM to every process still running, then SIGKILL to any that did not exit within 15 s."""
+    for p in procs.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs.values():
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def cpu_seconds(procs):
     """User + system CPU of the meshd so far, from /proc (what the formation costs the machine)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -191,15 +204,7 @@ def run_once(a, work, keyed, round_no):
             diagnose(a, procs, socks, logs)
             raise RuntimeError(f"no full mesh within {a.timeout} s")
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(procs)
     per_link = []
     for i in procs:
         with open(logs[i]) as f:
@@ -232,15 +237,7 @@ def run_raw(a, round_no):
             done[i] = j["mono_ms"] / 1000.0
             attempts += j["attempts"]
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(procs)
     return max(done.values()) - t0, attempts
 
 
