@@ -12,6 +12,11 @@
  *   preload_echo rtt HOST PORT COUNT SIZE
  *        for the benchmark (tests/bench/preload_bench.py): blocking, TCP_NODELAY, COUNT round trips
  *        of SIZE bytes against an echo server; prints "rtt_us AVG" (the mean round trip).
+ *   preload_echo bulk HOST PORT BYTES
+ *        for the benchmark: BYTES of the pattern through an echo server in blocking write/read
+ *        pairs of 64 KiB, the echo checked; only socket, connect, read, write, shutdown and close,
+ *        which every preload library serves (rsocket's has no dup, FIONREAD or SO_TYPE, which
+ *        "client ... block" checks); prints "bulk_mb_s RATE" (both directions counted).
  * Exit status 0 when every check held; each failure is named on stderr.
  */
 #include <arpa/inet.h>
@@ -463,8 +468,67 @@ static int rtt(const char *host, int port, long count, size_t size)
 	return 0;
 }
 
+static int bulk(const char *host, int port, uint64_t bytes)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	static uint8_t out[1 << 16], in[1 << 16];
+	struct timespec t0, t1;
+	uint64_t sent = 0;
+	int fd;
+
+	if (!bytes || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+		fprintf(stderr, "preload_echo: bulk: bad arguments\n");
+		return 2;
+	}
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		fprintf(stderr, "preload_echo: bulk: connect to %s:%d: %s\n", host, port, strerror(errno));
+		return 1;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (sent < bytes) {
+		size_t len = bytes - sent < sizeof(out) ? (size_t)(bytes - sent) : sizeof(out), got = 0;
+
+		for (size_t i = 0; i < len; i++)
+			out[i] = pattern(sent + i);
+		for (size_t off = 0; off < len;) {
+			ssize_t w = write(fd, out + off, len - off);
+
+			if (w <= 0) {
+				fprintf(stderr, "preload_echo: bulk: write: %s\n", w ? strerror(errno) : "0 bytes");
+				return 1;
+			}
+			off += (size_t)w;
+		}
+		while (got < len) {
+			ssize_t n = read(fd, in + got, len - got);
+
+			if (n <= 0) {
+				fprintf(stderr, "preload_echo: bulk: read: %s\n", n ? strerror(errno) : "EOF");
+				return 1;
+			}
+			got += (size_t)n;
+		}
+		if (memcmp(in, out, len)) {
+			fprintf(stderr, "preload_echo: bulk: the echo differs near byte %llu\n", (unsigned long long)sent);
+			return 1;
+		}
+		sent += len;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("bulk_mb_s %.1f\n", 2.0 * (double)bytes /
+	       ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3));
+	shutdown(fd, SHUT_WR);
+	while (read(fd, in, sizeof(in)) > 0)
+		;
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "bulk"))
+		return bulk(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10));
 	if (argc == 6 && !strcmp(argv[1], "rtt"))
 		return rtt(argv[2], atoi(argv[3]), atol(argv[4]), strtoul(argv[5], NULL, 10));
 	if (argc == 4 && !strcmp(argv[1], "server"))
@@ -474,6 +538,7 @@ int main(int argc, char **argv)
 	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "client"))
 		return client(argv[2], atoi(argv[3]), argv[4], strtoull(argv[5], NULL, 10),
 			      argc == 7 ? strtoul(argv[6], NULL, 10) : 65536);
-	fprintf(stderr, "usage: preload_echo server|bserver PORT COUNT | client HOST PORT block|epoll|poll|select BYTES [CHUNK]\n");
+	fprintf(stderr, "usage: preload_echo server|bserver PORT COUNT | client HOST PORT block|epoll|poll|select BYTES [CHUNK]\n"
+			"       preload_echo rtt HOST PORT COUNT SIZE | bulk HOST PORT BYTES\n");
 	return 2;
 }
