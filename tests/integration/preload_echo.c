@@ -423,105 +423,125 @@ static int client(const char *host, int port, const char *mode, uint64_t bytes, 
 	return failures ? 1 : 0;
 }
 
-static int rtt(const char *host, int port, long count, size_t size)
+/* ---- the benchmark's clients (plain blocking calls only, which every preload library serves) ---- */
+
+/* A blocking TCP connection to host:port for client `who`: 0 and *fd, or the exit status (2: not an
+ * IPv4 address, 1: the connect failed), said on stderr. */
+static int dial(const char *who, const char *host, int port, int *fd)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	uint8_t *buf = calloc(1, size ? size : 1);
-	struct timespec t0, t1;
-	int fd, one = 1;
 
-	if (!buf || count < 1 || !size || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-		fprintf(stderr, "preload_echo: rtt: bad arguments\n");
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+		fprintf(stderr, "preload_echo: %s: %s is not an IPv4 address\n", who, host);
 		return 2;
 	}
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		fprintf(stderr, "preload_echo: rtt: connect to %s:%d: %s\n", host, port, strerror(errno));
+	*fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (*fd < 0 || connect(*fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		fprintf(stderr, "preload_echo: %s: connect to %s:%d: %s\n", who, host, port, strerror(errno));
 		return 1;
+	}
+	return 0;
+}
+
+/* Writes all len bytes, then reads len bytes back; false (said on stderr) on an error or EOF. */
+static bool exchange(const char *who, int fd, const uint8_t *out, uint8_t *in, size_t len)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(fd, out + off, len - off);
+
+		if (w <= 0) {
+			fprintf(stderr, "preload_echo: %s: write: %s\n", who, w ? strerror(errno) : "0 bytes");
+			return false;
+		}
+		off += (size_t)w;
+	}
+	for (size_t got = 0; got < len;) {
+		ssize_t n = read(fd, in + got, len - got);
+
+		if (n <= 0) {
+			fprintf(stderr, "preload_echo: %s: read: %s\n", who, n ? strerror(errno) : "EOF");
+			return false;
+		}
+		got += (size_t)n;
+	}
+	return true;
+}
+
+static double us_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) * 1e6 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e3;
+}
+
+/* Shuts our side, reads the server out to its EOF, closes. */
+static void hang_up(int fd, uint8_t *buf, size_t len)
+{
+	shutdown(fd, SHUT_WR);
+	while (read(fd, buf, len) > 0)
+		;
+	close(fd);
+}
+
+static int rtt(const char *host, int port, long count, size_t size)
+{
+	uint8_t *buf = calloc(1, size ? size : 1);
+	struct timespec t0;
+	int fd, one = 1, ret;
+
+	if (!buf || count < 1 || !size) {
+		fprintf(stderr, "preload_echo: rtt: bad arguments\n");
+		free(buf);
+		return 2;
+	}
+	if ((ret = dial("rtt", host, port, &fd))) {
+		free(buf);
+		return ret;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (long i = 0; i < count; i++) {
-		size_t got = 0;
-
-		if (write(fd, buf, size) != (ssize_t)size) {
-			fprintf(stderr, "preload_echo: rtt: write: %s\n", strerror(errno));
+		if (!exchange("rtt", fd, buf, buf, size)) {
+			free(buf);
 			return 1;
 		}
-		while (got < size) {
-			ssize_t n = read(fd, buf + got, size - got);
-
-			if (n <= 0) {
-				fprintf(stderr, "preload_echo: rtt: read: %s\n", n ? strerror(errno) : "EOF");
-				return 1;
-			}
-			got += (size_t)n;
-		}
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("rtt_us %.1f\n", ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / (double)count);
-	shutdown(fd, SHUT_WR);
-	while (read(fd, buf, size) > 0)
-		;
-	close(fd);
+	printf("rtt_us %.1f\n", us_since(&t0) / (double)count);
+	hang_up(fd, buf, size);
 	free(buf);
 	return 0;
 }
 
 static int bulk(const char *host, int port, uint64_t bytes)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	static uint8_t out[1 << 16], in[1 << 16];
-	struct timespec t0, t1;
+	struct timespec t0;
 	uint64_t sent = 0;
-	int fd;
+	int fd, ret;
 
-	if (!bytes || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+	if (!bytes) {
 		fprintf(stderr, "preload_echo: bulk: bad arguments\n");
 		return 2;
 	}
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		fprintf(stderr, "preload_echo: bulk: connect to %s:%d: %s\n", host, port, strerror(errno));
-		return 1;
-	}
+	if ((ret = dial("bulk", host, port, &fd)))
+		return ret;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	while (sent < bytes) {
-		size_t len = bytes - sent < sizeof(out) ? (size_t)(bytes - sent) : sizeof(out), got = 0;
+		size_t len = bytes - sent < sizeof(out) ? (size_t)(bytes - sent) : sizeof(out);
 
 		for (size_t i = 0; i < len; i++)
 			out[i] = pattern(sent + i);
-		for (size_t off = 0; off < len;) {
-			ssize_t w = write(fd, out + off, len - off);
-
-			if (w <= 0) {
-				fprintf(stderr, "preload_echo: bulk: write: %s\n", w ? strerror(errno) : "0 bytes");
-				return 1;
-			}
-			off += (size_t)w;
-		}
-		while (got < len) {
-			ssize_t n = read(fd, in + got, len - got);
-
-			if (n <= 0) {
-				fprintf(stderr, "preload_echo: bulk: read: %s\n", n ? strerror(errno) : "EOF");
-				return 1;
-			}
-			got += (size_t)n;
-		}
+		if (!exchange("bulk", fd, out, in, len))
+			return 1;
 		if (memcmp(in, out, len)) {
 			fprintf(stderr, "preload_echo: bulk: the echo differs near byte %llu\n", (unsigned long long)sent);
 			return 1;
 		}
 		sent += len;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("bulk_mb_s %.1f\n", 2.0 * (double)bytes /
-	       ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3));
-	shutdown(fd, SHUT_WR);
-	while (read(fd, in, sizeof(in)) > 0)
-		;
-	close(fd);
+	printf("bulk_mb_s %.1f\n", 2.0 * (double)bytes / us_since(&t0));
+	hang_up(fd, in, sizeof(in));
 	return 0;
 }
 
