@@ -247,13 +247,13 @@ static int channel_mr_reg(struct channel *ch, xport_conn_t *c, struct channel_mr
 }
 
 /* Registrations go through the graveyard: after the batch, after any QP that used them. */
-static void channel_mrs_bury(struct mesh *m, const struct channel_mrs *mr)
+static void channel_mrs_bury(struct mesh *m, struct channel_mrs mr)
 {
-	mesh_bury_mr(m, mr->tx);
-	mesh_bury_mr(m, mr->rx);
-	mesh_bury_mr(m, mr->cin);
-	mesh_bury_mr(m, mr->cout);
-	mesh_bury_mr(m, mr->dir);
+	mesh_bury_mr(m, mr.tx);
+	mesh_bury_mr(m, mr.rx);
+	mesh_bury_mr(m, mr.cin);
+	mesh_bury_mr(m, mr.cout);
+	mesh_bury_mr(m, mr.dir);
 }
 
 static struct channel_mrs channel_mrs(const struct channel *ch)
@@ -275,6 +275,28 @@ static uint32_t mr_key(const xport_mr_t *mr)
 	return mr ? mr->rkey : 0;
 }
 
+/* The keys a channel announces to its peer and takes from it, alike in ChannelOpen, ChannelAccept
+ * and ChannelResume: its RX ring, credit slots and direct pair (key 0: none). The three messages
+ * name the fields the same, so one macro serves their three types and a key is added once. */
+#define CHANNEL_KEYS_PUT(m, ch)                                              \
+	do {                                                                 \
+		(m)->rx_addr = (uintptr_t)(ch)->rx;                          \
+		(m)->rx_rkey = mr_key((ch)->mr_rx);                          \
+		(m)->credit_addr = (uintptr_t)(ch)->credit;                  \
+		(m)->credit_rkey = mr_key((ch)->mr_cin);                     \
+		(m)->direct_addr = (uintptr_t)mesh_ring_direct((ch)->ctrl);  \
+		(m)->direct_rkey = mr_key((ch)->mr_dir);                     \
+	} while (0)
+#define CHANNEL_KEYS_TAKE(ch, m)                        \
+	do {                                            \
+		(ch)->peer_rx_addr = (m)->rx_addr;         \
+		(ch)->peer_rx_rkey = (m)->rx_rkey;         \
+		(ch)->peer_credit_addr = (m)->credit_addr; \
+		(ch)->peer_credit_rkey = (m)->credit_rkey; \
+		(ch)->peer_direct_addr = (m)->direct_addr; \
+		(ch)->peer_direct_rkey = (m)->direct_rkey; \
+	} while (0)
+
 /* ---- creation and destruction ---- */
 
 static void channel_free(struct channel *ch)
@@ -293,11 +315,7 @@ static void channel_free(struct channel *ch)
 		ch->link->ch_slots[ch->slot] = NULL;
 	if (m->ch_ops.watch)
 		m->ch_ops.watch(m->ch_ops.ctx, ch, false);
-	{
-		struct channel_mrs mr = channel_mrs(ch);
-
-		channel_mrs_bury(m, &mr);
-	}
+	channel_mrs_bury(m, channel_mrs(ch));
 	if (ch->reply_fd >= 0 && m->ch_ops.deliver)
 		m->ch_ops.deliver(m->ch_ops.ctx, ch->reply_fd, ch->error ? ch->error : -ECONNRESET,
 				  ch->why[0] ? ch->why : "channel closed before it opened", NULL, NULL);
@@ -761,12 +779,7 @@ static int channel_send_open(struct channel *ch)
 	o.dst_port = ch->peer_port;
 	o.ring_size = ch->size;
 	o.qps = ch->qps;
-	o.rx_addr = (uintptr_t)ch->rx;
-	o.rx_rkey = mr_key(ch->mr_rx);
-	o.credit_addr = (uintptr_t)ch->credit;
-	o.credit_rkey = mr_key(ch->mr_cin);
-	o.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
-	o.direct_rkey = mr_key(ch->mr_dir);
+	CHANNEL_KEYS_PUT(&o, ch);
 	o.rail = ch->rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	msg.channel_open = &o;
@@ -784,12 +797,7 @@ static void channel_send_accept(struct channel *ch)
 
 	a.slot = ch->peer_slot;
 	a.peer_slot = ch->slot;
-	a.rx_addr = (uintptr_t)ch->rx;
-	a.rx_rkey = mr_key(ch->mr_rx);
-	a.credit_addr = (uintptr_t)ch->credit;
-	a.credit_rkey = mr_key(ch->mr_cin);
-	a.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
-	a.direct_rkey = mr_key(ch->mr_dir);
+	CHANNEL_KEYS_PUT(&a, ch);
 	msg.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
 	msg.channel_accept = &a;
 	if (!channel_send(ch, &msg))
@@ -843,12 +851,7 @@ static void channel_send_resume(struct channel *ch)
 	r.rx_seq = ch->rx_seq;
 	r.rx_cons = channel_rx_credit(ch);
 	r.eof_known = ch->eof_known;
-	r.rx_addr = (uintptr_t)ch->rx;
-	r.rx_rkey = mr_key(ch->mr_rx);
-	r.credit_addr = (uintptr_t)ch->credit;
-	r.credit_rkey = mr_key(ch->mr_cin);
-	r.direct_addr = (uintptr_t)mesh_ring_direct(ch->ctrl);
-	r.direct_rkey = mr_key(ch->mr_dir);
+	CHANNEL_KEYS_PUT(&r, ch);
 	r.rail = ch->rail;
 	msg.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 	msg.channel_resume = &r;
@@ -1262,12 +1265,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 	ch->peer_port = (uint16_t)o->src_port;
 	ch->ctrl->local_port = ch->local_port;
 	ch->ctrl->peer_port = ch->peer_port;
-	ch->peer_rx_addr = o->rx_addr;
-	ch->peer_rx_rkey = o->rx_rkey;
-	ch->peer_credit_addr = o->credit_addr;
-	ch->peer_credit_rkey = o->credit_rkey;
-	ch->peer_direct_addr = o->direct_addr;
-	ch->peer_direct_rkey = o->direct_rkey;
+	CHANNEL_KEYS_TAKE(ch, o);
 	channel_publish(ch);
 	if (channel_hand_over(ch, li->fd)) {
 		log_warn("channel from node %u to port %u: the listener did not take it", l->peer->id, o->dst_port);
@@ -1302,12 +1300,7 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 			return 0;
 		}
 		ch->peer_slot = a->peer_slot;
-		ch->peer_rx_addr = a->rx_addr;
-		ch->peer_rx_rkey = a->rx_rkey;
-		ch->peer_credit_addr = a->credit_addr;
-		ch->peer_credit_rkey = a->credit_rkey;
-		ch->peer_direct_addr = a->direct_addr;
-		ch->peer_direct_rkey = a->direct_rkey;
+		CHANNEL_KEYS_TAKE(ch, a);
 		ch->state = CH_OPEN;
 		if (!mesh_link_rail_up(l, ch->rail))
 			channel_rail_lost(ch); /* its rail failed while it opened: it moves at once */
@@ -1589,17 +1582,17 @@ static void channel_move(struct channel *ch, uint32_t k)
 	struct link *l = ch->link;
 	struct mesh *m = ch->mesh;
 	xport_conn_t *c = l->conns[k * m->cfg->qps_per_link];
-	struct channel_mrs mr = {0}, old = channel_mrs(ch);
+	struct channel_mrs mr = {0};
 	int ret;
 
 	if (k == ch->rail)
 		return;
 	if (!c || (ret = channel_mr_reg(ch, c, &mr))) {
-		channel_mrs_bury(m, &mr);
+		channel_mrs_bury(m, mr);
 		channel_break(ch, c ? ret : -ENETDOWN, "cannot move from rail %u to rail %u: registration failed", ch->rail, k);
 		return;
 	}
-	channel_mrs_bury(m, &old);
+	channel_mrs_bury(m, channel_mrs(ch));
 	channel_mrs_set(ch, &mr);
 	log_info("channel %u (node %u port %u): moved from rail %u to rail %u", ch->id, l->peer->id, ch->peer_port,
 		 ch->rail, k);
@@ -1693,12 +1686,7 @@ static void channel_on_resume(struct link *l, const ChannelResume *r)
 	memset(ch->tx_ok, 0, sizeof(ch->tx_ok));
 	ch->peer_cons = MAX(ch->peer_cons, r->rx_cons);
 	ch->peer_placed = r->rx_bytes;
-	ch->peer_rx_addr = r->rx_addr;
-	ch->peer_rx_rkey = r->rx_rkey;
-	ch->peer_credit_addr = r->credit_addr;
-	ch->peer_credit_rkey = r->credit_rkey;
-	ch->peer_direct_addr = r->direct_addr;
-	ch->peer_direct_rkey = r->direct_rkey;
+	CHANNEL_KEYS_TAKE(ch, r);
 	ch->posted_chunks = ch->credit_writes = 0;
 	ch->next_qp = 0; /* the peer's receive window starts afresh: so does the striping */
 	if (ch->eof_sent && !r->eof_known)
