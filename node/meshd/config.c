@@ -68,7 +68,9 @@ static const struct config_key config_keys[] = {
 		 "first re-dial delay after a failed attempt; doubles per failure, jittered"),
 	KEY_UINT(backoff_max_ms, "5000", 1, 3600000, "upper bound of the re-dial delay"),
 	KEY_UINT(max_handshakes, "8", 1, 65535,
-		 "link handshakes in flight at once (dialled + accepted), so a large cluster does not storm itself"),
+		 "link handshakes in flight at once (dialled + accepted); our dials are admitted below it by an "
+		 "adaptive window (starts at 4, grows as attempts come UP, halves when they time out or peers "
+		 "are busy), so a large cluster does not storm itself"),
 	KEY_UINT(mailbox_size, "4096", MESH_MAILBOX_CFG_MIN, 1u << 20,
 		 "bytes of the registered per-link mailbox the peer may write and read"),
 	KEY_UINT(max_channels_per_link, "1024", 1, MESH_CHANNEL_SLOTS,

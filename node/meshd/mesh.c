@@ -184,14 +184,96 @@ static void link_note_state(struct link *l)
 	}
 }
 
+/* ---- adaptive admission of our dials (struct mesh_admission) ---- */
+
+#define ADM_WINDOW_INITIAL 4.0 /* attempts of ours in flight at the start: ramps up as they come UP */
+#define ADM_CUT_GAP_MIN_MS 500 /* halve at most this often when no attempt has come UP yet */
+
+static void adm_init(struct mesh *m)
+{
+	m->adm.window = ADM_WINDOW_INITIAL;
+	m->adm.ssthresh = (double)UINT16_MAX; /* slow start until the first sign of congestion */
+	m->adm.next = m->n_links ? m->self->id % m->n_links : 0; /* nodes start at different peers */
+	m->adm.ticks = 1; /* failed_tick 0 of a new link names no tick */
+}
+
+/* One of our attempts came UP after sample_ms: the window grows (as TCP's per acknowledgement) and
+ * the attempt time is smoothed as RFC 6298 smooths round trips. */
+static void adm_on_up(struct mesh *m, uint64_t sample_ms)
+{
+	struct mesh_admission *a = &m->adm;
+
+	if (!a->srtt_ms) {
+		a->srtt_ms = MAX(sample_ms, 1);
+		a->rttvar_ms = sample_ms / 2;
+	} else {
+		uint64_t d = a->srtt_ms > sample_ms ? a->srtt_ms - sample_ms : sample_ms - a->srtt_ms;
+
+		a->rttvar_ms = (3 * a->rttvar_ms + d) / 4;
+		a->srtt_ms = MAX((7 * a->srtt_ms + sample_ms) / 8, 1);
+	}
+	a->window += a->window < a->ssthresh ? 1.0 : 1.0 / a->window;
+	a->window = MIN(a->window, (double)MAX(m->cfg->max_handshakes, 1u));
+}
+
+/* One of our attempts timed out, or a peer had no room for it: halve the window, once per smoothed
+ * attempt time (the attempts of one burst fail together and are one signal, as one lost window is
+ * one signal to TCP). */
+static void adm_on_congestion(struct mesh *m, uint64_t t)
+{
+	struct mesh_admission *a = &m->adm;
+
+	if (a->cuts && t - a->last_cut_ms < MAX(a->srtt_ms, (uint64_t)ADM_CUT_GAP_MIN_MS))
+		return;
+	a->ssthresh = MAX(MIN(a->window, (double)m->cfg->max_handshakes) / 2, 1.0);
+	a->window = a->ssthresh;
+	a->last_cut_ms = t;
+	a->cuts++;
+	log_debug("admission: window %.1f after a congested attempt (%llu cuts)", a->window, (unsigned long long)a->cuts);
+}
+
+/* How long a dial may go without a single QP answering: twice the resolve timeout (so that with
+ * several providers the next one gets its turn soon), but never shorter than attempts are taking
+ * now (a loaded machine answers late, and an attempt given up on is re-dialled at full cost). */
+static uint64_t adm_no_answer_ms(const struct mesh *m)
+{
+	return MAX(2ull * m->cfg->connect_timeout_ms, m->adm.srtt_ms + 4 * m->adm.rttvar_ms);
+}
+
+static void link_dial(struct link *l);
+
+/* Dials the peers that are due, round the links from where the last look stopped, while the window
+ * and cluster.max_handshakes leave room. */
+static void mesh_admit(struct mesh *m, uint64_t t)
+{
+	size_t n = m->n_links, i = m->adm.next;
+
+	m->adm.ended = false;
+	for (size_t k = 0; k < n && !m->stopping; k++, i = (i + 1) % n) {
+		struct link *l = &m->links[i];
+
+		if (m->adm.dials >= (uint32_t)m->adm.window || m->handshakes >= m->cfg->max_handshakes)
+			break;
+		if (!l->dialer || l->phase != LINK_IDLE || t < l->next_dial_ms || l->failed_tick == m->adm.ticks)
+			continue;
+		link_dial(l);
+		m->adm.next = (i + 1) % n;
+	}
+	m->adm.ended = false; /* what failed at once above waits for its backoff anyway */
+}
+
 static void link_set_phase(struct link *l, enum link_phase p)
 {
 	struct mesh *m = l->mesh;
 
-	if (phase_in_handshake(l->phase) && !phase_in_handshake(p))
+	if (phase_in_handshake(l->phase) && !phase_in_handshake(p)) {
 		m->handshakes--;
-	else if (!phase_in_handshake(l->phase) && phase_in_handshake(p))
+		m->adm.dials -= l->dialer;
+		m->adm.ended |= l->dialer;
+	} else if (!phase_in_handshake(l->phase) && phase_in_handshake(p)) {
 		m->handshakes++;
+		m->adm.dials += l->dialer;
+	}
 	log_debug("node %u: %s -> %s", l->peer->id, phase_names[l->phase], phase_names[p]);
 	l->phase = p;
 	l->phase_ms = now_ms();
@@ -230,6 +312,8 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 			  (unsigned long long)l->epoch, l->last_error);
 	if (was_up)
 		m->link_flaps++;
+	else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
+		adm_on_congestion(m, now_ms());
 	link_metrics_failed(&l->metrics, was_up, err);
 	/* An attempt that did not prove the cluster key leaves no trace: the real dialler's next epoch,
 	 * which may be lower than the forger's, must not look stale. */
@@ -269,6 +353,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	if (l->dialer) {
 		uint64_t backoff = m->cfg->backoff_initial_ms;
 
+		l->failed_tick = m->adm.ticks; /* a tick's own timeouts are judged before its dials */
 		/* Nobody answered over this provider: the peer may have only the other one (a mixed
 		 * cluster with transport "auto"). A link that was UP retries its provider first. */
 		if (unanswered && m->n_xports > 1)
@@ -1016,6 +1101,8 @@ static void link_progress(struct link *l)
 		memset(l->rail_failures, 0, sizeof(l->rail_failures));
 		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
 			l->rail_error[r][0] = '\0';
+		if (l->dialer)
+			adm_on_up(m, t - l->attempt_ms);
 		if (m->upper)
 			m->upper->link_up(l);
 		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
@@ -1695,16 +1782,36 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	}
 }
 
-static const char *reject_reason(const struct xport_event *ev)
+/* The mesh reason of a refusal (a negative MESH_E* code), 0 when it carried none. */
+static int reject_code(const struct xport_event *ev)
 {
 	struct mesh_cm_pdata pd;
 
-	if (mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd) || pd.kind != MESH_CM_REJECT || !pd.reason)
-		return "no mesh reason: nobody listening, or not a meshd";
-	return mesh_strerror(pd.reason);
+	if (mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd) || pd.kind != MESH_CM_REJECT)
+		return 0;
+	return pd.reason;
 }
 
+static const char *reject_reason(const struct xport_event *ev)
+{
+	int code = reject_code(ev);
+
+	return code ? mesh_strerror(code) : "no mesh reason: nobody listening, or not a meshd";
+}
+
+static void mesh_on_event(struct mesh *m, const struct xport_event *ev);
+
+/* An event, then the next dial at once if it ended an attempt of ours: admission is clocked by our
+ * attempts ending, as TCP's sending by acknowledgements, not by the timer (which catches up with
+ * backoffs that expired and with room that accepted attempts left). */
 void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
+{
+	mesh_on_event(m, ev);
+	if (m->adm.ended)
+		mesh_admit(m, now_ms());
+}
+
+static void mesh_on_event(struct mesh *m, const struct xport_event *ev)
 {
 	struct link *l;
 
@@ -1724,6 +1831,8 @@ void mesh_handle_event(struct mesh *m, const struct xport_event *ev)
 		mesh_on_established(l, ev);
 		break;
 	case XPORT_EV_REJECTED:
+		if (l->dialer && l->phase != LINK_UP && reject_code(ev) == -MESH_EBUSY)
+			adm_on_congestion(m, now_ms());
 		link_conn_fail(l, ev->conn, ev->status, "node %u at %s rejected QP %u: %s", l->peer->id, ev->conn->peer_addr,
 			  ev->conn->index, reject_reason(ev));
 		break;
@@ -1870,7 +1979,7 @@ static void link_tick(struct link *l, uint64_t t)
 		/* A dial nobody answers (no listener, or an address RDMA cannot reach, where the CM
 		 * would retry for long) is given up after twice the resolve timeout, so that with
 		 * several providers the next one gets its turn soon. */
-		if (l->dialer && l->phase == LINK_QPS && link_qps_established(l) == 0 && t - l->attempt_ms > 2ull * cfg->connect_timeout_ms)
+		if (l->dialer && l->phase == LINK_QPS && link_qps_established(l) == 0 && t - l->attempt_ms > adm_no_answer_ms(m))
 			link_fail(l, -ETIMEDOUT, "no answer from %s:%u over %s within %llu ms", l->peer->addr, l->peer->port,
 				  link_transport(l), (unsigned long long)(t - l->attempt_ms));
 		else if (t - l->attempt_ms > cfg->handshake_timeout_ms)
@@ -1878,14 +1987,14 @@ static void link_tick(struct link *l, uint64_t t)
 				  (unsigned long long)(t - l->attempt_ms), phase_names[l->phase]);
 		return;
 	}
-	if (l->dialer && !m->stopping && t >= l->next_dial_ms && m->handshakes < cfg->max_handshakes)
-		link_dial(l);
 }
 
 void mesh_tick(struct mesh *m, uint64_t t)
 {
+	m->adm.ticks++;
 	for (size_t i = 0; i < m->n_links; i++)
 		link_tick(&m->links[i], t);
+	mesh_admit(m, t);
 	if (m->upper)
 		m->upper->tick(m, t);
 }
@@ -1972,6 +2081,7 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 		}
 		memset(l->buf, 0, l->buf_len);
 	}
+	adm_init(m);
 	return 0;
 }
 

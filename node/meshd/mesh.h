@@ -151,6 +151,7 @@ struct link {
 	uint64_t rtt_us;
 	uint32_t failures; /* failed attempts since the last UP */
 	uint64_t next_dial_ms;
+	uint64_t failed_tick; /* mesh.adm.ticks when it last failed: not re-dialled in the same tick */
 
 	/* Counters. */
 	uint32_t ups;
@@ -237,6 +238,23 @@ struct mesh {
 	size_t n_links;
 	struct link *links; /* one per peer, sorted by peer id */
 	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
+	/* Admission of our own dials (mesh.c, mesh_admit), as TCP's congestion window: at most
+	 * `window` of our attempts in flight, grown by every attempt of ours that comes UP (by one while
+	 * below ssthresh, then by 1/window) and halved when an attempt times out or a peer answers busy,
+	 * at most once per smoothed attempt time; never above cluster.max_handshakes. A fixed window
+	 * as large as the mesh stormed: 64 meshd in one VM dialled 63 peers each at once, attempts
+	 * timed out and were re-dialled while the old ones were still being set up, and no link formed. */
+	struct mesh_admission {
+		double window, ssthresh;
+		uint32_t dials;      /* our attempts in flight (dialler links in phases QPS..READY_WAIT) */
+		uint64_t srtt_ms;    /* an attempt's time from dial to UP, smoothed (RFC 6298); 0: none yet */
+		uint64_t rttvar_ms;  /* and its variation */
+		uint64_t last_cut_ms;
+		uint64_t cuts;       /* times the window was halved */
+		size_t next;         /* the link the next look starts at: dials go round the peers */
+		uint64_t ticks;      /* mesh_tick calls so far */
+		bool ended;          /* an attempt of ours ended in this event: look for the next dial at once */
+	} adm;
 	uint64_t peer_rejects;
 	int last_reject_reason;            /* the detail of the last refusal (the wire may say less) */
 	struct log_ratelimit reject_log;   /* refusals are logged at this rate at most */

@@ -228,6 +228,11 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 	node_sample(b, "rdmamesh_peers", "gauge", "Peers configured (one link each).", m->n_links);
 	node_sample(b, "rdmamesh_links_up", "gauge", "Links UP.", mesh_links_up(m));
 	node_sample(b, "rdmamesh_handshakes_in_flight", "gauge", "Link attempts in their handshake now.", m->handshakes);
+	node_sample(b, "rdmamesh_dial_window", "gauge",
+		    "Our dials allowed in flight now (adaptive admission, at most cluster.max_handshakes).",
+		    (uint64_t)MIN(m->adm.window, (double)m->cfg->max_handshakes));
+	node_sample(b, "rdmamesh_admission_cuts_total", "counter",
+		    "Times the dial window was halved: attempts timed out or peers answered busy.", m->adm.cuts);
 	node_sample(b, "rdmamesh_peer_rejects_total", "counter",
 		    "Connection requests refused (bad private data, busy, stale, unproven).", m->peer_rejects);
 	node_sample(b, "rdmamesh_link_flaps_total", "counter", "UP links that went DOWN.", m->link_flaps);

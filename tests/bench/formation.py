@@ -17,7 +17,7 @@ full mesh to it are printed (the latency issue's goal: at most 2x for 64 nodes).
 
   tests/bench/formation.py --build build [--nodes 16] [--rounds 3] [--transport tcp|rdma]
                            [--max-handshakes N] [--progress SEC] [--only keyed|unkeyed] [--hold SEC]
-                           [--raw-cm]
+                           [--raw-cm] [--polling adaptive|busy|event]
 A mesh that does not form is diagnosed: the link ends not UP with their last errors, the attempt
 failures the logs name, the meshd's CPU time.
 """
@@ -74,18 +74,39 @@ def stop_all(procs):
             p.wait()
 
 
-def cpu_seconds(procs):
-    """User + system CPU of the meshd so far, from /proc (what the formation costs the machine)."""
+def cpu_seconds(procs, split=False):
+    """User + system CPU of the meshd so far, from /proc (what the formation costs the machine); with
+    split, the pair (user, system)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    user = system = 0
     for p in procs.values():
         try:
             with open(f"/proc/{p.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user += int(fields[11])
+            system += int(fields[12])
         except (OSError, IndexError, ValueError):
             pass
-    return total / tick
+    return (user / tick, system / tick) if split else (user + system) / tick
+
+
+def machine_cpu():
+    """The machine's CPU time so far from /proc/stat, in seconds: user (with nice), system, softirq
+    (where Soft-RoCE does most of its work) and idle."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return {"user": (v[0] + v[1]) / tick, "sys": v[2] / tick, "idle": (v[3] + v[4]) / tick,
+            "irq": (v[5] + v[6]) / tick}
+
+
+def cpu_since(c0):
+    """What the machine did since machine_cpu() gave c0, as a short line."""
+    c1 = machine_cpu()
+    d = {k: c1[k] - c0[k] for k in c0}
+    busy = d["user"] + d["sys"] + d["irq"]
+    return (f"machine CPU {busy:.1f} s busy (user {d['user']:.1f}, sys {d['sys']:.1f}, softirq {d['irq']:.1f}), "
+            f"idle {d['idle']:.1f} s")
 
 
 def diagnose(a, procs, socks, logs):
@@ -150,14 +171,14 @@ def run_once(a, work, keyed, round_no):
                 '  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n'
                 '  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n'
                 f'  max_handshakes = {a.max_handshakes or a.nodes};\n  backoff_initial_ms = 50;\n  backoff_max_ms = 1000;\n'
-                '  log_level = "info";\n'
+                f'  log_level = "info";\n  polling = "{a.polling}";\n'
                 + ('  key_file = "cluster.key";\n' if keyed else '') + '};\nnodes = (\n'
                 + ",\n".join(f'  {{ id = {i}; addr = "{a.addr}"; port = {a.base_port + i}; }}'
                              for i in range(1, a.nodes + 1)) + "\n);\n")
     procs, logs, socks = {}, {}, {}
     meshd = os.path.join(a.build, "node", "meshd")
     meshctl = os.path.join(a.build, "node", "meshctl")
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), machine_cpu()
     for i in range(1, a.nodes + 1):
         socks[i] = os.path.join(work, f"r{round_no}-{int(keyed)}-{i}.sock")
         logs[i] = os.path.join(work, f"r{round_no}-{int(keyed)}-{i}.log")
@@ -192,13 +213,16 @@ def run_once(a, work, keyed, round_no):
                     ms = min(l["state_ms"] for l in json.loads(r.stdout)["links"])
                     last = max(last, now - ms / 1000.0)
                 full = last - t0
+                print(f"    meshd: {cpu_since(c0)}; meshd processes {cpu_seconds(procs):.1f} s", flush=True)
                 if a.hold:
                     hold(a, procs, socks, watch)
                 break
             if time.monotonic() >= next_progress:
                 next_progress += a.progress
+                u, sy = cpu_seconds(procs, split=True)
                 print(f"  {time.monotonic() - t0:6.1f} s: {watch.poll()} of {a.nodes * (a.nodes - 1)} "
-                      f"link ends UP, meshd CPU {cpu_seconds(procs):.1f} s", flush=True)
+                      f"link ends UP, meshd CPU {u + sy:.1f} s (user {u:.1f}, sys {sy:.1f}); {cpu_since(c0)}",
+                      flush=True)
             time.sleep(0.05)
         if full is None:
             diagnose(a, procs, socks, logs)
@@ -221,7 +245,7 @@ def run_raw(a, round_no):
     tool = os.path.join(a.build, "tests", "bench", "cm_mesh")
     port = a.base_port + 2000 + 100 * (round_no % 2)
     procs = {}
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), machine_cpu()
     for i in range(1, a.nodes + 1):
         procs[i] = subprocess.Popen([tool, "-n", str(i), "-N", str(a.nodes), "-a", a.addr, "-p", str(port), "-q",
                                      str(a.qps), "-T", str(int(a.timeout))], stdin=subprocess.DEVNULL,
@@ -236,6 +260,7 @@ def run_raw(a, round_no):
             j = json.loads(line)
             done[i] = j["mono_ms"] / 1000.0
             attempts += j["attempts"]
+        print(f"    raw cm: {cpu_since(c0)}; cm_mesh processes {cpu_seconds(procs):.1f} s", flush=True)
     finally:
         stop_all(procs)
     return max(done.values()) - t0, attempts
@@ -252,6 +277,9 @@ def main():
     ap.add_argument("--base-port", type=int, default=17800)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--max-handshakes", type=int, default=0, help="cluster.max_handshakes (default: the node count)")
+    ap.add_argument("--polling", default="adaptive", choices=("adaptive", "busy", "event"),
+                    help="cluster.polling of every meshd (default adaptive, meshd's own default)")
+    ap.add_argument("--keep-logs", metavar="DIR", help="on failure copy the meshd logs here (a VM's shared folder)")
     ap.add_argument("--progress", type=float, default=0, help="print link ends UP every this many seconds")
     ap.add_argument("--only", choices=("keyed", "unkeyed"), help="one kind of round only (no ratio)")
     ap.add_argument("--raw-cm", action="store_true",
@@ -285,7 +313,9 @@ def main():
                 print(f"round {r + 1} {'keyed  ' if keyed else 'no key '}: full mesh of {a.nodes} in {full:.2f} s, "
                       f"{len(links)} link ends, median {statistics.median(links) if links else 0:.0f} ms", flush=True)
     except Exception as e:  # noqa: BLE001
-        print(f"formation: FAILED: {e}; logs in {work}")
+        if a.keep_logs:
+            shutil.copytree(work, a.keep_logs, ignore=shutil.ignore_patterns("*.sock"), dirs_exist_ok=True)
+        print(f"formation: FAILED: {e}; logs in {a.keep_logs or work}")
         return 1
 
     def raw_ratio(kind, full):

@@ -16,7 +16,7 @@
 #include "transport.h"
 
 #define FAKE_MAX_RECS 256
-#define FAKE_MAX_POSTS 2048
+#define FAKE_MAX_POSTS 4096
 #define FAKE_MAX_EVENTS 64
 #define FAKE_SEND_COPY 1024 /* bytes of a SEND's payload kept in its record (MESH_PEER_MSG_MAX) */
 

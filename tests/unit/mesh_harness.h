@@ -28,7 +28,7 @@
 struct mt {
 	struct fake_xport *fx;
 	struct mesh_config cfg;
-	struct config_node nodes[8];
+	struct config_node nodes[10];
 	struct mesh m;
 	bool inited;
 	uint32_t qps; /* 0: MT_QPS */

@@ -1279,44 +1279,208 @@ static size_t connects_to(struct mt *t, const char *addr)
 	return n;
 }
 
-static void mesh_tick__max_handshakes_1__one_dial_at_a_time(void **state)
+/* The one link of ours in its handshake (NULL when none; two fail the test). */
+static struct link *dialling(struct mt *t)
+{
+	struct link *found = NULL;
+
+	for (size_t i = 0; i < t->m.n_links; i++) {
+		if (t->m.links[i].dialer && t->m.links[i].phase != LINK_IDLE && t->m.links[i].phase != LINK_UP) {
+			assert_null(found);
+			found = &t->m.links[i];
+		}
+	}
+	return found;
+}
+
+static void mesh_tick__max_handshakes_1__one_dial_at_a_time_round_the_peers(void **state)
 {
 	static const uint16_t ids[] = {1, 2, 3, 4};
 	struct mt *t = *state;
 	struct xport_event ev;
-	struct link *l1, *l2;
+	struct link *a, *b, *c;
+	char addr[32];
 
 	mt_init(t, 4, ids, 4);
 	t->cfg.max_handshakes = 1; /* the mesh reads its config through the pointer */
-	l1 = lk(t, 1);
-	l2 = lk(t, 2);
 	tick(t);
 	assert_int_equal(t->fx->n_connects, QPS);
-	assert_int_equal(connects_to(t, "10.0.0.1"), QPS);
 	assert_int_equal(t->m.handshakes, 1);
+	/* Nodes start their dials at different peers (here node 4 % 3 links: the second, node 2), so
+	 * that a starting cluster does not dial its lowest node all at once. */
+	a = dialling(t);
+	assert_ptr_equal(a, lk(t, 2));
 	tick(t);
 	tick(t);
 	assert_int_equal(t->fx->n_connects, QPS);
 
-	/* The first attempt fails: the next peer is dialled on the next tick. */
-	ev = cm_event(XPORT_EV_CONNECT_ERROR, l1->conns[0], NULL, 0);
-	ev.status = -ETIMEDOUT;
+	/* The first attempt fails: the next peer is dialled at once, not on the next tick. */
+	ev = cm_event(XPORT_EV_CONNECT_ERROR, a->conns[0], NULL, 0);
+	ev.status = -ECONNREFUSED;
 	deliver(t, &ev);
-	assert_int_equal(link_state(l1), LINK_STATE_DOWN_);
-	assert_int_equal(t->m.handshakes, 0);
+	assert_int_equal(link_state(a), LINK_STATE_DOWN_);
+	assert_int_equal(t->fx->n_connects, 2 * QPS);
+	b = dialling(t);
+	assert_non_null(b);
+	assert_ptr_not_equal(b, a);
+	snprintf(addr, sizeof(addr), "10.0.0.%u", b->peer->id);
+	assert_int_equal(connects_to(t, addr), QPS);
 	tick(t);
-	assert_int_equal(connects_to(t, "10.0.0.2"), QPS);
-	assert_int_equal(connects_to(t, "10.0.0.1"), QPS);
-	assert_int_equal(connects_to(t, "10.0.0.3"), 0);
-	tick(t);
-	assert_int_equal(connects_to(t, "10.0.0.3"), 0);
+	assert_int_equal(t->fx->n_connects, 2 * QPS);
 
-	/* The second completes: the third peer is dialled next. */
-	drive_to_up(t, l2);
-	assert_int_equal(t->m.handshakes, 0);
-	tick(t);
-	assert_int_equal(connects_to(t, "10.0.0.3"), QPS);
+	/* The second completes: the third peer is dialled at once. */
+	drive_to_up(t, b);
+	c = dialling(t);
+	assert_non_null(c);
+	assert_true(c != a && c != b);
 	assert_int_equal(t->m.handshakes, 1);
+	assert_int_equal(t->fx->n_connects, 3 * QPS);
+	mt_finish(t);
+}
+
+/* ---- adaptive admission of our dials --------------------------------------------------------- */
+
+static const uint16_t ids1to10[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+
+/* Our dials in their handshake now. */
+static uint32_t dials_in_flight(struct mt *t)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < t->m.n_links; i++)
+		n += t->m.links[i].dialer && t->m.links[i].phase != LINK_IDLE && t->m.links[i].phase != LINK_UP;
+	assert_int_equal(n, t->m.adm.dials);
+	return n;
+}
+
+static struct link *first_dialling(struct mt *t)
+{
+	for (size_t i = 0; i < t->m.n_links; i++)
+		if (t->m.links[i].dialer && t->m.links[i].phase != LINK_IDLE && t->m.links[i].phase != LINK_UP)
+			return &t->m.links[i];
+	fail_msg("no dial in flight");
+	return NULL;
+}
+
+static void mesh_admit__start__four_dials_then_one_more_per_link_up(void **state)
+{
+	struct mt *t = *state;
+
+	mt_init(t, 10, ids1to10, 10);
+	t->cfg.max_handshakes = 8;
+	tick(t);
+	/* Nine peers to dial, room for eight, but a starting node does not know how fast its
+	 * handshakes go: four at first. */
+	assert_int_equal(dials_in_flight(t), 4);
+	assert_int_equal(t->fx->n_connects, 4 * QPS);
+	tick(t);
+	assert_int_equal(dials_in_flight(t), 4);
+	/* Each attempt that comes UP widens the window by one (slow start) and frees its own place:
+	 * two more dials at once, no tick needed. */
+	drive_to_up(t, first_dialling(t));
+	assert_true(t->m.adm.window > 4.9 && t->m.adm.window < 5.1);
+	assert_int_equal(dials_in_flight(t), 5);
+	assert_true(t->m.adm.srtt_ms < 1000);
+	drive_to_up(t, first_dialling(t));
+	assert_int_equal(dials_in_flight(t), 6);
+	/* cluster.max_handshakes bounds it however many come UP. */
+	while (mesh_links_up(&t->m) < 9) {
+		drive_to_up(t, first_dialling(t));
+		assert_true(t->m.adm.window <= 8.0);
+		assert_true(t->m.handshakes <= 8);
+	}
+	assert_int_equal(dials_in_flight(t), 0);
+	assert_int_equal(t->m.adm.cuts, 0);
+	mt_finish(t);
+}
+
+static void mesh_admit__handshake_timeouts__window_halved_once_per_burst(void **state)
+{
+	struct mt *t = *state;
+	uint64_t t0;
+
+	mt_init(t, 10, ids1to10, 10);
+	t->cfg.max_handshakes = 8;
+	tick(t);
+	drive_to_up(t, first_dialling(t));
+	drive_to_up(t, first_dialling(t));
+	drive_to_up(t, first_dialling(t));
+	drive_to_up(t, first_dialling(t)); /* window 8: the rest in flight */
+	assert_int_equal(dials_in_flight(t), 5);
+	assert_true(t->m.adm.window > 7.9);
+	/* Every attempt in flight times out in the same tick: one signal, the window halves once. */
+	t0 = util_now_ms();
+	tick_at(t, t0 + t->cfg.handshake_timeout_ms + 1);
+	assert_int_equal(dials_in_flight(t), 0);
+	assert_int_equal(t->m.adm.cuts, 1);
+	assert_true(t->m.adm.window > 3.9 && t->m.adm.window < 4.1);
+	assert_true(t->m.adm.ssthresh > 3.9 && t->m.adm.ssthresh < 4.1);
+	/* After the backoff they are dialled again, four at a time now. */
+	tick_at(t, t0 + t->cfg.handshake_timeout_ms + t->cfg.backoff_max_ms + 1);
+	assert_int_equal(dials_in_flight(t), 4);
+	/* Above ssthresh the window grows by 1/window per attempt UP, not by one. */
+	drive_to_up(t, first_dialling(t));
+	assert_true(t->m.adm.window > 4.2 && t->m.adm.window < 4.3);
+	mt_finish(t);
+}
+
+static void mesh_admit__peer_busy__window_halved(void **state)
+{
+	struct mt *t = *state;
+	struct mesh_cm_pdata pd = {.kind = MESH_CM_REJECT, .reason = -MESH_EBUSY};
+	uint8_t buf[XPORT_PDATA_MAX];
+	struct xport_event ev;
+	struct link *l;
+	int len;
+
+	mt_init(t, 10, ids1to10, 10);
+	tick(t);
+	assert_int_equal(dials_in_flight(t), 4);
+	l = first_dialling(t);
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	ev = cm_event(XPORT_EV_REJECTED, l->conns[0], buf, (size_t)len);
+	ev.status = -ECONNREFUSED;
+	deliver(t, &ev);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_int_equal(t->m.adm.cuts, 1);
+	assert_true(t->m.adm.window > 1.9 && t->m.adm.window < 2.1);
+	/* The three still in flight exceed the new window: nobody else is dialled until they end. */
+	assert_int_equal(dials_in_flight(t), 3);
+	tick(t);
+	assert_int_equal(dials_in_flight(t), 3);
+	/* A refusal that is not about room (another cluster, nobody listening) is no congestion. */
+	pd.reason = -MESH_ECLUSTER;
+	l = first_dialling(t);
+	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+	ev = cm_event(XPORT_EV_REJECTED, l->conns[0], buf, (size_t)len);
+	ev.status = -ECONNREFUSED;
+	t->m.adm.last_cut_ms = 0; /* whatever the gap, this is not a cut */
+	deliver(t, &ev);
+	assert_int_equal(t->m.adm.cuts, 1);
+	mt_finish(t);
+}
+
+static void mesh_admit__slow_attempts__no_answer_deadline_follows_them(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t t0;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	/* Attempts have been taking 3 s with little spread: a dial with no QP answered after twice the
+	 * resolve timeout (400 ms here) is still waited for; after what they take it is given up. */
+	t->cfg.handshake_timeout_ms = 60000;
+	t->m.adm.srtt_ms = 3000;
+	t->m.adm.rttvar_ms = 100;
+	tick(t);
+	assert_int_equal(l->phase, LINK_QPS);
+	t0 = util_now_ms();
+	tick_at(t, t0 + 2 * t->cfg.connect_timeout_ms + 1);
+	assert_int_equal(l->phase, LINK_QPS);
+	tick_at(t, t0 + 3000 + 4 * 100 + 1);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "no answer"));
 	mt_finish(t);
 }
 
@@ -2144,7 +2308,11 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__higher_epoch__replaces_current_attempt),
 	T(mesh_accept__higher_epoch_on_up_link__replaces_it),
 	T(mesh_accept__stopping__rejected_eshutdown),
-	T(mesh_tick__max_handshakes_1__one_dial_at_a_time),
+	T(mesh_tick__max_handshakes_1__one_dial_at_a_time_round_the_peers),
+	T(mesh_admit__start__four_dials_then_one_more_per_link_up),
+	T(mesh_admit__handshake_timeouts__window_halved_once_per_burst),
+	T(mesh_admit__peer_busy__window_halved),
+	T(mesh_admit__slow_attempts__no_answer_deadline_follows_them),
 	T(mesh_accept__max_handshakes_reached__rejected_ebusy),
 	T(mesh_event__rejected__down_naming_reason),
 	T(mesh_event__connect_error__down_naming_cause),
