@@ -6,7 +6,8 @@
 #   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails), and link
-#      formation of 16 nodes with and without the cluster key (host, then VM);
+#      formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
+#      the VM against a raw rdma_cm mesh;
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
 #   6. the release build (build/, -Wall -Wextra -Werror): the Go binding's overhead beside meshbench
 #      (printed, never asserted), then every ctest test (go test -race of meshlib/go among them); its
@@ -76,6 +77,21 @@ if [ "$form_rc" = 77 ]; then
 	echo "formation benchmark in the VM skipped: the VM cannot run here"
 elif [ "$form_rc" != 0 ]; then
 	echo "formation benchmark in the VM FAILED (exit $form_rc)"
+	exit 1
+fi
+# Scale: 32 and 64 meshd over rdma in one VM (4 GiB) against a raw rdma_cm mesh of the same size, with
+# max_handshakes as large as the mesh (adaptive admission must keep it from storming); the 64-node mesh
+# is held a minute (every link stays UP, the control socket timed) and must stop cleanly.
+step "benchmark: formation of 32 and 64 nodes over rdma in the VM, against raw rdma_cm"
+form_rc=0
+tests/rdma/vm-test.sh -m 4096 -a "10.77.0.1/24" -- bash -c "python3 '$(pwd)/tests/bench/formation.py' \
+	--build '$(pwd)/build' --transport rdma --addr 10.77.0.1 --nodes 32 --rounds 1 --only keyed --raw-cm \
+	--timeout 240 && python3 '$(pwd)/tests/bench/formation.py' --build '$(pwd)/build' --transport rdma \
+	--addr 10.77.0.1 --nodes 64 --rounds 1 --only keyed --raw-cm --timeout 300 --hold 60" || form_rc=$?
+if [ "$form_rc" = 77 ]; then
+	echo "formation benchmark of 32 and 64 nodes skipped: the VM cannot run here"
+elif [ "$form_rc" != 0 ]; then
+	echo "formation benchmark of 32 and 64 nodes FAILED (exit $form_rc)"
 	exit 1
 fi
 

@@ -27,10 +27,12 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 UP_RE = re.compile(r"link to node \d+ UP: .*, (\d+) ms$")
@@ -59,6 +61,50 @@ class LogWatch:
                 if m:
                     (self.up[i].add if m.group(2) == "UP" else self.up[i].discard)(int(m.group(1)))
         return sum(len(u) for u in self.up.values())
+
+
+class CtlProbe(threading.Thread):
+    """Asks a few meshd for their node (the request meshctl node sends: CtlRequest version 1, object
+    NODE) over their control sockets, one after the other, every 100 ms, and keeps how long each
+    answer took (connect, request, reply; no process start): the control socket must answer within
+    100 ms whatever the handshake load."""
+    REQ = bytes([0x08, 0x01, 0x10, 0x02])
+
+    def __init__(self, socks):
+        super().__init__(daemon=True)
+        self.socks, self.lat, self.errors, self.stop = socks, [], 0, threading.Event()
+        self.slow, self.t0 = [], time.monotonic()
+
+    def run(self):
+        i = 0
+        while not self.stop.is_set():
+            path = self.socks[i % len(self.socks)]
+            i += 1
+            t = time.monotonic()
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
+                    c.settimeout(30)
+                    c.connect(path)
+                    c.send(self.REQ)
+                    if c.recv(65536):
+                        self.lat.append(time.monotonic() - t)
+                        if self.lat[-1] > 0.1:
+                            self.slow.append((t - self.t0, self.lat[-1], path))
+            except OSError:
+                self.errors += 1  # not listening yet at the start, or gone at the end
+            self.stop.wait(0.1)
+
+    def summary(self):
+        self.stop.set()
+        self.join(timeout=35)
+        if not self.lat:
+            return f"control socket: no answer ({self.errors} failed)"
+        v = sorted(self.lat)
+        over = sum(1 for x in v if x > 0.1)
+        return (f"control socket (node request, {len(v)} answers): median {statistics.median(v) * 1000:.0f} ms, "
+                f"p90 {v[int(0.9 * (len(v) - 1))] * 1000:.0f} ms, max {v[-1] * 1000:.0f} ms, {over} over 100 ms"
+                + ("" if not self.slow else " (asked at " + ", ".join(
+                    f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, _ in self.slow[:12]) + ")"))
 
 
 def stop_all(procs):
@@ -144,6 +190,8 @@ def hold(a, procs, socks, watch):
     idle mesh costs (meshd CPU per second) and how fast the control socket answers meanwhile."""
     meshctl = os.path.join(a.build, "node", "meshctl")
     c0, t0 = cpu_seconds(procs), time.monotonic()
+    probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
+    probe.start()
     lat = []
     while time.monotonic() - t0 < a.hold:
         for i in list(procs)[:: max(1, len(procs) // 8)]:
@@ -160,7 +208,7 @@ def hold(a, procs, socks, watch):
     lat.sort()
     print(f"  held {t1 - t0:.0f} s, every link UP: meshd CPU {(c1 - c0) / (t1 - t0):.2f} s per s in all, "
           f"meshctl node median {statistics.median(lat) * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms "
-          f"({len(lat)} calls, process start included)", flush=True)
+          f"({len(lat)} calls, process start included); {probe.summary()}", flush=True)
 
 
 def run_once(a, work, keyed, round_no):
@@ -187,6 +235,8 @@ def run_once(a, work, keyed, round_no):
                                         stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
     full = None
     next_progress = t0 + a.progress if a.progress else float("inf")
+    probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
+    probe.start()
     try:
         deadline = t0 + a.timeout
         watch = LogWatch(logs)
@@ -214,6 +264,7 @@ def run_once(a, work, keyed, round_no):
                     last = max(last, now - ms / 1000.0)
                 full = last - t0
                 print(f"    meshd: {cpu_since(c0)}; meshd processes {cpu_seconds(procs):.1f} s", flush=True)
+                print(f"    during formation, {probe.summary()}", flush=True)
                 if a.hold:
                     hold(a, procs, socks, watch)
                 break
@@ -228,7 +279,14 @@ def run_once(a, work, keyed, round_no):
             diagnose(a, procs, socks, logs)
             raise RuntimeError(f"no full mesh within {a.timeout} s")
     finally:
+        if probe.is_alive():
+            probe.summary()
         stop_all(procs)
+        if a.keep_logs:
+            shutil.copytree(work, a.keep_logs, ignore=shutil.ignore_patterns("*.sock"), dirs_exist_ok=True)
+    bad = {i: p.returncode for i, p in procs.items() if p.returncode != 0}
+    if bad:
+        raise RuntimeError(f"meshd did not stop cleanly on SIGTERM (exit statuses {bad})")
     per_link = []
     for i in procs:
         with open(logs[i]) as f:
@@ -279,7 +337,7 @@ def main():
     ap.add_argument("--max-handshakes", type=int, default=0, help="cluster.max_handshakes (default: the node count)")
     ap.add_argument("--polling", default="adaptive", choices=("adaptive", "busy", "event"),
                     help="cluster.polling of every meshd (default adaptive, meshd's own default)")
-    ap.add_argument("--keep-logs", metavar="DIR", help="on failure copy the meshd logs here (a VM's shared folder)")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy the meshd logs here after each formation (a VM's shared folder)")
     ap.add_argument("--progress", type=float, default=0, help="print link ends UP every this many seconds")
     ap.add_argument("--only", choices=("keyed", "unkeyed"), help="one kind of round only (no ratio)")
     ap.add_argument("--raw-cm", action="store_true",
