@@ -74,6 +74,7 @@ class CtlProbe(threading.Thread):
         super().__init__(daemon=True)
         self.socks, self.lat, self.errors, self.stop = socks, [], 0, threading.Event()
         self.slow, self.t0 = [], time.monotonic()
+        self.pids, self.states = None, {}
 
     def run(self):
         i = 0
@@ -86,13 +87,40 @@ class CtlProbe(threading.Thread):
                     c.settimeout(30)
                     c.connect(path)
                     c.send(self.REQ)
-                    if c.recv(65536):
+                    c.settimeout(0.2)
+                    got = None
+                    while got is None and time.monotonic() - t < 30:
+                        try:
+                            got = c.recv(65536)
+                        except socket.timeout:
+                            self.sample(path)
+                    if got:
                         self.lat.append(time.monotonic() - t)
                         if self.lat[-1] > 0.1:
                             self.slow.append((t - self.t0, self.lat[-1], path))
             except OSError:
                 self.errors += 1  # not listening yet at the start, or gone at the end
             self.stop.wait(0.1)
+
+    def sample(self, path):
+        """What the meshd behind path is doing while it keeps a request waiting: each thread's
+        state (R runnable, S sleeping, D in the kernel) and where it waits (its kernel stack)."""
+        pid = self.pids.get(path) if self.pids else None
+        if not pid:
+            return
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()[0]
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stack") as f:
+                        stack = [l.split()[1].split("+")[0] for l in f.read().splitlines()[:6]]
+                except OSError:
+                    stack = []
+                key = st + " " + " < ".join(stack[:4])
+                self.states[key] = self.states.get(key, 0) + 1
+        except OSError:
+            pass
 
     def summary(self):
         self.stop.set()
@@ -104,7 +132,9 @@ class CtlProbe(threading.Thread):
         return (f"control socket (node request, {len(v)} answers): median {statistics.median(v) * 1000:.0f} ms, "
                 f"p90 {v[int(0.9 * (len(v) - 1))] * 1000:.0f} ms, max {v[-1] * 1000:.0f} ms, {over} over 100 ms"
                 + ("" if not self.slow else " (asked at " + ", ".join(
-                    f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, _ in self.slow[:12]) + ")"))
+                    f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, _ in self.slow[:12]) + ")")
+                + ("" if not self.states else "\n      meshd threads while a request waited (state, kernel stack): "
+                   + "; ".join(f"{v}x {k}" for k, v in sorted(self.states.items(), key=lambda kv: -kv[1])[:8])))
 
 
 def stop_all(procs):
@@ -236,6 +266,7 @@ def run_once(a, work, keyed, round_no):
     full = None
     next_progress = t0 + a.progress if a.progress else float("inf")
     probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
+    probe.pids = {socks[i]: procs[i].pid for i in procs}
     probe.start()
     try:
         deadline = t0 + a.timeout
