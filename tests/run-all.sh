@@ -68,8 +68,10 @@ fi
 
 # Link formation of 16 nodes with and without the cluster key: what the proof costs (figures and
 # ratios printed, never asserted; fails only when a mesh does not form).
-step "benchmark: formation of 16 nodes with and without the key (host tcp, then the VM)"
+step "benchmark: formation of 16 nodes with and without the key, 32 and 64 keyed (host tcp), then 16 in the VM"
 python3 tests/bench/formation.py --build build --rounds 3
+python3 tests/bench/formation.py --build build --nodes 32 --rounds 1 --only keyed
+python3 tests/bench/formation.py --build build --nodes 64 --rounds 1 --only keyed --hold 10
 form_rc=0
 tests/rdma/vm-test.sh -a "10.77.0.1/24" -- python3 "$(pwd)/tests/bench/formation.py" --build "$(pwd)/build" \
 	--transport rdma --addr 10.77.0.1 --rounds 3 --raw-cm || form_rc=$?
