@@ -305,6 +305,10 @@ static int fake_post_recv(xport_conn_t *c, xport_mr_t *mr, void *buf, uint32_t l
 static int fake_post_write(xport_conn_t *c, xport_mr_t *mr, const void *buf, uint32_t len, uint64_t raddr,
 			   uint32_t rkey, uint64_t wr_id)
 {
+	int ret = take_failure(&fake_conn_of(c)->fx->fail_post_plain_write);
+
+	if (ret)
+		return ret;
 	post_rec(c, XPORT_OP_WRITE, mr, buf, len, raddr, rkey, wr_id);
 	return 0;
 }

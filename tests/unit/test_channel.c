@@ -3276,6 +3276,41 @@ static void channel_on_kick__peer_has_direct_pair__pair_after_the_data_on_its_qp
 	mt_finish(&c->t);
 }
 
+/* A QP that refuses the direct pair (its connection went down; the link's event comes later): the
+ * channel is not broken for it, the data still counts, and the next pair goes out when it can. */
+static void channel_on_kick__direct_pair_refused__channel_kept_next_pair_later(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 1);
+	h = open_out_direct(c, 1);
+	from = c->t.fx->n_posts;
+	c->t.fx->fail_post_plain_write.err = -ENOTCONN;
+	app_write(h, 100);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	assert_null(direct_post(c, h, from, 0));
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_true(chn(c, h)->direct_writes == 0);
+	assert_int_equal(chn(c, h)->inflight, 1);
+	/* More bytes: their pair covers everything so far. */
+	app_write(h, 50);
+	app_kick(c, h);
+	p = direct_post(c, h, from, 0);
+	assert_non_null(p);
+	assert_true(direct_pos(p) == 100 || direct_pos(p) == 150);
+	complete_data(c, h, from);
+	complete_write(c, h, p);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	check_peer_ring(h, 0, 150);
+	app_hangup(c, h);
+	mt_finish(&c->t);
+}
+
 static void channel_on_kick__striped_over_two_qps__pair_covers_only_what_is_ordered_or_done(void **state)
 {
 	struct ct *c = *state;
@@ -3524,6 +3559,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_connect__send_slots_all_in_flight__open_waits_for_one),
 	T(channel_connect__open_waiting_for_a_slot__client_gone_or_timeout_frees_it_unsent),
 	T(channel_on_kick__peer_has_direct_pair__pair_after_the_data_on_its_qp_one_at_a_time),
+	T(channel_on_kick__direct_pair_refused__channel_kept_next_pair_later),
 	T(channel_on_kick__striped_over_two_qps__pair_covers_only_what_is_ordered_or_done),
 	T(channel_on_kick__app_read_past_rx_prod__accepted_up_to_a_valid_direct_pair),
 	T(channel_on_kick__direct_pair_beyond_a_ring__not_taken),
