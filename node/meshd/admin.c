@@ -239,7 +239,7 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->channel_resumes = m->channel_resumes;
 	n->rail_failovers = m->rail_failovers;
 	n->handshakes = m->handshakes;
-	n->dial_window = (uint32_t)MIN(m->adm.window, (double)m->cfg->max_handshakes);
+	n->dial_window = mesh_dial_window(m);
 	n->handshake_ms = m->adm.srtt_ms;
 	n->admission_cuts = m->adm.cuts;
 }

@@ -240,6 +240,11 @@ static uint64_t adm_no_answer_ms(const struct mesh *m)
 	return MAX(2ull * m->cfg->connect_timeout_ms, m->adm.srtt_ms + 4 * m->adm.rttvar_ms);
 }
 
+uint32_t mesh_dial_window(const struct mesh *m)
+{
+	return (uint32_t)MIN(m->adm.window, (double)m->cfg->max_handshakes);
+}
+
 static void link_dial(struct link *l);
 
 /* Dials the peers that are due, round the links from where the last look stopped, while the window
@@ -248,18 +253,17 @@ static void mesh_admit(struct mesh *m, uint64_t t)
 {
 	size_t n = m->n_links, i = m->adm.next;
 
-	m->adm.ended = false;
 	for (size_t k = 0; k < n && !m->stopping; k++, i = (i + 1) % n) {
 		struct link *l = &m->links[i];
 
-		if (m->adm.dials >= (uint32_t)m->adm.window || m->handshakes >= m->cfg->max_handshakes)
+		if (m->adm.dials >= mesh_dial_window(m) || m->handshakes >= m->cfg->max_handshakes)
 			break;
 		if (!l->dialer || l->phase != LINK_IDLE || t < l->next_dial_ms || l->failed_tick == m->adm.ticks)
 			continue;
 		link_dial(l);
 		m->adm.next = (i + 1) % n;
 	}
-	m->adm.ended = false; /* what failed at once above waits for its backoff anyway */
+	m->adm.ended = false; /* what ended before or failed at once above: looked at now, or backing off */
 }
 
 static void link_set_phase(struct link *l, enum link_phase p)
@@ -1977,8 +1981,8 @@ static void link_tick(struct link *l, uint64_t t)
 	}
 	if (phase_in_handshake(l->phase)) {
 		/* A dial nobody answers (no listener, or an address RDMA cannot reach, where the CM
-		 * would retry for long) is given up after twice the resolve timeout, so that with
-		 * several providers the next one gets its turn soon. */
+		 * would retry for long) is given up after adm_no_answer_ms: twice the resolve timeout,
+		 * or longer while attempts take longer. */
 		if (l->dialer && l->phase == LINK_QPS && link_qps_established(l) == 0 && t - l->attempt_ms > adm_no_answer_ms(m))
 			link_fail(l, -ETIMEDOUT, "no answer from %s:%u over %s within %llu ms", l->peer->addr, l->peer->port,
 				  link_transport(l), (unsigned long long)(t - l->attempt_ms));

@@ -307,6 +307,8 @@ void mesh_bury_map(struct mesh *m, void *addr, size_t len);
 enum link_state link_state(const struct link *l);
 const char *link_state_name(enum link_state s);
 uint32_t mesh_links_up(const struct mesh *m);
+/* Our dials allowed in flight now: the adaptive window within cluster.max_handshakes. */
+uint32_t mesh_dial_window(const struct mesh *m);
 
 /* How many QPs of the current attempt are established. */
 static inline uint32_t link_qps_established(const struct link *l)

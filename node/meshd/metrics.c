@@ -230,7 +230,7 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 	node_sample(b, "rdmamesh_handshakes_in_flight", "gauge", "Link attempts in their handshake now.", m->handshakes);
 	node_sample(b, "rdmamesh_dial_window", "gauge",
 		    "Our dials allowed in flight now (adaptive admission, at most cluster.max_handshakes).",
-		    (uint64_t)MIN(m->adm.window, (double)m->cfg->max_handshakes));
+		    mesh_dial_window(m));
 	node_sample(b, "rdmamesh_admission_cuts_total", "counter",
 		    "Times the dial window was halved: attempts timed out or peers answered busy.", m->adm.cuts);
 	node_sample(b, "rdmamesh_peer_rejects_total", "counter",

@@ -1279,18 +1279,46 @@ static size_t connects_to(struct mt *t, const char *addr)
 	return n;
 }
 
+/* A dial of ours in its handshake. */
+static bool our_attempt(const struct link *l)
+{
+	return l->dialer && l->phase != LINK_IDLE && l->phase != LINK_UP;
+}
+
+/* Our dials in their handshake now (and the mesh counts them alike). */
+static uint32_t dials_in_flight(struct mt *t)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < t->m.n_links; i++)
+		n += our_attempt(&t->m.links[i]);
+	assert_int_equal(n, t->m.adm.dials);
+	return n;
+}
+
+/* The first link, in peer order, with a dial of ours in flight; NULL when none. */
+static struct link *any_dialling(struct mt *t)
+{
+	for (size_t i = 0; i < t->m.n_links; i++)
+		if (our_attempt(&t->m.links[i]))
+			return &t->m.links[i];
+	return NULL;
+}
+
 /* The one link of ours in its handshake (NULL when none; two fail the test). */
 static struct link *dialling(struct mt *t)
 {
-	struct link *found = NULL;
+	assert_true(dials_in_flight(t) <= 1);
+	return any_dialling(t);
+}
 
-	for (size_t i = 0; i < t->m.n_links; i++) {
-		if (t->m.links[i].dialer && t->m.links[i].phase != LINK_IDLE && t->m.links[i].phase != LINK_UP) {
-			assert_null(found);
-			found = &t->m.links[i];
-		}
-	}
-	return found;
+static struct link *first_dialling(struct mt *t)
+{
+	struct link *l = any_dialling(t);
+
+	if (!l)
+		fail_msg("no dial in flight");
+	return l;
 }
 
 static void mesh_tick__max_handshakes_1__one_dial_at_a_time_round_the_peers(void **state)
@@ -1341,26 +1369,6 @@ static void mesh_tick__max_handshakes_1__one_dial_at_a_time_round_the_peers(void
 /* ---- adaptive admission of our dials --------------------------------------------------------- */
 
 static const uint16_t ids1to10[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-
-/* Our dials in their handshake now. */
-static uint32_t dials_in_flight(struct mt *t)
-{
-	uint32_t n = 0;
-
-	for (size_t i = 0; i < t->m.n_links; i++)
-		n += t->m.links[i].dialer && t->m.links[i].phase != LINK_IDLE && t->m.links[i].phase != LINK_UP;
-	assert_int_equal(n, t->m.adm.dials);
-	return n;
-}
-
-static struct link *first_dialling(struct mt *t)
-{
-	for (size_t i = 0; i < t->m.n_links; i++)
-		if (t->m.links[i].dialer && t->m.links[i].phase != LINK_IDLE && t->m.links[i].phase != LINK_UP)
-			return &t->m.links[i];
-	fail_msg("no dial in flight");
-	return NULL;
-}
 
 static void mesh_admit__start__four_dials_then_one_more_per_link_up(void **state)
 {
@@ -1424,23 +1432,29 @@ static void mesh_admit__handshake_timeouts__window_halved_once_per_burst(void **
 	mt_finish(t);
 }
 
+/* The peer refuses QP 0 of l's attempt with a mesh reason. */
+static void reject_qp0(struct mt *t, struct link *l, int reason)
+{
+	struct mesh_cm_pdata pd = {.kind = MESH_CM_REJECT, .reason = reason};
+	uint8_t buf[XPORT_PDATA_MAX];
+	struct xport_event ev;
+	int len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
+
+	ev = cm_event(XPORT_EV_REJECTED, l->conns[0], buf, (size_t)len);
+	ev.status = -ECONNREFUSED;
+	deliver(t, &ev);
+}
+
 static void mesh_admit__peer_busy__window_halved(void **state)
 {
 	struct mt *t = *state;
-	struct mesh_cm_pdata pd = {.kind = MESH_CM_REJECT, .reason = -MESH_EBUSY};
-	uint8_t buf[XPORT_PDATA_MAX];
-	struct xport_event ev;
 	struct link *l;
-	int len;
 
 	mt_init(t, 10, ids1to10, 10);
 	tick(t);
 	assert_int_equal(dials_in_flight(t), 4);
 	l = first_dialling(t);
-	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
-	ev = cm_event(XPORT_EV_REJECTED, l->conns[0], buf, (size_t)len);
-	ev.status = -ECONNREFUSED;
-	deliver(t, &ev);
+	reject_qp0(t, l, -MESH_EBUSY);
 	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
 	assert_int_equal(t->m.adm.cuts, 1);
 	assert_true(t->m.adm.window > 1.9 && t->m.adm.window < 2.1);
@@ -1449,13 +1463,8 @@ static void mesh_admit__peer_busy__window_halved(void **state)
 	tick(t);
 	assert_int_equal(dials_in_flight(t), 3);
 	/* A refusal that is not about room (another cluster, nobody listening) is no congestion. */
-	pd.reason = -MESH_ECLUSTER;
-	l = first_dialling(t);
-	len = mesh_cm_pdata_encode(&pd, buf, sizeof(buf));
-	ev = cm_event(XPORT_EV_REJECTED, l->conns[0], buf, (size_t)len);
-	ev.status = -ECONNREFUSED;
 	t->m.adm.last_cut_ms = 0; /* whatever the gap, this is not a cut */
-	deliver(t, &ev);
+	reject_qp0(t, first_dialling(t), -MESH_ECLUSTER);
 	assert_int_equal(t->m.adm.cuts, 1);
 	mt_finish(t);
 }
