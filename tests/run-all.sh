@@ -11,7 +11,7 @@
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
 #   6. the release build (build/, -Wall -Wextra -Werror): the Go binding's overhead beside meshbench
 #      (printed, never asserted), then every ctest test (go test -race of meshlib/go among them); its
-#      summary closes the run.
+#      summary closes the run, and the time taken (each step prints when it starts).
 # Tests that need the Soft-RoCE VM are skipped with their reason where it cannot run, except with
 # MESH_REQUIRE_RDMA=1 (set when CI=true), where that fails the run.
 set -euo pipefail
@@ -22,7 +22,9 @@ bash deploy/install-deps.sh
 if [ -n "${CI:-}" ]; then export MESH_REQUIRE_RDMA=${MESH_REQUIRE_RDMA:-1}; fi
 jobs=$(nproc)
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says when it starts, in minutes since the run began: CI's hour is the budget.
+t_start=$(date +%s)
+step() { printf '\n=== [%d:%02d] %s\n' $((($(date +%s) - t_start) / 60)) $((($(date +%s) - t_start) % 60)) "$*"; }
 
 step "sanitizer build (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMESH_SANITIZE=ON -DMESH_WERROR=ON >/dev/null
@@ -123,4 +125,7 @@ fi
 
 step "ctest, release build"
 cd "$root"
-ctest --test-dir build --output-on-failure
+ctest_rc=0
+ctest --test-dir build --output-on-failure || ctest_rc=$?
+step "end (ctest exit $ctest_rc)"
+exit "$ctest_rc"
