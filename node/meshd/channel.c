@@ -627,8 +627,30 @@ static int channel_read_app(struct channel *ch)
 
 static bool channel_may_post(const struct channel *ch)
 {
-	return ch->state == CH_OPEN && !ch->error && !ch->close_rcvd && !ch->close_sent && !ch->resuming && ch->link &&
-	       mesh_link_rail_up(ch->link, ch->rail);
+	return ch->state == CH_OPEN && !ch->error && !ch->close_rcvd && !ch->close_sent && !ch->resuming &&
+	       !ch->refused_ms && ch->link && mesh_link_rail_up(ch->link, ch->rail);
+}
+
+static bool channel_resumable(const struct channel *ch);
+
+/* A QP refused one of the channel's writes: it is a connection going down, whose own event (a
+ * rail or the link DOWN) may come only later in this batch or at the keepalive timeout. A channel
+ * that can resume waits for that event without posting (the resume then rewinds past whatever the
+ * QP lost): breaking it here lost a channel to a blip it was made to live through. channel_tick
+ * breaks it after all if no such event comes (a QP refusing work on a link that stays UP). */
+static void channel_refused(struct channel *ch, uint32_t qp, int err, const char *what)
+{
+	if (!channel_resumable(ch)) {
+		channel_break(ch, -ECONNRESET, "posting %s on QP %u failed: %s", what, qp, mesh_strerror(err));
+		return;
+	}
+	if (ch->refused_ms)
+		return;
+	ch->refused_ms = now_ms();
+	ch->refused_qp = qp;
+	ch->refused_err = err;
+	log_info("channel %u (node %u port %u): QP %u refused %s (%s); waiting for its rail or link to go down, "
+		 "then resuming", ch->id, ch->link->peer->id, ch->peer_port, qp, what, mesh_strerror(err));
 }
 
 static void channel_post_data(struct channel *ch)
@@ -650,9 +672,7 @@ static void channel_post_data(struct channel *ch)
 		ret = channel_write_imm(ch, qp, ch->mr_tx, ch->tx + off, len, ch->peer_rx_addr + off, ch->peer_rx_rkey, MESH_IMM(0, ch->peer_slot, ch->tx_seq),
 					   WR_ID(WR_CH_DATA, (ch->slot << 16) | ch->tx_seq));
 		if (ret) {
-			/* A QP that refuses work is a link going down (its own event may come later in
-			 * this batch): the application hears what a lost link tells it; the log keeps why. */
-			channel_break(ch, -ECONNRESET, "posting a data write on QP %u failed: %s", qp, mesh_strerror(ret));
+			channel_refused(ch, qp, ret, "a data write");
 			return;
 		}
 		mesh_link_sq_take(l, qp);
@@ -754,7 +774,7 @@ static void channel_post_credit(struct channel *ch)
 				ch->peer_credit_rkey, MESH_IMM(1, ch->peer_slot, ch->credit_writes),
 				WR_ID(WR_CH_CREDIT, ch->slot));
 	if (ret) {
-		channel_break(ch, -ECONNRESET, "posting a credit write failed: %s", mesh_strerror(ret));
+		channel_refused(ch, ch->qp0, ret, "a credit write");
 		return;
 	}
 	mesh_link_sq_take(l, ch->qp0);
@@ -1515,6 +1535,7 @@ static void channel_link_down(struct link *l, bool may_resume)
 			ch->inflight = 0;
 			ch->credit_busy = ch->direct_busy = false;
 			ch->stalled = false;
+			ch->refused_ms = 0;
 			continue;
 		}
 		/* The QPs are gone: the registrations go with them, the slot is free. */
@@ -1546,6 +1567,7 @@ static void channel_rail_lost(struct channel *ch)
 	ch->inflight = 0;
 	ch->credit_busy = ch->direct_busy = false;
 	ch->stalled = false;
+	ch->refused_ms = 0;
 	if (open && l->mesh->cfg->resume_timeout_ms && (l->features & MESH_FEAT_RESUME)) {
 		if (!ch->resuming) {
 			ch->resuming = true;
@@ -1734,6 +1756,13 @@ void channel_on_lifeline(struct mesh *m, uint32_t id)
 	channel_pump(ch);
 }
 
+/* How long a channel whose QP refused a write waits for the rail's or link's DOWN: the keepalive
+ * timeout finds a dead connection that sent no event, twice that is a QP that stays refusing. */
+static uint32_t channel_refused_wait_ms(const struct mesh *m)
+{
+	return MAX(2 * m->cfg->keepalive_timeout_ms, 1000u);
+}
+
 static void channel_tick(struct mesh *m, uint64_t t)
 {
 	for (size_t i = 0; i < m->n_links; i++)
@@ -1749,6 +1778,11 @@ static void channel_tick(struct mesh *m, uint64_t t)
 						  NULL, NULL);
 			ch->reply_fd = -1;
 			ch->app_gone = true;
+		}
+		if (ch->refused_ms && t - ch->refused_ms >= channel_refused_wait_ms(m)) {
+			channel_break(ch, -ECONNRESET, "QP %u refused a write (%s), yet no DOWN in %u ms", ch->refused_qp,
+				      mesh_strerror(ch->refused_err), channel_refused_wait_ms(m));
+			ch->refused_ms = 0;
 		}
 		if (ch->resuming && t >= ch->resume_deadline_ms) {
 			struct link *l = ch->link;

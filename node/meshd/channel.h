@@ -77,6 +77,11 @@ struct channel {
 	bool tx_ok[CH_WINDOW];
 	uint8_t tx_qp[CH_WINDOW]; /* the QP (of the channel's) each chunk went on: what a direct pair covers */
 	bool stalled;
+	/* A QP refused a write of this resumable channel at refused_ms (0: none): nothing is posted
+	 * until its rail or link goes down and the channel resumes (channel_refused). */
+	uint64_t refused_ms;
+	uint32_t refused_qp;
+	int refused_err;
 	/* Direct receive: one pair write in flight at a time, covering direct_posting; direct_sent is
 	 * the largest position a pair was posted for. */
 	bool direct_busy;

@@ -3006,7 +3006,8 @@ static void channel_link_down__goodbye__econnreset_at_once(void **state)
 
 /* A QP refuses the data write (its connection died; the link's own event may come later in the
  * batch): the application hears the reset a lost link means, not the provider's errno. */
-static void channel_post_data__qp_refuses__econnreset_to_the_app(void **state)
+/* Resuming off: a QP that refuses a data write ends the channel as a lost link would. */
+static void channel_post_data__qp_refuses_resuming_off__econnreset_to_the_app(void **state)
 {
 	struct ct *c = *state;
 	struct chan *h;
@@ -3019,6 +3020,69 @@ static void channel_post_data__qp_refuses__econnreset_to_the_app(void **state)
 	assert_true(ring_state(h) & MESH_STATE_ERROR);
 	assert_int_equal(ring_error(h), -ECONNRESET);
 	assert_string_equal(channel_state_name(chn(c, h)), "ERROR");
+	app_hangup(c, h);
+	mt_finish(&c->t);
+}
+
+/* Resuming on: a refused data write is a connection going down whose event comes later (a blip
+ * the channel lives through). The channel stays OPEN and posts nothing more; when the link goes
+ * DOWN and comes back, it resumes and every byte arrives once. */
+static void channel_post_data__qp_refuses__channel_resumes_after_the_links_event(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	c->t.fx->fail_post_write.err = -ENOTCONN;
+	app_write(h, 3000);
+	app_kick(c, h);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_int_equal(write_count(c, h, from, false), 0);
+	/* Later kicks and ticks post nothing on the refusing QPs, and nothing breaks. */
+	app_write(h, 500);
+	app_kick(c, h);
+	tick(&c->t);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+
+	link_lost(c);
+	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
+	link_back(c, 5000);
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 3500);
+	complete_data(c, h, from);
+	check_peer_ring(h, 0, 3500);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	app_hangup(c, h);
+	mt_finish(&c->t);
+}
+
+/* Resuming on, but the refusing QP's link never goes down: the channel does not wait forever. */
+static void channel_tick__qp_refused_and_link_stays_up__econnreset_naming_it(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init_resume(c, 2);
+	c->l->features &= ~MESH_FEAT_KEEPALIVE; /* the link's own timeout stays out of it */
+	h = open_out(c, RING, 2, PEER_SLOT);
+	c->t.fx->fail_post_write.err = -ENOTCONN;
+	app_write(h, 1000);
+	app_kick(c, h);
+	tick_at(&c->t, util_now_ms() + c->t.cfg.keepalive_timeout_ms);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	tick_at(&c->t, util_now_ms() + 2 * (uint64_t)c->t.cfg.keepalive_timeout_ms + 1000);
+	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -ECONNRESET);
+	assert_non_null(strstr(chn(c, h)->why, "refused a write"));
 	app_hangup(c, h);
 	mt_finish(&c->t);
 }
@@ -3634,7 +3698,9 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack),
 	T(channel_on_lifeline__without_shut_wr__close_econnreset),
 	T(channel_on_message__peer_close__ack_once_our_writes_completed),
-	T(channel_post_data__qp_refuses__econnreset_to_the_app),
+	T(channel_post_data__qp_refuses_resuming_off__econnreset_to_the_app),
+	T(channel_post_data__qp_refuses__channel_resumes_after_the_links_event),
+	T(channel_tick__qp_refused_and_link_stays_up__econnreset_naming_it),
 	T(channel_link_down__open_channel__econnreset_freed_when_app_closes),
 	T(channel_link_down__opening_channel__client_told_econnreset),
 	T(channel_on_imm__data_before_accept__kept_until_accept),
