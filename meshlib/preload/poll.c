@@ -13,8 +13,15 @@
  * registry; epoll_wait reports from both. Edge-triggered registrations (EPOLLET) are in S edge-
  * triggered too: a registration reports a readiness once, and again after the next change of the
  * channel (or a new EPOLL_CTL_MOD), as the kernel's own edges do.
+ *
+ * Spinning: a wait with channels in it that finds nothing ready looks again, yielding between
+ * looks, for the channels' spin budget (cluster.app_spin_us or MESH_SPIN_US) before it arms and
+ * sleeps, as a blocking read does (preload.c chan_wait): an answer that comes within it is taken
+ * without meshd's wake-up hop. The kernel descriptors are looked at too (a zero-timeout wait), so
+ * they lose nothing to the spin.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -71,6 +78,8 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 	struct pollfd *pf = stack_pf;
 	struct pl_fd **p = stack_p;
 	nfds_t extra = 0, m;
+	uint32_t spin = 0;
+	uint64_t spin_until = 0;
 	int ret = -1;
 
 	for (nfds_t i = 0; i < n; i++) {
@@ -91,13 +100,49 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 			return -1;
 		}
 	}
-	for (nfds_t i = 0; i < n; i++)
+	for (nfds_t i = 0; i < n; i++) {
 		p[i] = pl_get(fds[i].fd);
+		if (!spin && p[i] && p[i]->kind == PL_CHANNEL)
+			spin = pl_chan_spin_us(p[i]);
+	}
 	for (;;) {
 		nfds_t k = n;
 		int ready = 0, r;
 
-		/* Look, then arm, at the channels. */
+		/* Look, then arm, at the channels; before the first arm, spin (above). */
+		if (spin && left_ms(deadline) != 0) {
+			if (!spin_until)
+				spin_until = pl_mono_us() + spin;
+			if (pl_mono_us() < spin_until) {
+				for (nfds_t i = 0; i < n; i++) {
+					if (!p[i] || p[i]->kind != PL_CHANNEL)
+						continue;
+					fds[i].revents = pl_chan_revents(p[i], false) & (fds[i].events | POLLERR | POLLHUP);
+					ready += fds[i].revents != 0;
+				}
+				if (!ready) {
+					for (nfds_t i = 0; i < n; i++) {
+						pf[i] = fds[i];
+						if (p[i] && p[i]->kind == PL_CHANNEL)
+							pf[i].fd = -1; /* looked at above */
+					}
+					k = n;
+					for (nfds_t i = 0; i < n; i++)
+						if (p[i] && p[i]->kind == PL_LISTENER && p[i]->lfd >= 0)
+							pf[k++] = (struct pollfd){.fd = p[i]->lfd, .events = POLLIN};
+					r = real_wait(pf, m, 0, mask);
+					if (r < 0)
+						goto out;
+					if (r == 0) {
+						sched_yield();
+						continue;
+					}
+				}
+				spin_until = 1; /* something is ready: on to the usual look */
+				ready = 0;
+				k = n;
+			}
+		}
 		for (int pass = 0; pass < 2 && !ready; pass++) {
 			for (nfds_t i = 0; i < n; i++) {
 				if (!p[i] || p[i]->kind != PL_CHANNEL)
@@ -554,13 +599,35 @@ static int ep_collect(struct ep_set *s, struct epoll_event *out, int max)
 	return n;
 }
 
+/* The spin budget of the set's first channel (they all have meshd's); the set is locked. */
+static uint32_t ep_spin_us(struct ep_set *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		struct pl_fd *p;
+		uint32_t spin;
+
+		if (s->regs[i].listener || s->regs[i].disabled || !(p = pl_get(s->regs[i].fd)))
+			continue;
+		spin = p->kind == PL_CHANNEL ? pl_chan_spin_us(p) : 0;
+		pl_put(p);
+		if (spin)
+			return spin;
+	}
+	return 0;
+}
+
 static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, const sigset_t *mask)
 {
 	struct ep_set *s = set_get(epfd, false);
 	int64_t deadline = deadline_of(timeout);
+	uint64_t spin_until = 0;
+	uint32_t spin;
 
 	if (!s || !s->n || max <= 0 || !out)
 		return mask ? pl_real.epoll_pwait(epfd, out, max, timeout, mask) : pl_real.epoll_wait(epfd, out, max, timeout);
+	pthread_mutex_lock(&s->lock);
+	spin = ep_spin_us(s);
+	pthread_mutex_unlock(&s->lock);
 	for (;;) {
 		struct pollfd pf[2] = {{.fd = epfd, .events = POLLIN}, {.fd = s->shadow, .events = POLLIN}};
 		int n, m;
@@ -574,6 +641,17 @@ static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, cons
 		}
 		if (left_ms(deadline) == 0)
 			return pl_real.epoll_wait(epfd, out, max, 0);
+		if (spin) {
+			if (!spin_until)
+				spin_until = pl_mono_us() + spin;
+			if (pl_mono_us() < spin_until) {
+				m = pl_real.epoll_wait(epfd, out, max, 0);
+				if (m)
+					return m;
+				sched_yield();
+				continue;
+			}
+		}
 		m = real_wait(pf, 2, left_ms(deadline), mask);
 		if (m < 0)
 			return -1;

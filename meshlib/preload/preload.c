@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -29,6 +30,7 @@
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "preload.h"
@@ -524,13 +526,49 @@ short pl_chan_revents(struct pl_fd *p, bool arm)
 	return ev;
 }
 
-/* Waits until the channel may do what `want` (POLLIN/POLLOUT) says; 0, or -EINTR. A thread that
- * shares the channel with others re-checks every 50 ms: another's MESH_NONBLOCK call may have
- * cleared the change it was waiting for. */
+/* The channel's spin budget (mesh_channel_status: meshd's hint or MESH_SPIN_US), 0 if unknown. */
+uint32_t pl_chan_spin_us(struct pl_fd *p)
+{
+	struct mesh_channel_status st;
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	pl_lib_enter();
+	ret = mesh_channel_status(p->ch, 0, &st);
+	pl_lib_leave();
+	pthread_mutex_unlock(&p->lock);
+	return ret ? 0 : st.spin_us;
+}
+
+uint64_t pl_mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Waits until the channel may do what `want` (POLLIN/POLLOUT) says; 0, or -EINTR. It first polls
+ * the rings for the channel's spin budget, as libmesh's blocking calls do (and rsocket's, for its
+ * polling_time): an answer that comes within it is taken without sleeping, so without waiting for
+ * meshd to wake us through the fd, a hop that doubled a request-reply round trip. It yields between
+ * looks, so a spinner never starves the meshd or the peer it waits for. Then it sleeps on the fd;
+ * a thread that shares the channel with others re-checks every 50 ms there: another's
+ * MESH_NONBLOCK call may have cleared the change it was waiting for. */
 static int chan_wait(struct pl_fd *p, short want)
 {
 	struct pollfd pf = {.events = POLLIN};
+	uint32_t spin = pl_chan_spin_us(p);
 
+	if (spin) {
+		uint64_t until = pl_mono_us() + spin;
+
+		do {
+			if (pl_chan_revents(p, false) & (want | POLLERR | POLLHUP))
+				return 0;
+			sched_yield();
+		} while (pl_mono_us() < until);
+	}
 	pf.fd = mesh_channel_fd(p->ch);
 	for (;;) {
 		short ev = pl_chan_revents(p, true);

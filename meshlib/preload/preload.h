@@ -110,6 +110,10 @@ bool pl_tracked(int fd);
 /* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
  * with arm, the channel fd is cleared first so that it wakes on the next change. */
 short pl_chan_revents(struct pl_fd *p, bool arm);
+/* The channel's spin budget in microseconds (mesh_channel_status), 0 if unknown; a monotonic
+ * clock in microseconds to spend it by. */
+uint32_t pl_chan_spin_us(struct pl_fd *p);
+uint64_t pl_mono_us(void);
 /* Warns on stderr, once per distinct key (0: always). */
 void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -688,6 +688,7 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 	if (!c || !st || (flags & ~MESH_STATUS_ARM))
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
+	st->spin_us = c->spin_us;
 	if (flags & MESH_STATUS_ARM) {
 		/* Cleared before the look: a change after it makes the fd readable again. */
 		if (fd_exported(c))

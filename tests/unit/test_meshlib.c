@@ -96,6 +96,7 @@ struct fake {
 	/* how to answer */
 	int status;
 	enum fake_flaw flaw;
+	uint32_t spin_us; /* the control page's spin hint */
 	bool loopback;
 	uint32_t channel_id;
 	const char *error_text;
@@ -352,6 +353,7 @@ static int fake_chan_make(struct fake *f, uint64_t size, int fds[4])
 	ch->ctrl->peer_node = PEER_NODE;
 	ch->ctrl->local_port = LOCAL_PORT;
 	ch->ctrl->peer_port = PEER_PORT;
+	ch->ctrl->spin_us = f->spin_us;
 	if (f->flaw == FLAW_BAD_INDICES)
 		atomic_store(&ch->ctrl->tx_cons, 10);
 	atomic_store(&ch->ctrl->state, MESH_STATE_OPEN);
@@ -1392,6 +1394,34 @@ static void meshlib_recv__empty_ring_nonblock__eagain(void **state)
 	assert_int_equal(mesh_close(c), 0);
 }
 
+/* mesh_channel_status passes on the spin budget a waiter should use (preload's waits use it):
+ * meshd's hint, MESH_SPIN_US over it, capped against a hostile page. */
+static void meshlib_channel_status__spin_budget__hint_env_and_cap(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_channel_status st;
+	mesh_channel_t *c;
+
+	f->spin_us = 120;
+	c = open_small(f);
+	assert_int_equal(mesh_channel_status(c, 0, &st), 0);
+	assert_int_equal(st.spin_us, 120);
+	assert_int_equal(mesh_close(c), 0);
+
+	setenv("MESH_SPIN_US", "7", 1);
+	c = open_small(f);
+	assert_int_equal(mesh_channel_status(c, 0, &st), 0);
+	assert_int_equal(st.spin_us, 7);
+	assert_int_equal(mesh_close(c), 0);
+	unsetenv("MESH_SPIN_US");
+
+	f->spin_us = UINT32_MAX;
+	c = open_small(f);
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_ARM, &st), 0);
+	assert_int_equal(st.spin_us, MESH_SPIN_MAX_US);
+	assert_int_equal(mesh_close(c), 0);
+}
+
 static void meshlib_recv__partial__returns_what_is_there(void **state)
 {
 	struct fake *f = *state;
@@ -2336,6 +2366,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__each_publish__kicks_meshd),
 	T(meshlib_send__meshd_polling__no_kick_until_it_stops),
 	T(meshlib_recv__empty_ring_nonblock__eagain),
+	T(meshlib_channel_status__spin_budget__hint_env_and_cap),
 	T(meshlib_recv__partial__returns_what_is_there),
 	T(meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end),
 	T(meshlib_recv__quarter_consumed__kicks_catching_up_below_a_quarter_does_not),

@@ -212,7 +212,13 @@ struct mesh_channel_status {
 	int32_t error;     /* with MESH_READY_ERROR: the error the next call returns (negative errno) */
 	uint64_t rx_bytes; /* received and not read yet */
 	uint64_t tx_free;  /* free space in the send ring */
-	uint64_t reserved[3];
+	/* How long a waiter should poll the channel (this call without MESH_STATUS_ARM, no system
+	 * call) before it sleeps on the fd, in microseconds: meshd's cluster.app_spin_us, or
+	 * MESH_SPIN_US, as libmesh's own blocking calls do. Zero from a libmesh older than the field
+	 * (it was reserved). */
+	uint32_t spin_us;
+	uint32_t reserved32;
+	uint64_t reserved[2];
 };
 MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st);
 
