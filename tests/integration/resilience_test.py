@@ -411,7 +411,11 @@ def main():
             if wait_until(lambda: (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0) > base, 10, 0.01):
                 t_moving.append(time.monotonic() - t1)
             # Each end's count of resumes while the channel is surely there (the stream may end
-            # before the last check below).
+            # before the last check below), once both ends have resumed from this outage or after
+            # 10 s: on a loaded machine the bytes have moved again before the sender's end counted
+            # its resume (a sanitizer dry run read [1, 1] after 2 outages whose resumes both logged).
+            wait_until(lambda: all(((p.channels(i, 7500) or [{}])[0].get("resumes", 0)) >= k + 1
+                                   for i in (1, 2)), 10, 0.1)
             for i in (1, 2):
                 c = p.channels(i, 7500)
                 if c:
