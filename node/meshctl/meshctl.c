@@ -60,6 +60,10 @@ static void usage(FILE *out)
 		"Channel states: OPENING, OPEN, HALF_CLOSED (one side shut), RESUMING (its link is DOWN\n"
 		"or its rail is lost: it waits up to cluster.resume_timeout_ms and resumes where it stood),\n"
 		"CLOSING, ERROR.\n"
+		"meshd's control socket has its own thread: when the data path is busy for over 20 ms\n"
+		"(link set-up under a handshake storm), node and links come from the state it last\n"
+		"published (a note on stderr says how old; JSON: from_snapshot, snapshot_age_ms), and\n"
+		"the other objects wait for the data path.\n"
 		"Exit status: 0 on success, 1 on a usage error, 2 when meshd cannot be reached or fails.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
 }
@@ -229,6 +233,10 @@ static const struct field node_fields[] = {
 	NF("dial_window", F_U32, dial_window),
 	NF("handshake_ms", F_U64, handshake_ms),
 	NF("admission_cuts", F_U64, admission_cuts),
+	NF("from_snapshot", F_BOOL, from_snapshot),
+	NF("snapshot_age_ms", F_U64, snapshot_age_ms),
+	NF("snapshot_replies", F_U64, snapshot_replies),
+	NF("queued_replies", F_U64, queued_replies),
 	NF("numa", F_STR, numa),
 	NF("numa_usable", F_BOOL, numa_usable),
 	NF("numa_nodes", F_U32, numa_nodes),
@@ -800,6 +808,10 @@ int main(int argc, char **argv)
 		listing_free(&ls);
 		return 2;
 	}
+	/* meshd answered from what its data path last published (admin.h): say how old it is. */
+	if (r->node && r->node->from_snapshot)
+		fprintf(stderr, "meshctl: meshd's data path is busy (link work): its state of %" PRIu64 " ms ago\n",
+			r->node->snapshot_age_ms);
 	objects[obj].print(&o, r);
 	listing_free(&ls);
 	return 0;

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mesh/mesh.h>
@@ -62,17 +64,42 @@ static void admin_set_access(const char *path, const char *group)
 	log_info("%s: mode 0660, group %s (gid %lu): applications in that group may use it", path, group, gid);
 }
 
-int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
-	       struct mesh *m)
+/* The control thread's epoll tags (tag << 32 | fd). */
+enum { ADMIN_EV_LISTEN = 1, ADMIN_EV_CLIENT, ADMIN_EV_STOP };
+#define ADMIN_TAG(t) ((uint64_t)(t) << 32)
+
+static int admin_watch_fd(int epfd, int fd, uint64_t tag)
+{
+	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = tag | (uint32_t)fd};
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee) ? -errno : 0;
+}
+
+int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
+	       pthread_mutex_t *mesh_lock)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct epoll_event ee = {.events = EPOLLIN};
 	int fd, ret;
 
 	memset(a, 0, sizeof(*a));
-	a->lfd = -1;
+	a->lfd = a->ctl_epfd = a->stop_fd = a->work_fd = -1;
+	a->epfd = epfd;
+	a->mesh = m;
+	a->mesh_lock = mesh_lock;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_mutex_init(&a->snap_lock, NULL);
 	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
 		a->clients[i] = -1;
+	a->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	a->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	a->work_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (a->ctl_epfd < 0 || a->stop_fd < 0 || a->work_fd < 0 ||
+	    (ret = admin_watch_fd(a->ctl_epfd, a->stop_fd, ADMIN_TAG(ADMIN_EV_STOP))) ||
+	    (ret = admin_watch_fd(epfd, a->work_fd, tag_work))) {
+		ret = -errno;
+		log_error("control socket: cannot set up its thread's descriptors: %m");
+		return ret;
+	}
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		log_error("socket path %s is longer than %zu bytes", path, sizeof(sa.sun_path) - 1);
 		return -ENAMETOOLONG;
@@ -117,19 +144,14 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen,
 		return ret;
 	}
 	admin_set_access(path, m->cfg->socket_group);
-	ee.data.u64 = tag_listen | (uint32_t)fd;
-	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee)) {
-		ret = -errno;
-		log_error("epoll_ctl: %m");
+	ret = admin_watch_fd(a->ctl_epfd, fd, ADMIN_TAG(ADMIN_EV_LISTEN));
+	if (ret) {
+		log_error("epoll_ctl: %s", strerror(-ret));
 		close(fd);
 		unlink(path);
 		return ret;
 	}
 	a->lfd = fd;
-	a->epfd = epfd;
-	a->tag_listen = tag_listen;
-	a->tag_client = tag_client;
-	a->mesh = m;
 	util_strlcpy(a->path, path, sizeof(a->path));
 	return 0;
 }
@@ -141,14 +163,56 @@ static void admin_metrics_forget(struct admin *a, int slot)
 	a->metrics_len[slot] = 0;
 }
 
+/* Closes a client's connection and frees its slot; the mesh's lock is held (its listeners go, a
+ * connect it waits for is abandoned, before its descriptor number can be reused). */
 static void admin_drop(struct admin *a, int slot)
 {
+	int fd;
+
+	pthread_mutex_lock(&a->lock);
+	fd = a->clients[slot];
+	pthread_mutex_unlock(&a->lock);
+	if (fd < 0)
+		return;
 	admin_metrics_forget(a, slot);
-	/* Its listeners go, a connect it waits for is abandoned. */
-	channel_client_gone(a->mesh, a->clients[slot]);
-	epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->clients[slot], NULL);
-	close(a->clients[slot]);
+	channel_client_gone(a->mesh, fd);
+	pthread_mutex_lock(&a->lock);
+	epoll_ctl(a->ctl_epfd, EPOLL_CTL_DEL, fd, NULL);
+	close(fd);
 	a->clients[slot] = -1;
+	a->gone[slot] = false;
+	if (a->queued[slot]) {
+		mesh_ctl_req_free(a->queued[slot]);
+		a->queued[slot] = NULL;
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+static void admin_wake(struct admin *a)
+{
+	uint64_t one = 1;
+
+	if (write(a->work_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn("control socket: cannot wake the data path: %m");
+}
+
+/* The control thread, without the mesh's lock: the client hung up, or its reply could not go. With
+ * the lock free now it is dropped at once, otherwise the data path drops it (admin_work); either
+ * way the control thread no longer watches it. */
+static void admin_client_gone(struct admin *a, int slot)
+{
+	if (!pthread_mutex_trylock(a->mesh_lock)) {
+		admin_drop(a, slot);
+		pthread_mutex_unlock(a->mesh_lock);
+		return;
+	}
+	pthread_mutex_lock(&a->lock);
+	if (a->clients[slot] >= 0 && !a->gone[slot]) {
+		a->gone[slot] = true;
+		epoll_ctl(a->ctl_epfd, EPOLL_CTL_DEL, a->clients[slot], NULL);
+	}
+	pthread_mutex_unlock(&a->lock);
+	admin_wake(a);
 }
 
 void admin_close(struct admin *a)
@@ -161,11 +225,27 @@ void admin_close(struct admin *a)
 		unlink(a->path);
 		a->lfd = -1;
 	}
+	free(a->snap.node);
+	for (size_t i = 0; i < a->snap.n_links; i++)
+		free(a->snap.links[i]);
+	free(a->snap.links);
+	free(a->snap.link_len);
+	memset(&a->snap, 0, sizeof(a->snap));
+	if (a->work_fd >= 0) {
+		if (a->epfd >= 0)
+			epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->work_fd, NULL);
+		close(a->work_fd);
+	}
+	if (a->stop_fd >= 0)
+		close(a->stop_fd);
+	if (a->ctl_epfd >= 0)
+		close(a->ctl_epfd);
+	a->work_fd = a->stop_fd = a->ctl_epfd = -1;
 }
 
-void admin_on_listen(struct admin *a)
+/* Control thread, under a->lock. */
+static void admin_on_listen(struct admin *a)
 {
-	struct epoll_event ee = {.events = EPOLLIN};
 	int fd, slot;
 
 	while ((fd = accept4(a->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
@@ -189,8 +269,7 @@ void admin_on_listen(struct admin *a)
 			a->client_uid[slot] = cred.uid;
 			a->client_pid[slot] = cred.pid;
 		}
-		ee.data.u64 = a->tag_client | (uint32_t)fd;
-		if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ee)) {
+		if (admin_watch_fd(a->ctl_epfd, fd, ADMIN_TAG(ADMIN_EV_CLIENT))) {
 			log_error("epoll_ctl: %m");
 			close(fd);
 			continue;
@@ -201,22 +280,24 @@ void admin_on_listen(struct admin *a)
 		if (!(a->pauses++ % 100))
 			log_warn("accept on %s: %m; not accepting for %d ms (%llu times so far)", a->path, ADMIN_PAUSE_MS,
 				 (unsigned long long)a->pauses);
-		epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->lfd, NULL);
+		epoll_ctl(a->ctl_epfd, EPOLL_CTL_DEL, a->lfd, NULL);
 		a->paused_until_ms = util_now_ms() + ADMIN_PAUSE_MS;
 	} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
 		log_warn("accept on %s: %m", a->path);
 	}
 }
 
-void admin_tick(struct admin *a, uint64_t now)
+/* Control thread, under a->lock: how long epoll may sleep; watches a paused listening socket again. */
+static int admin_pause_check(struct admin *a, uint64_t now)
 {
-	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = a->tag_listen};
-
-	if (!a->paused_until_ms || now < a->paused_until_ms || a->lfd < 0)
-		return;
+	if (!a->paused_until_ms || a->lfd < 0)
+		return -1;
+	if (now < a->paused_until_ms)
+		return (int)(a->paused_until_ms - now);
 	a->paused_until_ms = 0;
-	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, a->lfd, &ee))
+	if (admin_watch_fd(a->ctl_epfd, a->lfd, ADMIN_TAG(ADMIN_EV_LISTEN)))
 		log_error("control socket %s: cannot watch it again: %m", a->path);
+	return -1;
 }
 
 static void fill_node(struct mesh *m, NodeInfo *n, char *version)
@@ -345,7 +426,9 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 	li->rx_msgs = l->rx_msgs;
 }
 
-static void admin_reply(struct admin *a, int slot, const CtlReply *r)
+/* One reply on a client's connection: 0, or a negative errno (the caller drops the client: one
+ * that does not read its replies loses its connection, never meshd's time). */
+static int admin_send_reply(int fd, const CtlReply *r)
 {
 	size_t n = ctl_reply__get_packed_size(r);
 	uint8_t *buf;
@@ -357,33 +440,32 @@ static void admin_reply(struct admin *a, int slot, const CtlReply *r)
 		log_warn("reply of %zu bytes exceeds %u: answering with an error", n, MESH_CTL_REPLY_MAX);
 		e.status = -EMSGSIZE;
 		e.error = "reply too large for one message";
-		admin_reply(a, slot, &e);
-		return;
+		return admin_send_reply(fd, &e);
 	}
 	buf = malloc(n ? n : 1);
-	if (!buf) {
-		admin_drop(a, slot);
-		return;
-	}
+	if (!buf)
+		return -ENOMEM;
 	ctl_reply__pack(r, buf);
-	sent = send(a->clients[slot], buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	sent = send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	free(buf);
 	if (sent < 0) {
-		/* A client that does not read its replies loses its connection, never meshd's time. */
+		int ret = -errno;
+
 		log_warn("reply of %zu bytes to local client: %m; dropping it", n);
-		admin_drop(a, slot);
+		return ret;
 	}
+	return 0;
 }
 
-static void admin_reply_error(struct admin *a, int slot, int status, const char *why)
+static int admin_reply_error(struct admin *a, int slot, int fd, int status, const char *why)
 {
 	CtlReply r = CTL_REPLY__INIT;
 
 	log_warn("local client pid %d uid %u: bad request: %s", a->client_pid[slot], a->client_uid[slot], why);
-	a->errors++;
+	atomic_fetch_add(&a->errors, 1);
 	r.status = status;
 	r.error = (char *)why;
-	admin_reply(a, slot, &r);
+	return admin_send_reply(fd, &r);
 }
 
 static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *ci)
@@ -427,12 +509,16 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	}
 }
 
-static int admin_slot_of(const struct admin *a, int fd)
+static int admin_slot_of(struct admin *a, int fd)
 {
-	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
-		if (a->clients[i] == fd)
-			return i;
-	return -1;
+	int slot = -1;
+
+	pthread_mutex_lock(&a->lock);
+	for (int i = 0; i < ADMIN_CLIENTS_MAX && slot < 0; i++)
+		if (a->clients[i] == fd && !a->gone[i])
+			slot = i;
+	pthread_mutex_unlock(&a->lock);
+	return slot;
 }
 
 /* channel_ops.deliver: a reply to a LISTEN'ing or CONNECT'ing client, with the channel's four
@@ -534,10 +620,10 @@ void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life)
 	a->mesh->ch_ops.ctx = a;
 }
 
-static void admin_channel_request(struct admin *a, int slot, const CtlRequest *req)
+static void admin_channel_request(struct admin *a, int slot, int fd, const CtlRequest *req)
 {
 	const char *why = NULL;
-	int fd = a->clients[slot], ret;
+	int ret;
 
 	if (req->op == CTL_OP__CTL_OP_LISTEN) {
 		ret = channel_listen(a->mesh, (uint16_t)req->port, fd, a->client_uid[slot], &why);
@@ -565,7 +651,7 @@ static void admin_channel_request(struct admin *a, int slot, const CtlRequest *r
 
 int admin_metrics_render(struct admin *a, struct metrics_buf *b)
 {
-	struct metrics_extra x = {.ctl_errors = a->errors, .http_scrapes = a->http_scrapes};
+	struct metrics_extra x = {.ctl_errors = atomic_load(&a->errors), .http_scrapes = a->http_scrapes};
 
 	return metrics_render(a->mesh, &x, b);
 }
@@ -601,10 +687,10 @@ static void admin_metrics_page(struct admin *a, int slot, const CtlRequest *req,
 	r->metrics = page;
 }
 
-void admin_on_client(struct admin *a, int fd)
+/* Answers a decoded request with the mesh's lock held: 0, or the failed reply's error (the caller
+ * drops the client). req stays the caller's. */
+static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req)
 {
-	uint8_t buf[MESH_CTL_REQ_MAX + 1];
-	CtlRequest *req;
 	CtlReply r = CTL_REPLY__INIT;
 	NodeInfo node = NODE_INFO__INIT;
 	LinkInfo *lis = NULL, **lptrs = NULL;
@@ -613,41 +699,19 @@ void admin_on_client(struct admin *a, int fd)
 	PortInfo *pis = NULL, **pptrs = NULL;
 	struct numa_show numa;
 	MetricsPage page = METRICS_PAGE__INIT;
-	const char *why;
 	char version[16];
-	ssize_t n;
-	int slot, ret;
+	int ret = 0;
 
-	for (slot = 0; slot < ADMIN_CLIENTS_MAX && a->clients[slot] != fd; slot++)
-		;
-	if (slot == ADMIN_CLIENTS_MAX)
-		return;
-	/* MSG_TRUNC returns the real length of an oversized datagram. */
-	n = recv(fd, buf, sizeof(buf), MSG_TRUNC | MSG_DONTWAIT);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return;
-	if (n <= 0) {
-		admin_drop(a, slot);
-		return;
-	}
-	if ((size_t)n > MESH_CTL_REQ_MAX) {
-		admin_reply_error(a, slot, -EMSGSIZE, "request longer than 4096 bytes");
-		return;
-	}
-	ret = mesh_ctl_req_decode(buf, (size_t)n, &req, &why);
-	if (ret) {
-		admin_reply_error(a, slot, ret, why);
-		return;
-	}
 	if (req->op == CTL_OP__CTL_OP_LISTEN || req->op == CTL_OP__CTL_OP_CONNECT) {
-		admin_channel_request(a, slot, req);
-		mesh_ctl_req_free(req);
-		return;
+		admin_channel_request(a, slot, fd, req);
+		return 0;
 	}
 	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
 	fill_node(a->mesh, &node, version);
 	fill_numa(a->mesh, &node, &numa);
-	node.ctl_errors = a->errors;
+	node.ctl_errors = atomic_load(&a->errors);
+	node.snapshot_replies = atomic_load(&a->snapshot_replies);
+	node.queued_replies = atomic_load(&a->queued_replies);
 	r.node = &node;
 	/* Lists go in pages of ADMIN_LIST_PAGE bytes from the item the request names (CtlReply.total):
 	 * a reply must fit one datagram, and a cluster may have any number of links. */
@@ -659,7 +723,7 @@ void admin_on_client(struct admin *a, int fd)
 		lptrs = calloc(nl, sizeof(*lptrs));
 		mbs = calloc(nl, sizeof(*mbs));
 		if (!lis || !lptrs || !mbs) {
-			admin_reply_error(a, slot, -ENOMEM, "out of memory");
+			ret = admin_reply_error(a, slot, fd, -ENOMEM, "out of memory");
 			goto out;
 		}
 		for (uint64_t i = req->offset; i < nl; i++) {
@@ -683,7 +747,7 @@ void admin_on_client(struct admin *a, int fd)
 		cis = calloc(a->mesh->n_channels, sizeof(*cis));
 		cptrs = calloc(a->mesh->n_channels, sizeof(*cptrs));
 		if (!cis || !cptrs) {
-			admin_reply_error(a, slot, -ENOMEM, "out of memory");
+			ret = admin_reply_error(a, slot, fd, -ENOMEM, "out of memory");
 			goto out;
 		}
 		for (struct channel *ch = a->mesh->channels; ch && r.n_channels < a->mesh->n_channels; ch = ch->next) {
@@ -712,12 +776,12 @@ void admin_on_client(struct admin *a, int fd)
 		pis = calloc(np ? np : 1, sizeof(*pis));
 		pptrs = calloc(np ? np : 1, sizeof(*pptrs));
 		if (!pis || !pptrs) {
-			admin_reply_error(a, slot, -ENOMEM, "out of memory");
+			ret = admin_reply_error(a, slot, fd, -ENOMEM, "out of memory");
 			goto out;
 		}
 		for (const struct listener *li = a->mesh->listeners; li; li = li->next) {
 			PortInfo *pi = &pis[r.n_ports];
-			int cs = admin_slot_of(a, li->fd);
+			int cs = admin_slot_of(a, li->fd); /* its own fd: only the pid, set at accept */
 
 			if (skip) {
 				skip--;
@@ -738,9 +802,9 @@ void admin_on_client(struct admin *a, int fd)
 	}
 	if (req->object == CTL_OBJECT__CTL_OBJECT_METRICS)
 		admin_metrics_page(a, slot, req, &r, &page);
-	admin_reply(a, slot, &r);
-	/* The last page went out: the text is done with (a dropped client freed it already). */
-	if (r.metrics && a->clients[slot] == fd && page.offset + page.text.len >= page.total)
+	ret = admin_send_reply(fd, &r);
+	/* The last page went out: the text is done with. */
+	if (!ret && r.metrics && page.offset + page.text.len >= page.total)
 		admin_metrics_forget(a, slot);
 out:
 	free(lis);
@@ -750,5 +814,300 @@ out:
 	free(cptrs);
 	free(pis);
 	free(pptrs);
-	mesh_ctl_req_free(req);
+	return ret;
+}
+
+/* ---- the snapshot: NODE and LINKS while the data path is busy ---- */
+
+void admin_snapshot(struct admin *a, uint64_t now)
+{
+	struct mesh *m = a->mesh;
+	struct admin_snap sn = {0}, old;
+	NodeInfo node = NODE_INFO__INIT;
+	struct numa_show numa;
+	char version[16];
+
+	if (a->snap_taken_ms && now - a->snap_taken_ms < ADMIN_SNAP_EVERY_MS)
+		return;
+	a->snap_taken_ms = now;
+	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+	fill_node(m, &node, version);
+	fill_numa(m, &node, &numa);
+	sn.node_len = node_info__get_packed_size(&node);
+	sn.node = malloc(sn.node_len ? sn.node_len : 1);
+	sn.links = calloc(m->n_links ? m->n_links : 1, sizeof(*sn.links));
+	sn.link_len = calloc(m->n_links ? m->n_links : 1, sizeof(*sn.link_len));
+	if (!sn.node || !sn.links || !sn.link_len)
+		goto fail;
+	node_info__pack(&node, sn.node);
+	for (size_t i = 0; i < m->n_links; i++) {
+		LinkInfo li = LINK_INFO__INIT;
+		MailboxInfo mb = MAILBOX_INFO__INIT;
+
+		fill_link(m, &m->links[i], &li, &mb);
+		sn.link_len[i] = link_info__get_packed_size(&li);
+		sn.links[i] = malloc(sn.link_len[i] ? sn.link_len[i] : 1);
+		if (!sn.links[i])
+			goto fail;
+		link_info__pack(&li, sn.links[i]);
+		sn.n_links = i + 1;
+	}
+	sn.at_ms = now;
+	pthread_mutex_lock(&a->snap_lock);
+	old = a->snap;
+	a->snap = sn;
+	pthread_mutex_unlock(&a->snap_lock);
+	sn = old;
+fail:
+	/* The old snapshot, or the new one that could not be completed (the old stays). */
+	free(sn.node);
+	for (size_t i = 0; i < sn.n_links; i++)
+		free(sn.links[i]);
+	free(sn.links);
+	free(sn.link_len);
+}
+
+/* Control thread: NODE or LINKS from the snapshot, marked with its age. 1 when there is none yet
+ * (the caller queues the request), else 0 or the failed reply's error. */
+static int admin_snapshot_reply(struct admin *a, int fd, const CtlRequest *req)
+{
+	CtlReply r = CTL_REPLY__INIT;
+	NodeInfo *node;
+	LinkInfo **lptrs = NULL;
+	uint64_t age;
+	int ret;
+
+	pthread_mutex_lock(&a->snap_lock);
+	if (!a->snap.at_ms || !(node = node_info__unpack(NULL, a->snap.node_len, a->snap.node))) {
+		pthread_mutex_unlock(&a->snap_lock);
+		return 1;
+	}
+	age = util_now_ms() - a->snap.at_ms;
+	node->ctl_errors = atomic_load(&a->errors);
+	node->uptime_ms += age;
+	node->from_snapshot = true;
+	node->snapshot_age_ms = age;
+	node->snapshot_replies = atomic_fetch_add(&a->snapshot_replies, 1) + 1;
+	node->queued_replies = atomic_load(&a->queued_replies);
+	r.node = node;
+	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->snap.n_links) {
+		size_t nl = a->snap.n_links, bytes = 0;
+
+		r.total = (uint32_t)nl;
+		lptrs = calloc(nl, sizeof(*lptrs));
+		for (uint64_t i = req->offset; lptrs && i < nl; i++) {
+			LinkInfo *li = link_info__unpack(NULL, a->snap.link_len[i], a->snap.links[i]);
+
+			if (!li)
+				break;
+			li->state_ms += age;
+			bytes += a->snap.link_len[i] + 4;
+			if (r.n_links && bytes > ADMIN_LIST_PAGE) {
+				link_info__free_unpacked(li, NULL);
+				break;
+			}
+			lptrs[r.n_links++] = li;
+		}
+		r.links = lptrs;
+	}
+	pthread_mutex_unlock(&a->snap_lock);
+	ret = admin_send_reply(fd, &r);
+	for (size_t i = 0; i < r.n_links; i++)
+		link_info__free_unpacked(lptrs[i], NULL);
+	free(lptrs);
+	node_info__free_unpacked(node, NULL);
+	return ret;
+}
+
+/* ---- the control thread ---- */
+
+/* The mesh's lock within ADMIN_LOCK_WAIT_MS, or false. */
+static bool admin_lock_mesh(struct admin *a)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += ADMIN_LOCK_WAIT_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return !pthread_mutex_clocklock(a->mesh_lock, CLOCK_MONOTONIC, &ts);
+}
+
+/* Hands a request to the data path; the client is not read until it is answered. */
+static void admin_queue(struct admin *a, int slot, int fd, CtlRequest *req)
+{
+	struct epoll_event ee = {.events = 0, .data.u64 = ADMIN_TAG(ADMIN_EV_CLIENT) | (uint32_t)fd};
+
+	pthread_mutex_lock(&a->lock);
+	a->queued[slot] = req;
+	epoll_ctl(a->ctl_epfd, EPOLL_CTL_MOD, fd, &ee);
+	pthread_mutex_unlock(&a->lock);
+	atomic_fetch_add(&a->queued_replies, 1);
+	admin_wake(a);
+}
+
+static void admin_on_client(struct admin *a, int fd)
+{
+	uint8_t buf[MESH_CTL_REQ_MAX + 1];
+	CtlRequest *req;
+	const char *why;
+	ssize_t n;
+	bool busy;
+	int slot, ret;
+
+	pthread_mutex_lock(&a->lock);
+	slot = -1;
+	for (int i = 0; i < ADMIN_CLIENTS_MAX && slot < 0; i++)
+		if (a->clients[i] == fd)
+			slot = i;
+	busy = slot >= 0 && (a->gone[slot] || a->queued[slot]);
+	pthread_mutex_unlock(&a->lock);
+	if (slot < 0)
+		return;
+	if (busy) {
+		/* Only a hang-up is reported while the data path has its request. */
+		admin_client_gone(a, slot);
+		return;
+	}
+	/* MSG_TRUNC returns the real length of an oversized datagram. */
+	n = recv(fd, buf, sizeof(buf), MSG_TRUNC | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n <= 0) {
+		admin_client_gone(a, slot);
+		return;
+	}
+	if ((size_t)n > MESH_CTL_REQ_MAX) {
+		if (admin_reply_error(a, slot, fd, -EMSGSIZE, "request longer than 4096 bytes"))
+			admin_client_gone(a, slot);
+		return;
+	}
+	ret = mesh_ctl_req_decode(buf, (size_t)n, &req, &why);
+	if (ret) {
+		if (admin_reply_error(a, slot, fd, ret, why))
+			admin_client_gone(a, slot);
+		return;
+	}
+	if (admin_lock_mesh(a)) {
+		ret = admin_handle(a, slot, fd, req);
+		mesh_ctl_req_free(req);
+		if (ret)
+			admin_drop(a, slot);
+		pthread_mutex_unlock(a->mesh_lock);
+		return;
+	}
+	/* The data path is busy (link work under a handshake storm): what it last published. */
+	if (req->op == CTL_OP__CTL_OP_SHOW &&
+	    (req->object == CTL_OBJECT__CTL_OBJECT_NODE || req->object == CTL_OBJECT__CTL_OBJECT_LINKS)) {
+		ret = admin_snapshot_reply(a, fd, req);
+		if (ret <= 0) {
+			mesh_ctl_req_free(req);
+			if (ret)
+				admin_client_gone(a, slot);
+			return;
+		}
+	}
+	admin_queue(a, slot, fd, req);
+}
+
+static void *admin_main(void *arg)
+{
+	struct admin *a = arg;
+	struct epoll_event evs[16];
+
+	for (;;) {
+		int n, timeout;
+
+		pthread_mutex_lock(&a->lock);
+		timeout = admin_pause_check(a, util_now_ms());
+		pthread_mutex_unlock(&a->lock);
+		n = epoll_wait(a->ctl_epfd, evs, (int)ARRAY_SIZE(evs), timeout);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			log_error("control socket: epoll_wait: %m");
+			return NULL;
+		}
+		for (int i = 0; i < n; i++) {
+			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
+			int fd = (int)(uint32_t)evs[i].data.u64;
+
+			switch (tag) {
+			case ADMIN_EV_STOP:
+				return NULL;
+			case ADMIN_EV_LISTEN:
+				pthread_mutex_lock(&a->lock);
+				admin_on_listen(a);
+				pthread_mutex_unlock(&a->lock);
+				break;
+			case ADMIN_EV_CLIENT:
+				admin_on_client(a, fd);
+				break;
+			}
+		}
+	}
+}
+
+int admin_start(struct admin *a)
+{
+	int ret = -pthread_create(&a->thread, NULL, admin_main, a);
+
+	if (ret) {
+		log_error("cannot start the control socket's thread: %s", strerror(-ret));
+		return ret;
+	}
+	pthread_setname_np(a->thread, "ctl");
+	a->started = true;
+	return 0;
+}
+
+void admin_stop(struct admin *a)
+{
+	uint64_t one = 1;
+
+	if (!a->started)
+		return;
+	if (write(a->stop_fd, &one, sizeof(one)) < 0)
+		log_warn("cannot stop the control socket's thread: %m");
+	pthread_join(a->thread, NULL);
+	a->started = false;
+}
+
+/* ---- the data path's part ---- */
+
+void admin_work(struct admin *a)
+{
+	uint64_t v;
+
+	if (read(a->work_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn("control socket: work eventfd: %m");
+	for (int slot = 0; slot < ADMIN_CLIENTS_MAX; slot++) {
+		struct epoll_event ee = {.events = EPOLLIN};
+		CtlRequest *req;
+		bool gone;
+		int fd, ret;
+
+		pthread_mutex_lock(&a->lock);
+		fd = a->clients[slot];
+		req = a->queued[slot]; /* stays set while we answer: the control thread leaves the client alone */
+		gone = a->gone[slot];
+		pthread_mutex_unlock(&a->lock);
+		if (fd < 0 || (!req && !gone))
+			continue;
+		ret = gone ? 0 : admin_handle(a, slot, fd, req);
+		pthread_mutex_lock(&a->lock);
+		a->queued[slot] = NULL;
+		gone |= a->gone[slot];
+		if (!ret && !gone) {
+			ee.data.u64 = ADMIN_TAG(ADMIN_EV_CLIENT) | (uint32_t)fd;
+			if (epoll_ctl(a->ctl_epfd, EPOLL_CTL_MOD, fd, &ee))
+				gone = true;
+		}
+		pthread_mutex_unlock(&a->lock);
+		mesh_ctl_req_free(req);
+		if (ret || gone)
+			admin_drop(a, slot);
+	}
 }

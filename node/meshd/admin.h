@@ -7,6 +7,9 @@
 #ifndef MESH_MESHD_ADMIN_H
 #define MESH_MESHD_ADMIN_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/un.h>
 
@@ -22,40 +25,89 @@
  * it stays well under a datagram the socket buffers take at once (net.core.wmem_default). */
 #define ADMIN_LIST_PAGE 49152u
 
+/* A request waits this long for the data path's lock before it is answered from the snapshot
+ * (NODE, LINKS) or handed to the data path (the rest). */
+#define ADMIN_LOCK_WAIT_MS 20
+/* The data path publishes the snapshot from its tick at most this often. */
+#define ADMIN_SNAP_EVERY_MS 100
+
+/* What `meshctl node` and `meshctl links` show, as the data path last saw it: packed NodeInfo and
+ * one packed LinkInfo per link, in the mesh's order. */
+struct admin_snap {
+	uint64_t at_ms; /* when it was taken; 0: none yet */
+	uint8_t *node;
+	size_t node_len;
+	uint8_t **links;
+	size_t *link_len;
+	size_t n_links;
+};
+
+/*
+ * Threads: the control socket has its own thread (admin_start), so a request never waits behind
+ * link work: the data path holds the mesh's lock for whole batches, and under a handshake storm
+ * on a loaded machine a batch has taken seconds. The control thread answers with the mesh's lock
+ * when it gets it within ADMIN_LOCK_WAIT_MS; otherwise NODE and LINKS come from the snapshot the
+ * data path publishes from its tick (the reply says how old), and the other requests go to the
+ * data path (queued[], one per client, read again once answered). Locks, always in this order:
+ * the mesh's (the daemon's), then `lock` (client slots), then `snap_lock`.
+ *
+ * A client's descriptor is read only by the control thread, and closed only with the mesh's lock
+ * held (channel_client_gone must forget it first): by the control thread when it has that lock,
+ * otherwise by the data path for a slot the control thread marked gone (and stopped watching).
+ */
 struct admin {
 	int lfd;
-	int epfd;
-	uint64_t tag_listen, tag_client; /* epoll tags: tag | fd */
-	uint64_t tag_kick, tag_life;     /* epoll tags of channels: tag | channel id */
+	int epfd;     /* the data path's (rail 0): channels' kick and lifeline descriptors, work_fd */
+	int ctl_epfd; /* the control thread's: the listening socket, the clients, stop_fd */
+	int stop_fd;  /* eventfd: the control thread returns */
+	int work_fd;  /* eventfd in epfd: queued requests or gone clients for the data path */
+	uint64_t tag_kick, tag_life; /* epoll tags of channels in epfd: tag | channel id */
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t *mesh_lock;
+	pthread_mutex_t lock; /* clients[], client_uid[], client_pid[], queued[], gone[], the pause */
 	struct mesh *mesh;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int clients[ADMIN_CLIENTS_MAX];
 	uint32_t client_uid[ADMIN_CLIENTS_MAX]; /* SO_PEERCRED at accept: whose channels and ports */
 	int client_pid[ADMIN_CLIENTS_MAX];
-	uint64_t errors;
+	CtlRequest *queued[ADMIN_CLIENTS_MAX]; /* a request for the data path; its client is not read */
+	bool gone[ADMIN_CLIENTS_MAX];          /* hung up or dropped: the data path closes it */
+	_Atomic uint64_t errors;
+	_Atomic uint64_t snapshot_replies; /* answered from the snapshot: the data path was busy */
+	_Atomic uint64_t queued_replies;   /* handed to the data path for the same reason */
 	/* Out of descriptors the listening socket stays readable: it leaves the epoll set until then
-	 * (admin_tick puts it back) instead of waking the loop without end. 0: watched. */
+	 * (the control thread puts it back) instead of waking the loop without end. 0: watched. */
 	uint64_t paused_until_ms;
 	uint64_t pauses;
 	uint64_t http_scrapes; /* requests the HTTP endpoint (metrics_http.h) answered with the text */
 	/* Per client: the metrics text rendered at its request for offset 0, kept while it pages
-	 * through it (CTL_OBJECT_METRICS), freed after the last page or with the client. */
+	 * through it (CTL_OBJECT_METRICS), freed after the last page or with the client. Mesh lock. */
 	char *metrics_text[ADMIN_CLIENTS_MAX];
 	size_t metrics_len[ADMIN_CLIENTS_MAX];
+	pthread_mutex_t snap_lock;
+	struct admin_snap snap;
+	uint64_t snap_taken_ms; /* the data path's own */
 };
 
-/* Binds path (creating its directory, replacing a stale socket, refusing a live one) and adds the
- * listening fd to epfd. The socket is mode 0660 with group cluster.socket_group, so applications
- * run in that group; without the group (or with ""), 0600: meshd's user only. */
-int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_listen, uint64_t tag_client,
-	       struct mesh *m);
+/* Binds path (creating its directory, replacing a stale socket, refusing a live one); the work
+ * eventfd goes into epfd (the data path's) with tag_work. The socket is mode 0660 with group
+ * cluster.socket_group, so applications run in that group; without the group (or with ""), 0600:
+ * meshd's user only. mesh_lock is the lock the data path holds while it works on m. */
+int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
+	       pthread_mutex_t *mesh_lock);
+/* Starts the control thread (signals blocked as in the caller), and stops and joins it. */
+int admin_start(struct admin *a);
+void admin_stop(struct admin *a);
+/* After admin_stop (or without a start): every client dropped, the socket file removed. */
 void admin_close(struct admin *a);
 /* Makes the admin socket the channels' way to applications (channel_ops) and to meshd's epoll. */
 void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life);
-void admin_on_listen(struct admin *a);
-/* Periodic: watches a paused listening socket again. */
-void admin_tick(struct admin *a, uint64_t now_ms);
-void admin_on_client(struct admin *a, int fd);
+/* The data path, with the mesh's lock, on work_fd: answers queued requests, closes gone clients. */
+void admin_work(struct admin *a);
+/* The data path, with the mesh's lock, from its tick: publishes the snapshot (at most every
+ * ADMIN_SNAP_EVERY_MS). */
+void admin_snapshot(struct admin *a, uint64_t now_ms);
 /* The node's metrics text (metrics.h) with what the control socket counts: the one renderer of
  * both the HTTP endpoint and `meshctl metrics`. 0 or -ENOMEM. */
 int admin_metrics_render(struct admin *a, struct metrics_buf *b);

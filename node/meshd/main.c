@@ -32,7 +32,7 @@
 #include "transport.h"
 #include "util.h"
 
-enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_LISTEN, TAG_ADMIN_CLIENT, TAG_CH_KICK, TAG_CH_LIFE, TAG_STOP,
+enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_WORK, TAG_CH_KICK, TAG_CH_LIFE, TAG_STOP,
        TAG_METRICS };
 #define TAG(t) ((uint64_t)(t) << 32)
 #define EVENT_BATCH 64
@@ -456,11 +456,8 @@ static int run(struct dp *dp)
 			case TAG_STOP:
 				running = false;
 				break;
-			case TAG_ADMIN_LISTEN:
-				admin_on_listen(&d->admin);
-				break;
-			case TAG_ADMIN_CLIENT:
-				admin_on_client(&d->admin, fd);
+			case TAG_ADMIN_WORK:
+				admin_work(&d->admin);
 				break;
 			case TAG_CH_KICK:
 				channel_on_kick(m, (uint32_t)fd);
@@ -495,7 +492,7 @@ static int run(struct dp *dp)
 					d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
 			mesh_tick(m, util_now_ms());
 			mesh_reap(m);
-			admin_tick(&d->admin, util_now_ms());
+			admin_snapshot(&d->admin, util_now_ms());
 			metrics_http_run(&d->metrics); /* its connection timeouts */
 			notify_tick(d, util_now_ms());
 		}
@@ -537,7 +534,9 @@ static void *data_path_main(void *arg)
 	}
 	dp->status = run(dp);
 	if (dp->rail == 0) {
-		/* The others stop first: then the goodbyes go out with nobody else on the mesh. */
+		/* The others stop first (the control socket's thread too): then the goodbyes go out with
+		 * nobody else on the mesh. */
+		admin_stop(&dp->d->admin);
 		for (uint32_t r = 1; r < dp->d->mesh.n_rails; r++) {
 			uint64_t one = 1;
 
@@ -795,9 +794,9 @@ int main(int argc, char **argv)
 		log_error("epoll_ctl: %s", strerror(-ret));
 		goto out_timer;
 	}
-	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_LISTEN), TAG(TAG_ADMIN_CLIENT), &d.mesh);
+	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_WORK), &d.mesh, &d.lock);
 	if (ret)
-		goto out_timer;
+		goto out_admin;
 	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE));
 	/* A listener like the others: READY=1 (below) only once it serves. */
 	if (metrics_http_open(&d.metrics, config_node_metrics_listen(&d.cfg, self), &d.admin))
@@ -829,11 +828,14 @@ int main(int argc, char **argv)
 		d.dp[r].epfd = r ? -1 : d.epfd;
 		d.dp[r].stop_fd = -1;
 	}
-	if (!run_data_path(&d))
+	/* The control socket's own thread (admin.h): requests never wait behind link work. */
+	if (!admin_start(&d.admin) && !run_data_path(&d))
 		status = 0;
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+	admin_stop(&d.admin);
 out_metrics:
 	metrics_http_close(&d.metrics);
+out_admin:
 	admin_close(&d.admin);
 out_timer:
 	close(d.tfd);
