@@ -25,7 +25,7 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: meshctl [-j] [-p] [-s SOCKET] [OBJECT [show]]\n"
+		"Usage: meshctl [-j] [-p] [-L] [-s SOCKET] [OBJECT [show]]\n"
 		"       meshctl keygen\n"
 		"\n"
 		"Shows the state of the local meshd.\n"
@@ -49,6 +49,8 @@ static void usage(FILE *out)
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
 		"  -p, --pretty        indent the JSON\n"
+		"  -L, --live          node, links: wait for meshd's data path, however busy, rather than\n"
+		"                      take the state it last published (exact counters after an event)\n"
 		"  -s, --socket PATH   meshd's control socket (default $%s, else %s)\n"
 		"  -V, --version       print the version\n"
 		"  -h, --help          this help\n"
@@ -62,8 +64,8 @@ static void usage(FILE *out)
 		"CLOSING, ERROR.\n"
 		"meshd's control socket has its own thread: when the data path is busy for over 20 ms\n"
 		"(link set-up under a handshake storm), node and links come from the state it last\n"
-		"published (a note on stderr says how old; JSON: from_snapshot, snapshot_age_ms), and\n"
-		"the other objects wait for the data path.\n"
+		"published (a note on stderr says how old; JSON: from_snapshot, snapshot_age_ms) unless\n"
+		"-L; the other objects wait for the data path.\n"
 		"Exit status: 0 on success, 1 on a usage error, 2 when meshd cannot be reached or fails.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
 }
@@ -612,7 +614,7 @@ static int listing_add(struct listing *ls, CtlReply *r)
 }
 
 /* One listing, page after page on one connection until the first reply's total is reached. */
-static int request(const char *path, CtlObject obj, struct listing *ls)
+static int request(const char *path, CtlObject obj, bool live, struct listing *ls)
 {
 	CtlRequest req = CTL_REQUEST__INIT;
 	int fd = ctl_connect(path), ret;
@@ -624,6 +626,7 @@ static int request(const char *path, CtlObject obj, struct listing *ls)
 		return fd;
 	req.version = MESH_CTL_VERSION;
 	req.object = obj;
+	req.live = live;
 	ret = ctl_call(fd, path, &req, &r);
 	if (!ret)
 		ret = listing_add(ls, r);
@@ -704,6 +707,7 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"json", no_argument, NULL, 'j'},    {"pretty", no_argument, NULL, 'p'},
+		{"live", no_argument, NULL, 'L'},
 		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},    {NULL, 0, NULL, 0},
 	};
@@ -722,12 +726,16 @@ int main(int argc, char **argv)
 	struct listing ls;
 	CtlReply *r = NULL;
 	size_t obj = 0;
+	bool live = false;
 	int c, ret;
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
-	while ((c = getopt_long(argc, argv, "jps:Vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jpLs:Vh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'L':
+			live = true;
+			break;
 		case 'j':
 			o.json = true;
 			break;
@@ -798,7 +806,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind]);
 		return 1;
 	}
-	ret = request(sock, objects[obj].obj, &ls);
+	ret = request(sock, objects[obj].obj, live, &ls);
 	if (ret)
 		return 2;
 	r = &ls.view;

@@ -999,7 +999,7 @@ static void admin_on_client(struct admin *a, int fd)
 		return;
 	}
 	/* The data path is busy (link work under a handshake storm): what it last published. */
-	if (req->op == CTL_OP__CTL_OP_SHOW &&
+	if (req->op == CTL_OP__CTL_OP_SHOW && !req->live &&
 	    (req->object == CTL_OBJECT__CTL_OBJECT_NODE || req->object == CTL_OBJECT__CTL_OBJECT_LINKS)) {
 		ret = admin_snapshot_reply(a, fd, req);
 		if (ret <= 0) {

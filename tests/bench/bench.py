@@ -263,7 +263,7 @@ class Bench:
             return ""
 
     def ctl(self, i, *what):
-        r = subprocess.run([self.bin("node/meshctl"), "-j", "-s", self.meshd_procs[i]["sock"], *what],
+        r = subprocess.run([self.bin("node/meshctl"), "-j", "-L", "-s", self.meshd_procs[i]["sock"], *what],
                            capture_output=True, text=True, timeout=20)
         if r.returncode != 0:
             return None

@@ -195,7 +195,7 @@ def diagnose(a, procs, socks, logs):
     meshctl = os.path.join(a.build, "node", "meshctl")
     short = []
     for i in procs:
-        r = subprocess.run([meshctl, "-j", "-s", socks[i], "links"], capture_output=True, text=True)
+        r = subprocess.run([meshctl, "-j", "-L", "-s", socks[i], "links"], capture_output=True, text=True)
         if r.returncode != 0:
             short.append(f"node {i}: meshctl failed: {r.stderr.strip()}")
             continue
@@ -231,7 +231,7 @@ def hold(a, procs, socks, watch):
     while time.monotonic() - t0 < a.hold:
         for i in list(procs)[:: max(1, len(procs) // 8)]:
             s = time.monotonic()
-            r = subprocess.run([meshctl, "-j", "-s", socks[i], "node"], capture_output=True, text=True)
+            r = subprocess.run([meshctl, "-j", "-L", "-s", socks[i], "node"], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"meshctl node on meshd {i} failed while held: {r.stderr.strip()}")
             lat.append(time.monotonic() - s)
@@ -285,7 +285,7 @@ def run_once(a, work, keyed, round_no):
             done = 0
             if watch.poll() == a.nodes * (a.nodes - 1):
                 for i in procs:
-                    r = subprocess.run([meshctl, "-j", "-s", socks[i], "node"], capture_output=True, text=True)
+                    r = subprocess.run([meshctl, "-j", "-L", "-s", socks[i], "node"], capture_output=True, text=True)
                     if r.returncode == 0 and json.loads(r.stdout).get("links_up") == a.nodes - 1:
                         done += 1
                     else:
@@ -294,7 +294,7 @@ def run_once(a, work, keyed, round_no):
                 # When did the last link come UP? Each link's time in its state says it exactly.
                 last = 0.0
                 for i in procs:
-                    r = subprocess.run([meshctl, "-j", "-s", socks[i], "links"], capture_output=True, text=True)
+                    r = subprocess.run([meshctl, "-j", "-L", "-s", socks[i], "links"], capture_output=True, text=True)
                     now = time.monotonic()
                     ms = min(l["state_ms"] for l in json.loads(r.stdout)["links"])
                     last = max(last, now - ms / 1000.0)

@@ -12,8 +12,8 @@ each time, so the data-path thread soon sleeps in pipe_write with the lock held.
   2. `meshctl node` and `meshctl links` answer anyway (20 calls each; the slowest is printed, not
      asserted), from the snapshot the data path published (from_snapshot, snapshot_age_ms, a note
      on stderr), with every configured link.
-  3. `meshctl channels` (not in the snapshot) waits for the data path, and a second one on another
-     connection does too: neither fails.
+  3. `meshctl channels` (not in the snapshot) waits for the data path, and so does `meshctl -L node`
+     (live asked for): neither fails.
   4. The pipe is read again: both answer, and the next `meshctl node` is live, counting the
      snapshot and queued replies.
   5. SIGTERM: meshd exits 0.
@@ -142,10 +142,10 @@ def main():
             check(False, "meshctl links answers from the snapshot too", "timed out after 10 s")
 
         # 3. what is not in the snapshot waits for the data path
-        waiting = [subprocess.Popen([meshctl, "-j", "-s", sock, "channels"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        waiting = [subprocess.Popen([meshctl, "-j", "-s", sock, *what], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for what in (["channels"], ["-L", "node"])]
         time.sleep(1.0)
-        check(all(w.poll() is None for w in waiting), "meshctl channels waits for the data path (two of them)",
+        check(all(w.poll() is None for w in waiting), "meshctl channels, and meshctl -L node, wait for the data path",
               f"{[w.poll() for w in waiting]}")
 
         # 4. the log is read again
@@ -159,7 +159,9 @@ def main():
                 w.kill()
                 w.wait()
                 codes.append("hung")
-        check(codes == [0, 0], f"once the data path runs again both channels calls are answered ({codes})")
+        live = json.loads(waiting[1].stdout.read() or "{}") if codes[1] == 0 else {}
+        check(codes == [0, 0] and live.get("from_snapshot") is not True and live.get("id") == 9,
+              f"once the data path runs again both are answered, node live ({codes})")
         ok = wait_until(lambda: not blocked_in_log(p.pid), 10, 0.05)
         r, _ = ctl("node")
         j = json.loads(r.stdout) if r.returncode == 0 else {}

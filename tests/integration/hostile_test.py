@@ -100,7 +100,7 @@ def main():
                                         stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
 
     def ctl(i, *what):
-        r = subprocess.run([meshctl, "-j", "-s", socks[i], *what], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([meshctl, "-j", "-L", "-s", socks[i], *what], capture_output=True, text=True, timeout=10)
         return r.returncode == 0
 
     def log(i):
@@ -139,14 +139,14 @@ def main():
         held.clear()
         start(2)
         up = wait_until(lambda: ctl(1, "links") and '"UP"' in subprocess.run(
-            [meshctl, "-j", "-s", socks[1], "links"], capture_output=True, text=True).stdout, 30, 0.1)
+            [meshctl, "-j", "-L", "-s", socks[1], "links"], capture_output=True, text=True).stdout, 30, 0.1)
         check(up, "the connections closed: node 1 accepts again (node 2's link UP) and meshctl answers")
 
         # 2. Before the handshake. Node 1 again, without the descriptor limit.
         procs[1].send_signal(signal.SIGTERM)
         procs[1].wait(timeout=15)
         start(1)
-        check(wait_until(lambda: '"UP"' in subprocess.run([meshctl, "-j", "-s", socks[1], "links"],
+        check(wait_until(lambda: '"UP"' in subprocess.run([meshctl, "-j", "-L", "-s", socks[1], "links"],
                                                           capture_output=True, text=True).stdout, 30, 0.1),
               "node 1 restarted without the limit: link UP")
         time.sleep(1.0)
@@ -187,7 +187,7 @@ def main():
         procs[2].wait(timeout=15)
         t0 = time.monotonic()
         start(2)
-        up = wait_until(lambda: '"UP"' in subprocess.run([meshctl, "-j", "-s", socks[1], "links"],
+        up = wait_until(lambda: '"UP"' in subprocess.run([meshctl, "-j", "-L", "-s", socks[1], "links"],
                                                          capture_output=True, text=True).stdout, 15, 0.1)
         check(up, f"meanwhile node 2 restarts and rejoins node 1 in {time.monotonic() - t0:.1f} s")
         for s in idle:

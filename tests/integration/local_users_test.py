@@ -98,7 +98,7 @@ def main():
     procs, held, clients = {}, [], []
 
     def ctl(i, *what):
-        r = subprocess.run([meshctl, "-j", "-s", socks[i], *what], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([meshctl, "-j", "-L", "-s", socks[i], *what], capture_output=True, text=True, timeout=10)
         return json.loads(r.stdout) if r.returncode == 0 else None
 
     def up():

@@ -103,7 +103,7 @@ class Cluster:
         logf.close()
 
     def ctl(self, i, *what):
-        r = subprocess.run([self.bin("meshctl"), "-j", "-s", self.nodes[i]["sock"], *what],
+        r = subprocess.run([self.bin("meshctl"), "-j", "-L", "-s", self.nodes[i]["sock"], *what],
                            capture_output=True, text=True, timeout=10)
         if r.returncode != 0:
             return None
@@ -267,7 +267,7 @@ def main():
             rogue = subprocess.Popen([c.bin("meshd"), "-c", rconf, "-n", str(top), "-s", rsock],
                                      stdout=lf, stderr=lf)
         time.sleep(4)
-        r = subprocess.run([c.bin("meshctl"), "-j", "-s", rsock, "links"], capture_output=True, text=True)
+        r = subprocess.run([c.bin("meshctl"), "-j", "-L", "-s", rsock, "links"], capture_output=True, text=True)
         rogue_up = '"UP"' in r.stdout
         alive = rogue.poll() is None
         rogue.terminate()

@@ -89,7 +89,7 @@ def main():
     logs = {i: os.path.join(work, f"meshd{i}.log") for i in (1, 2)}
 
     def ctl(i, *a, timeout=10):
-        return subprocess.run([meshctl, "-s", socks[i], *a], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([meshctl, "-L", "-s", socks[i], *a], capture_output=True, text=True, timeout=timeout)
 
     def get(i, path="/metrics", method="GET"):
         req = urllib.request.Request(f"http://127.0.0.1:{http[i]}{path}", method=method)

@@ -215,7 +215,7 @@ class Cluster:
     def ctl(self, i, *what):
         # The control socket is a filesystem path: reachable from the root namespace.
         try:
-            r = subprocess.run([self.bin("meshctl"), "-j", "-s", self.nodes[i]["sock"], *what],
+            r = subprocess.run([self.bin("meshctl"), "-j", "-L", "-s", self.nodes[i]["sock"], *what],
                                capture_output=True, text=True, timeout=10)
         except subprocess.TimeoutExpired:
             return None

@@ -76,7 +76,7 @@ class Mesh:
                                   "-s", self.sock[i]]), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
 
     def ctl(self, i, *what, json_out=True):
-        r = subprocess.run([os.path.join(self.a.build, "node", "meshctl")] + (["-j"] if json_out else []) +
+        r = subprocess.run([os.path.join(self.a.build, "node", "meshctl")] + (["-j", "-L"] if json_out else ["-L"]) +
                            ["-s", self.sock[i], *what], capture_output=True, text=True, timeout=10)
         if r.returncode:
             return None
