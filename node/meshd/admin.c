@@ -188,6 +188,16 @@ static void admin_drop(struct admin *a, int slot)
 	pthread_mutex_unlock(&a->lock);
 }
 
+static void admin_snap_free(struct admin_snap *sn)
+{
+	free(sn->node);
+	for (size_t i = 0; i < sn->n_links; i++)
+		free(sn->links[i]);
+	free(sn->links);
+	free(sn->link_len);
+	memset(sn, 0, sizeof(*sn));
+}
+
 static void admin_wake(struct admin *a)
 {
 	uint64_t one = 1;
@@ -225,12 +235,7 @@ void admin_close(struct admin *a)
 		unlink(a->path);
 		a->lfd = -1;
 	}
-	free(a->snap.node);
-	for (size_t i = 0; i < a->snap.n_links; i++)
-		free(a->snap.links[i]);
-	free(a->snap.links);
-	free(a->snap.link_len);
-	memset(&a->snap, 0, sizeof(a->snap));
+	admin_snap_free(&a->snap);
 	if (a->work_fd >= 0) {
 		if (a->epfd >= 0)
 			epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->work_fd, NULL);
@@ -325,8 +330,9 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->admission_cuts = m->adm.cuts;
 }
 
-/* Storage for the NUMA part of NodeInfo, on the caller's stack. */
+/* Storage for the NUMA part of NodeInfo and its version, on the caller's stack. */
 struct numa_show {
+	char version[16];
 	NumaDevice devs[MESH_XPORT_INSTANCES], *dptrs[MESH_XPORT_INSTANCES];
 	char dcpus[MESH_XPORT_INSTANCES][512];
 	DataPathThread th[MESH_RAILS_MAX], *tptr[MESH_RAILS_MAX];
@@ -380,6 +386,22 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 		b->tptr[n->n_threads++] = th;
 	}
 	n->threads = b->tptr;
+}
+
+/* The whole NodeInfo of this node, its strings in b. */
+static void fill_node_show(struct mesh *m, NodeInfo *n, struct numa_show *b)
+{
+	snprintf(b->version, sizeof(b->version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+	fill_node(m, n, b->version);
+	fill_numa(m, n, b);
+}
+
+/* What the control socket itself counts, at the moment of the reply. */
+static void fill_ctl_counters(struct admin *a, NodeInfo *n)
+{
+	n->ctl_errors = atomic_load(&a->errors);
+	n->snapshot_replies = atomic_load(&a->snapshot_replies);
+	n->queued_replies = atomic_load(&a->queued_replies);
 }
 
 static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo *mb)
@@ -509,14 +531,24 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	}
 }
 
+/* The slot of a client's descriptor, gone or not, or -1; under a->lock. */
+static int admin_slot_locked(const struct admin *a, int fd)
+{
+	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
+		if (a->clients[i] == fd)
+			return i;
+	return -1;
+}
+
+/* The slot of a client that is still there, or -1. */
 static int admin_slot_of(struct admin *a, int fd)
 {
-	int slot = -1;
+	int slot;
 
 	pthread_mutex_lock(&a->lock);
-	for (int i = 0; i < ADMIN_CLIENTS_MAX && slot < 0; i++)
-		if (a->clients[i] == fd && !a->gone[i])
-			slot = i;
+	slot = admin_slot_locked(a, fd);
+	if (slot >= 0 && a->gone[slot])
+		slot = -1;
 	pthread_mutex_unlock(&a->lock);
 	return slot;
 }
@@ -699,19 +731,14 @@ static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req
 	PortInfo *pis = NULL, **pptrs = NULL;
 	struct numa_show numa;
 	MetricsPage page = METRICS_PAGE__INIT;
-	char version[16];
 	int ret = 0;
 
 	if (req->op == CTL_OP__CTL_OP_LISTEN || req->op == CTL_OP__CTL_OP_CONNECT) {
 		admin_channel_request(a, slot, fd, req);
 		return 0;
 	}
-	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
-	fill_node(a->mesh, &node, version);
-	fill_numa(a->mesh, &node, &numa);
-	node.ctl_errors = atomic_load(&a->errors);
-	node.snapshot_replies = atomic_load(&a->snapshot_replies);
-	node.queued_replies = atomic_load(&a->queued_replies);
+	fill_node_show(a->mesh, &node, &numa);
+	fill_ctl_counters(a, &node);
 	r.node = &node;
 	/* Lists go in pages of ADMIN_LIST_PAGE bytes from the item the request names (CtlReply.total):
 	 * a reply must fit one datagram, and a cluster may have any number of links. */
@@ -825,14 +852,11 @@ void admin_snapshot(struct admin *a, uint64_t now)
 	struct admin_snap sn = {0}, old;
 	NodeInfo node = NODE_INFO__INIT;
 	struct numa_show numa;
-	char version[16];
 
-	if (a->snap_taken_ms && now - a->snap_taken_ms < ADMIN_SNAP_EVERY_MS)
+	/* Only the data path writes the snapshot: it reads its own at_ms without the lock. */
+	if (a->snap.at_ms && now - a->snap.at_ms < ADMIN_SNAP_EVERY_MS)
 		return;
-	a->snap_taken_ms = now;
-	snprintf(version, sizeof(version), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
-	fill_node(m, &node, version);
-	fill_numa(m, &node, &numa);
+	fill_node_show(m, &node, &numa);
 	sn.node_len = node_info__get_packed_size(&node);
 	sn.node = malloc(sn.node_len ? sn.node_len : 1);
 	sn.links = calloc(m->n_links ? m->n_links : 1, sizeof(*sn.links));
@@ -860,11 +884,7 @@ void admin_snapshot(struct admin *a, uint64_t now)
 	sn = old;
 fail:
 	/* The old snapshot, or the new one that could not be completed (the old stays). */
-	free(sn.node);
-	for (size_t i = 0; i < sn.n_links; i++)
-		free(sn.links[i]);
-	free(sn.links);
-	free(sn.link_len);
+	admin_snap_free(&sn);
 }
 
 /* Control thread: NODE or LINKS from the snapshot, marked with its age. 1 when there is none yet
@@ -883,12 +903,11 @@ static int admin_snapshot_reply(struct admin *a, int fd, const CtlRequest *req)
 		return 1;
 	}
 	age = util_now_ms() - a->snap.at_ms;
-	node->ctl_errors = atomic_load(&a->errors);
+	atomic_fetch_add(&a->snapshot_replies, 1); /* this one counts (the control thread's only) */
+	fill_ctl_counters(a, node);
 	node->uptime_ms += age;
 	node->from_snapshot = true;
 	node->snapshot_age_ms = age;
-	node->snapshot_replies = atomic_fetch_add(&a->snapshot_replies, 1) + 1;
-	node->queued_replies = atomic_load(&a->queued_replies);
 	r.node = node;
 	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->snap.n_links) {
 		size_t nl = a->snap.n_links, bytes = 0;
@@ -958,10 +977,7 @@ static void admin_on_client(struct admin *a, int fd)
 	int slot, ret;
 
 	pthread_mutex_lock(&a->lock);
-	slot = -1;
-	for (int i = 0; i < ADMIN_CLIENTS_MAX && slot < 0; i++)
-		if (a->clients[i] == fd)
-			slot = i;
+	slot = admin_slot_locked(a, fd);
 	busy = slot >= 0 && (a->gone[slot] || a->queued[slot]);
 	pthread_mutex_unlock(&a->lock);
 	if (slot < 0)

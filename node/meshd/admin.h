@@ -86,8 +86,7 @@ struct admin {
 	char *metrics_text[ADMIN_CLIENTS_MAX];
 	size_t metrics_len[ADMIN_CLIENTS_MAX];
 	pthread_mutex_t snap_lock;
-	struct admin_snap snap;
-	uint64_t snap_taken_ms; /* the data path's own */
+	struct admin_snap snap; /* written by the data path only, under snap_lock */
 };
 
 /* Binds path (creating its directory, replacing a stale socket, refusing a live one); the work
