@@ -36,10 +36,7 @@
 
 static int64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(pl_mono_us() / 1000);
 }
 
 /* Milliseconds left until deadline (-1: none) for a kernel wait. */
@@ -79,7 +76,7 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 	struct pl_fd **p = stack_p;
 	nfds_t extra = 0, m;
 	uint32_t spin = 0;
-	uint64_t spin_until = 0;
+	uint64_t spin_until;
 	int ret = -1;
 
 	for (nfds_t i = 0; i < n; i++) {
@@ -105,45 +102,15 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 		if (!spin && p[i] && p[i]->kind == PL_CHANNEL)
 			spin = pl_chan_spin_us(p[i]);
 	}
+	spin_until = spin ? pl_mono_us() + spin : 0;
 	for (;;) {
 		nfds_t k = n;
 		int ready = 0, r;
+		/* Spinning (above): look without arming and without sleeping, yield, again. */
+		bool spinning = spin_until && left_ms(deadline) != 0 && pl_mono_us() < spin_until;
 
-		/* Look, then arm, at the channels; before the first arm, spin (above). */
-		if (spin && left_ms(deadline) != 0) {
-			if (!spin_until)
-				spin_until = pl_mono_us() + spin;
-			if (pl_mono_us() < spin_until) {
-				for (nfds_t i = 0; i < n; i++) {
-					if (!p[i] || p[i]->kind != PL_CHANNEL)
-						continue;
-					fds[i].revents = pl_chan_revents(p[i], false) & (fds[i].events | POLLERR | POLLHUP);
-					ready += fds[i].revents != 0;
-				}
-				if (!ready) {
-					for (nfds_t i = 0; i < n; i++) {
-						pf[i] = fds[i];
-						if (p[i] && p[i]->kind == PL_CHANNEL)
-							pf[i].fd = -1; /* looked at above */
-					}
-					k = n;
-					for (nfds_t i = 0; i < n; i++)
-						if (p[i] && p[i]->kind == PL_LISTENER && p[i]->lfd >= 0)
-							pf[k++] = (struct pollfd){.fd = p[i]->lfd, .events = POLLIN};
-					r = real_wait(pf, m, 0, mask);
-					if (r < 0)
-						goto out;
-					if (r == 0) {
-						sched_yield();
-						continue;
-					}
-				}
-				spin_until = 1; /* something is ready: on to the usual look */
-				ready = 0;
-				k = n;
-			}
-		}
-		for (int pass = 0; pass < 2 && !ready; pass++) {
+		/* Look, then arm, at the channels. */
+		for (int pass = 0; pass < (spinning ? 1 : 2) && !ready; pass++) {
 			for (nfds_t i = 0; i < n; i++) {
 				if (!p[i] || p[i]->kind != PL_CHANNEL)
 					continue;
@@ -158,7 +125,7 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 			else if (p[i] && p[i]->kind == PL_LISTENER && p[i]->lfd >= 0)
 				pf[k++] = (struct pollfd){.fd = p[i]->lfd, .events = POLLIN};
 		}
-		r = real_wait(pf, m, ready ? 0 : left_ms(deadline), mask);
+		r = real_wait(pf, m, ready || spinning ? 0 : left_ms(deadline), mask);
 		if (r < 0) {
 			if (ready)
 				r = 0;
@@ -182,6 +149,8 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 			ret = ready;
 			goto out;
 		}
+		if (spinning)
+			sched_yield(); /* the one we wait for (meshd, the peer) may need this very CPU */
 	}
 out:
 	for (nfds_t i = 0; i < n; i++)
