@@ -402,6 +402,9 @@ static void fill_ctl_counters(struct admin *a, NodeInfo *n)
 	n->ctl_errors = atomic_load(&a->errors);
 	n->snapshot_replies = atomic_load(&a->snapshot_replies);
 	n->queued_replies = atomic_load(&a->queued_replies);
+	n->ctl_priority = atomic_load(&a->rt_now);
+	n->ctl_demotions = atomic_load(&a->rt_demotions);
+	n->ctl_tid = atomic_load(&a->tid);
 }
 
 static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo *mb)
@@ -1028,17 +1031,91 @@ static void admin_on_client(struct admin *a, int fd)
 	admin_queue(a, slot, fd, req);
 }
 
+/* ---- the control thread's priority ---- */
+
+static int admin_sched(uint32_t prio)
+{
+	struct sched_param sp = {.sched_priority = (int)prio};
+
+	return pthread_setschedparam(pthread_self(), prio ? SCHED_FIFO : SCHED_OTHER, &sp);
+}
+
+static uint64_t thread_cpu_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* At the thread's start: the configured priority, or a warning saying what would permit it. */
+static void admin_rt_start(struct admin *a)
+{
+	uint32_t want = a->mesh->cfg->control_priority;
+	int ret;
+
+	atomic_store(&a->tid, (uint32_t)gettid());
+	if (!want)
+		return;
+	ret = admin_sched(want);
+	if (ret) {
+		log_warn("control socket: its thread cannot run at SCHED_FIFO priority %u (%s): it needs "
+			 "CAP_SYS_NICE or RLIMIT_RTPRIO >= %u (systemd: LimitRTPRIO=); normal scheduling, so "
+			 "meshctl may wait for a CPU while the data path is busy",
+			 want, strerror(ret), want);
+		return;
+	}
+	a->rt_want = want;
+	atomic_store(&a->rt_now, want);
+	a->rt_win_us = util_now_us();
+	a->rt_win_cpu_us = thread_cpu_us();
+}
+
+/* After each batch: over budget in this window, normal scheduling until it ends; a new window
+ * restores the priority. Returns the milliseconds to the window's end while demoted (the thread
+ * must wake to restore it), else -1. */
+static int admin_rt_budget(struct admin *a)
+{
+	uint64_t now, cpu;
+
+	if (!a->rt_want)
+		return -1;
+	now = util_now_us();
+	cpu = thread_cpu_us();
+	if (now - a->rt_win_us >= ADMIN_RT_WINDOW_US) {
+		if (!atomic_load(&a->rt_now) && !admin_sched(a->rt_want))
+			atomic_store(&a->rt_now, a->rt_want);
+		a->rt_win_us = now;
+		a->rt_win_cpu_us = cpu;
+	} else if (atomic_load(&a->rt_now) && cpu - a->rt_win_cpu_us > ADMIN_RT_BUDGET_US &&
+		   !admin_sched(0)) {
+		atomic_store(&a->rt_now, 0);
+		if (!atomic_fetch_add(&a->rt_demotions, 1))
+			log_warn("control socket: its thread used over %u ms of CPU in %u ms (a flood of "
+				 "requests?): normal scheduling until the window ends (counted in meshctl "
+				 "node's ctl_demotions; logged once)",
+				 ADMIN_RT_BUDGET_US / 1000, ADMIN_RT_WINDOW_US / 1000);
+	}
+	if (atomic_load(&a->rt_now))
+		return -1;
+	return (int)((a->rt_win_us + ADMIN_RT_WINDOW_US - now) / 1000) + 1;
+}
+
 static void *admin_main(void *arg)
 {
 	struct admin *a = arg;
 	struct epoll_event evs[16];
 
+	admin_rt_start(a);
 	for (;;) {
-		int n, timeout;
+		int n, timeout, rt;
 
 		pthread_mutex_lock(&a->lock);
 		timeout = admin_pause_check(a, util_now_ms());
 		pthread_mutex_unlock(&a->lock);
+		rt = admin_rt_budget(a);
+		if (rt >= 0 && (timeout < 0 || rt < timeout))
+			timeout = rt;
 		n = epoll_wait(a->ctl_epfd, evs, (int)ARRAY_SIZE(evs), timeout);
 		if (n < 0) {
 			if (errno == EINTR)

@@ -30,6 +30,11 @@
 #define ADMIN_LOCK_WAIT_MS 20
 /* The data path publishes the snapshot from its tick at most this often. */
 #define ADMIN_SNAP_EVERY_MS 100
+/* The control thread runs at cluster.control_priority (SCHED_FIFO) while it uses at most
+ * ADMIN_RT_BUDGET_US of CPU per ADMIN_RT_WINDOW_US; beyond, normal scheduling until the window
+ * ends: a local client that floods the socket cannot take a CPU from the data path. */
+#define ADMIN_RT_WINDOW_US 100000
+#define ADMIN_RT_BUDGET_US 20000
 
 /* What `meshctl node` and `meshctl links` show, as the data path last saw it: packed NodeInfo and
  * one packed LinkInfo per link, in the mesh's order. */
@@ -76,6 +81,12 @@ struct admin {
 	_Atomic uint64_t errors;
 	_Atomic uint64_t snapshot_replies; /* answered from the snapshot: the data path was busy */
 	_Atomic uint64_t queued_replies;   /* handed to the data path for the same reason */
+	/* The control thread's scheduling (control_priority): only that thread writes these. */
+	uint32_t rt_want;            /* configured SCHED_FIFO priority; 0 after it was refused */
+	_Atomic uint32_t rt_now;     /* in force now: rt_want, or 0 while over its budget */
+	_Atomic uint32_t tid;
+	_Atomic uint64_t rt_demotions;
+	uint64_t rt_win_us, rt_win_cpu_us; /* the budget's window: its start, and the thread's CPU then */
 	/* Out of descriptors the listening socket stays readable: it leaves the epoll set until then
 	 * (the control thread puts it back) instead of waking the loop without end. 0: watched. */
 	uint64_t paused_until_ms;

@@ -96,6 +96,12 @@ static const struct config_key config_keys[] = {
 	KEY_UINT(app_spin_us, "50", 0, 1000000,
 		 "hint to libmesh: microseconds a blocking channel call polls its ring before it sleeps "
 		 "(MESH_SPIN_US in the application's environment overrides it)"),
+	KEY_UINT(control_priority, "1", 0, 99,
+		 "SCHED_FIFO priority of meshd's control-socket thread, so that meshctl is answered at once "
+		 "while the data path and handshakes keep every CPU busy; 0: normal scheduling. Needs "
+		 "CAP_SYS_NICE or RLIMIT_RTPRIO at least this (LimitRTPRIO= in systemd), else a warning and "
+		 "normal scheduling. Over 20 ms of CPU in 100 ms (a flood of requests) the thread runs at "
+		 "normal scheduling until that window ends"),
 	KEY_STR(direct_receive, direct_receive, "on", onoff_choices,
 		"on: peers write a channel's arrival position straight into the application's ring page after "
 		"the data (one small RDMA WRITE), so a polling application sees bytes without waiting for this "

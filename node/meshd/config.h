@@ -60,6 +60,7 @@ struct mesh_config {
 	char polling[16];        /* busy | adaptive | event: how the data-path thread waits */
 	uint32_t poll_budget_us; /* adaptive: keep polling this long after the last work */
 	uint32_t app_spin_us;    /* hint to libmesh: poll a ring this long before sleeping */
+	uint32_t control_priority; /* SCHED_FIFO priority of the control socket's thread, 0 none */
 	char direct_receive[8];  /* on | off: peers may write our rings' direct pairs (ring.h) */
 	char numa[16];           /* "auto", "off" or a node number, as written */
 	int numa_mode;           /* the same: CONFIG_NUMA_AUTO, CONFIG_NUMA_OFF or the node */

@@ -70,14 +70,23 @@ class CtlProbe(threading.Thread):
     100 ms whatever the handshake load."""
     REQ = bytes([0x08, 0x01, 0x10, 0x02])
 
-    def __init__(self, socks):
+    def __init__(self, socks, fifo=False):
         super().__init__(daemon=True)
         self.socks, self.lat, self.errors, self.stop = socks, [], 0, threading.Event()
+        # fifo: this thread at SCHED_FIFO 1, as meshd's control thread (cluster.control_priority):
+        # a client that is itself never kept from a CPU times the socket alone; the other probe,
+        # at normal priority, times what an ordinary meshctl also waits for.
+        self.fifo, self.fifo_err = fifo, None
         self.snapshots = 0
         self.slow, self.t0 = [], time.monotonic()
         self.pids, self.states = None, {}
 
     def run(self):
+        if self.fifo:
+            try:
+                os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(1))
+            except OSError as e:
+                self.fifo_err = e.strerror
         i = 0
         while not self.stop.is_set():
             path = self.socks[i % len(self.socks)]
@@ -129,11 +138,13 @@ class CtlProbe(threading.Thread):
     def summary(self):
         self.stop.set()
         self.join(timeout=35)
+        who = ("" if not self.fifo else "probe at SCHED_FIFO 1, " if not self.fifo_err
+               else f"probe at normal priority (SCHED_FIFO refused: {self.fifo_err}), ")
         if not self.lat:
-            return f"control socket: no answer ({self.errors} failed)"
+            return f"control socket ({who}node request): no answer ({self.errors} failed)"
         v = sorted(self.lat)
         over = sum(1 for x in v if x > 0.1)
-        return (f"control socket (node request, {len(v)} answers, {self.snapshots} from the snapshot): "
+        return (f"control socket ({who}node request, {len(v)} answers, {self.snapshots} from the snapshot): "
                 f"median {statistics.median(v) * 1000:.0f} ms, "
                 f"p90 {v[int(0.9 * (len(v) - 1))] * 1000:.0f} ms, max {v[-1] * 1000:.0f} ms, {over} over 100 ms"
                 + ("" if not self.slow else " (asked at " + ", ".join(
@@ -226,7 +237,9 @@ def hold(a, procs, socks, watch):
     meshctl = os.path.join(a.build, "node", "meshctl")
     c0, t0 = cpu_seconds(procs), time.monotonic()
     probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
+    probe_rt = CtlProbe(probe.socks, fifo=True)
     probe.start()
+    probe_rt.start()
     lat = []
     while time.monotonic() - t0 < a.hold:
         for i in list(procs)[:: max(1, len(procs) // 8)]:
@@ -243,7 +256,7 @@ def hold(a, procs, socks, watch):
     lat.sort()
     print(f"  held {t1 - t0:.0f} s, every link UP: meshd CPU {(c1 - c0) / (t1 - t0):.2f} s per s in all, "
           f"meshctl node median {statistics.median(lat) * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms "
-          f"({len(lat)} calls, process start included); {probe.summary()}", flush=True)
+          f"({len(lat)} calls, process start included); {probe.summary()}; {probe_rt.summary()}", flush=True)
 
 
 def run_once(a, work, keyed, round_no):
@@ -272,7 +285,9 @@ def run_once(a, work, keyed, round_no):
     next_progress = t0 + a.progress if a.progress else float("inf")
     probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
     probe.pids = {socks[i]: procs[i].pid for i in procs}
+    probe_rt = CtlProbe(probe.socks, fifo=True)
     probe.start()
+    probe_rt.start()
     try:
         deadline = t0 + a.timeout
         watch = LogWatch(logs)
@@ -301,6 +316,7 @@ def run_once(a, work, keyed, round_no):
                 full = last - t0
                 print(f"    meshd: {cpu_since(c0)}; meshd processes {cpu_seconds(procs):.1f} s", flush=True)
                 print(f"    during formation, {probe.summary()}", flush=True)
+                print(f"    during formation, {probe_rt.summary()}", flush=True)
                 if a.hold:
                     hold(a, procs, socks, watch)
                 break
@@ -315,8 +331,9 @@ def run_once(a, work, keyed, round_no):
             diagnose(a, procs, socks, logs)
             raise RuntimeError(f"no full mesh within {a.timeout} s")
     finally:
-        if probe.is_alive():
-            probe.summary()
+        for p in (probe, probe_rt):
+            if p.is_alive():
+                p.summary()
         stop_all(procs)
         if a.keep_logs:
             shutil.copytree(work, a.keep_logs, ignore=shutil.ignore_patterns("*.sock"), dirs_exist_ok=True)
