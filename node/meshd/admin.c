@@ -79,6 +79,7 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 	       pthread_mutex_t *mesh_lock)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	bool bound;
 	int fd, ret;
 
 	memset(a, 0, sizeof(*a));
@@ -137,13 +138,19 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 		ret = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : 0;
 		umask(old);
 	}
+	/* Its group and mode before it listens: the group's name may take a while to look up (NSS),
+	 * and a client that connects meanwhile would wait for it. */
+	bound = !ret;
+	if (bound)
+		admin_set_access(path, m->cfg->socket_group);
 	if (ret || listen(fd, 64)) {
 		ret = ret ? ret : -errno;
 		log_error("cannot listen on %s: %s", path, strerror(-ret));
 		close(fd);
+		if (bound)
+			unlink(path);
 		return ret;
 	}
-	admin_set_access(path, m->cfg->socket_group);
 	ret = admin_watch_fd(a->ctl_epfd, fd, ADMIN_TAG(ADMIN_EV_LISTEN));
 	if (ret) {
 		log_error("epoll_ctl: %s", strerror(-ret));

@@ -794,6 +794,10 @@ int main(int argc, char **argv)
 		log_error("epoll_ctl: %s", strerror(-ret));
 		goto out_timer;
 	}
+	/* Before the control socket listens: a client that connects is answered by a thread that is
+	 * already there, not queued behind start-up (sysfs, libnuma; on a loaded machine whose root is
+	 * a network file system, seconds). */
+	numa_setup(&d);
 	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_WORK), &d.mesh, &d.lock);
 	if (ret)
 		goto out_admin;
@@ -811,17 +815,6 @@ int main(int argc, char **argv)
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
-	numa_setup(&d);
-	{
-		uint64_t usec = 0;
-
-		/* Half the interval systemd allows, as sd_watchdog_enabled(3) advises. */
-		if (sd_watchdog_enabled(0, &usec) > 0)
-			d.wd_every_ms = MAX(1u, usec / 2000);
-		d.wd_last_ms = util_now_ms();
-		/* The listeners and the control socket are up: applications may connect. */
-		notify_status(&d, "READY=1\n");
-	}
 	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++) {
 		d.dp[r].d = &d;
 		d.dp[r].rail = r;
@@ -829,8 +822,18 @@ int main(int argc, char **argv)
 		d.dp[r].stop_fd = -1;
 	}
 	/* The control socket's own thread (admin.h): requests never wait behind link work. */
-	if (!admin_start(&d.admin) && !run_data_path(&d))
-		status = 0;
+	if (!admin_start(&d.admin)) {
+		uint64_t usec = 0;
+
+		/* Half the interval systemd allows, as sd_watchdog_enabled(3) advises. */
+		if (sd_watchdog_enabled(0, &usec) > 0)
+			d.wd_every_ms = MAX(1u, usec / 2000);
+		d.wd_last_ms = util_now_ms();
+		/* The listeners and the control socket are up and served: applications may connect. */
+		notify_status(&d, "READY=1\n");
+		if (!run_data_path(&d))
+			status = 0;
+	}
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
 	admin_stop(&d.admin);
 out_metrics:
