@@ -821,7 +821,10 @@ int main(int argc, char **argv)
 		d.dp[r].epfd = r ? -1 : d.epfd;
 		d.dp[r].stop_fd = -1;
 	}
-	/* The control socket's own thread (admin.h): requests never wait behind link work. */
+	/* The control socket's own thread (admin.h): requests never wait behind link work. Its first
+	 * snapshot is taken here, alone on the mesh: the data path's first batch (a whole cluster's
+	 * connection requests at once) has held the lock for seconds before its first tick. */
+	admin_snapshot(&d.admin, util_now_ms());
 	if (!admin_start(&d.admin)) {
 		uint64_t usec = 0;
 
