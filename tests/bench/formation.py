@@ -23,6 +23,7 @@ failures the logs name, the meshd's CPU time.
 """
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -138,6 +139,9 @@ class CtlProbe(threading.Thread):
     def summary(self):
         self.stop.set()
         self.join(timeout=35)
+        return self.report()
+
+    def report(self):
         who = ("" if not self.fifo else "probe at SCHED_FIFO 1, " if not self.fifo_err
                else f"probe at normal priority (SCHED_FIFO refused: {self.fifo_err}), ")
         if not self.lat:
@@ -151,6 +155,68 @@ class CtlProbe(threading.Thread):
                     f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, _ in self.slow[:12]) + ")")
                 + ("" if not self.states else "\n      meshd threads while a request waited (state, kernel stack): "
                    + "; ".join(f"{v}x {k}" for k, v in sorted(self.states.items(), key=lambda kv: -kv[1])[:8])))
+
+
+class ProcProbe:
+    """A CtlProbe at SCHED_FIFO 1 in a process of its own: a thread of this script would share
+    Python's lock with the threads that read logs and run meshctl, and wait for whichever of them
+    the kernel preempted while holding it."""
+
+    def __init__(self, socks):
+        self.socks, self.stop = socks, multiprocessing.Event()
+        self.rx, tx = multiprocessing.Pipe(duplex=False)
+        self.proc = multiprocessing.Process(target=ProcProbe.child, args=(socks, self.stop, tx), daemon=True)
+
+    @staticmethod
+    def child(socks, stop, tx):
+        p = CtlProbe(socks, fifo=True)
+        p.stop = stop
+        p.run()
+        tx.send((p.lat, p.errors, p.snapshots, p.slow, p.fifo_err))
+
+    @staticmethod
+    def canary(stop, tx):
+        """The machine's own floor: a SCHED_FIFO 1 process that only sleeps 10 ms at a time, and
+        when it woke over 100 ms late (cyclictest's measure, coarse). If the probe's slow answers
+        fall at the same moments, the machine (here: the emulator's vCPUs) stalled, not meshd."""
+        err, late, t0, n = None, [], time.monotonic(), 0
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError as e:
+            err = e.strerror
+        while not stop.is_set():
+            t = time.monotonic()
+            time.sleep(0.01)
+            n += 1
+            over = time.monotonic() - t - 0.01
+            if over > 0.1:
+                late.append((t - t0, over))
+        tx.send((n, late, err))
+
+    def start(self):
+        self.proc.start()
+        self.crx, ctx = multiprocessing.Pipe(duplex=False)
+        self.cproc = multiprocessing.Process(target=ProcProbe.canary, args=(self.stop, ctx), daemon=True)
+        self.cproc.start()
+
+    def is_alive(self):
+        return self.proc.is_alive()
+
+    def summary(self):
+        self.stop.set()
+        p = CtlProbe(self.socks, fifo=True)
+        if self.rx.poll(40):
+            p.lat, p.errors, p.snapshots, p.slow, p.fifo_err = self.rx.recv()
+        self.proc.join(timeout=5)
+        canary = "canary: no report"
+        if self.crx.poll(10):
+            n, late, err = self.crx.recv()
+            canary = (f"canary (a process at {'SCHED_FIFO 1' if not err else 'normal priority: ' + err} sleeping "
+                      f"10 ms {n} times): {len(late)} wake-ups over 100 ms late"
+                      + ("" if not late else ", max " + f"{max(x for _, x in late) * 1000:.0f} ms (at " + ", ".join(
+                          f"{t:.1f} s: {x * 1000:.0f} ms" for t, x in late[:12]) + ")"))
+        self.cproc.join(timeout=5)
+        return p.report() + "; " + canary
 
 
 def stop_all(procs):
@@ -237,7 +303,7 @@ def hold(a, procs, socks, watch):
     meshctl = os.path.join(a.build, "node", "meshctl")
     c0, t0 = cpu_seconds(procs), time.monotonic()
     probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
-    probe_rt = CtlProbe(probe.socks, fifo=True)
+    probe_rt = ProcProbe(probe.socks)
     probe.start()
     probe_rt.start()
     lat = []
@@ -285,7 +351,7 @@ def run_once(a, work, keyed, round_no):
     next_progress = t0 + a.progress if a.progress else float("inf")
     probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
     probe.pids = {socks[i]: procs[i].pid for i in procs}
-    probe_rt = CtlProbe(probe.socks, fifo=True)
+    probe_rt = ProcProbe(probe.socks)
     probe.start()
     probe_rt.start()
     try:
