@@ -890,7 +890,7 @@ static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
 	"max_channels_per_link", "max_ring_mib_per_link", "max_channels_per_uid", "max_ring_bytes_per_uid", "socket_group",
-	"polling", "poll_budget_us", "app_spin_us", "direct_receive", "numa", "key_file", "metrics_listen", "log_level",
+	"polling", "poll_budget_us", "app_spin_us", "control_priority", "direct_receive", "numa", "key_file", "metrics_listen", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)
@@ -973,6 +973,7 @@ static void config_dump__every_printed_default__loads_back(void **state)
 		fail_msg("%s\n%s", t->err, text);
 	assert_int_equal(t->cfg.qps_per_link, 2);
 	assert_int_equal(t->cfg.mailbox_size, 4096);
+	assert_int_equal(t->cfg.control_priority, 1);
 	assert_string_equal(t->cfg.transport, "rdma");
 }
 
