@@ -269,7 +269,10 @@ static const struct field thread_fields[] = {
 	TF("numa_node", "NUMA", 4, F_NODE, numa_node),
 	TF("cpus", "CPUS", -12, F_STR, cpus),
 	TF("polling", "POLLING", -8, F_STR, polling),
-	TF("poll_budget_us", "BUDGET_US", -1, F_U32, poll_budget_us),
+	TF("poll_budget_us", "BUDGET_US", 9, F_U32, poll_budget_us),
+	TF("fast_events", "FAST_EV", 10, F_U64, fast_events),
+	TF("deferred_events", "DEFERRED", 9, F_U64, deferred_events),
+	TF("slow_sections", "ALL_LOCKS", -1, F_U64, slow_sections),
 };
 
 static const char *state_name(int s)

@@ -76,7 +76,7 @@ static int admin_watch_fd(int epfd, int fd, uint64_t tag)
 }
 
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
-	       pthread_mutex_t *mesh_lock)
+	       struct mesh_locks *locks)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	bool bound;
@@ -86,7 +86,7 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 	a->lfd = a->ctl_epfd = a->stop_fd = a->work_fd = -1;
 	a->epfd = epfd;
 	a->mesh = m;
-	a->mesh_lock = mesh_lock;
+	a->locks = locks;
 	pthread_mutex_init(&a->lock, NULL);
 	pthread_mutex_init(&a->snap_lock, NULL);
 	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
@@ -218,9 +218,9 @@ static void admin_wake(struct admin *a)
  * way the control thread no longer watches it. */
 static void admin_client_gone(struct admin *a, int slot)
 {
-	if (!pthread_mutex_trylock(a->mesh_lock)) {
+	if (!mesh_trylock_all(a->locks)) {
 		admin_drop(a, slot);
-		pthread_mutex_unlock(a->mesh_lock);
+		mesh_unlock_all(a->locks);
 		return;
 	}
 	pthread_mutex_lock(&a->lock);
@@ -385,6 +385,9 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 		th->rail = (uint32_t)r;
 		th->polling = (char *)m->cfg->polling;
 		th->poll_budget_us = m->cfg->poll_budget_us;
+		th->fast_events = nu->threads[r].fast_events;
+		th->deferred_events = nu->threads[r].deferred_events;
+		th->slow_sections = nu->threads[r].slow_sections;
 		/* Asked of the kernel, not remembered: what the thread really may run on. */
 		if (!sched_getaffinity((pid_t)th->tid, sizeof(set), &set))
 			th->cpus = numa_cpulist_format(&set, b->tcpus[r], sizeof(b->tcpus[r]));
@@ -961,7 +964,7 @@ static bool admin_lock_mesh(struct admin *a)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
-	return !pthread_mutex_clocklock(a->mesh_lock, CLOCK_MONOTONIC, &ts);
+	return !mesh_lock_all_by(a->locks, &ts);
 }
 
 /* Hands a request to the data path; the client is not read until it is answered. */
@@ -1021,7 +1024,7 @@ static void admin_on_client(struct admin *a, int fd)
 		mesh_ctl_req_free(req);
 		if (ret)
 			admin_drop(a, slot);
-		pthread_mutex_unlock(a->mesh_lock);
+		mesh_unlock_all(a->locks);
 		return;
 	}
 	/* The data path is busy (link work under a handshake storm): what it last published. */

@@ -69,7 +69,7 @@ struct admin {
 	uint64_t tag_kick, tag_life; /* epoll tags of channels in epfd: tag | channel id */
 	pthread_t thread;
 	bool started;
-	pthread_mutex_t *mesh_lock;
+	struct mesh_locks *locks; /* the daemon's (mesh.h): "the mesh's lock" below is all of them */
 	pthread_mutex_t lock; /* clients[], client_uid[], client_pid[], queued[], gone[], the pause */
 	struct mesh *mesh;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -103,9 +103,9 @@ struct admin {
 /* Binds path (creating its directory, replacing a stale socket, refusing a live one); the work
  * eventfd goes into epfd (the data path's) with tag_work. The socket is mode 0660 with group
  * cluster.socket_group, so applications run in that group; without the group (or with ""), 0600:
- * meshd's user only. mesh_lock is the lock the data path holds while it works on m. */
+ * meshd's user only. locks are those the data path holds while it works on m (mesh_lock_all). */
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
-	       pthread_mutex_t *mesh_lock);
+	       struct mesh_locks *locks);
 /* Starts the control thread (signals blocked as in the caller), and stops and joins it. */
 int admin_start(struct admin *a);
 void admin_stop(struct admin *a);

@@ -683,8 +683,9 @@ static void channel_post_data(struct channel *ch)
 		ch->tx_sent += len;
 		ch->tx_bytes += len;
 		ch->tx_chunks++;
-		l->metrics.tx_bytes += len;
-		l->metrics.tx_chunks++;
+		/* The link's counters: another rail's fast path may add to them at the same time. */
+		__atomic_fetch_add(&l->metrics.tx_bytes, len, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&l->metrics.tx_chunks, 1, __ATOMIC_RELAXED);
 		ch->posted_chunks++;
 		ch->inflight++;
 		ch->next_qp = (ch->next_qp + 1) % ch->qps;
@@ -746,7 +747,7 @@ static void channel_note_stall(struct channel *ch)
 	if (stalled && !ch->stalled) {
 		ch->credit_stalls++;
 		if (ch->link)
-			ch->link->metrics.credit_stalls++;
+			__atomic_fetch_add(&ch->link->metrics.credit_stalls, 1, __ATOMIC_RELAXED);
 	}
 	ch->stalled = stalled;
 }
@@ -1399,15 +1400,14 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 	}
 }
 
-static int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status)
+static uint32_t channel_wr_slot(uint32_t kind, uint32_t idx)
 {
-	uint32_t slot = kind == WR_CH_DATA ? idx >> 16 : idx;
-	struct channel *ch = link_channel(l, slot);
+	return kind == WR_CH_DATA ? idx >> 16 : idx;
+}
 
-	if (status)
-		return status; /* a failed write breaks the QP, hence the link */
-	if (!ch || !ch->inflight)
-		return -EPROTO;
+/* One of the channel's writes completed (it has writes in flight). */
+static void channel_completed(struct channel *ch, uint32_t kind, uint32_t idx)
+{
 	ch->inflight--;
 	if (kind == WR_CH_DATA) {
 		uint16_t seq = (uint16_t)idx;
@@ -1424,18 +1424,25 @@ static int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, in
 	} else {
 		ch->direct_busy = false;
 	}
+}
+
+static int channel_on_completion(struct link *l, uint32_t kind, uint32_t idx, int status)
+{
+	struct channel *ch = link_channel(l, channel_wr_slot(kind, idx));
+
+	if (status)
+		return status; /* a failed write breaks the QP, hence the link */
+	if (!ch || !ch->inflight)
+		return -EPROTO;
+	channel_completed(ch, kind, idx);
 	channel_pump(ch);
 	return 0;
 }
 
-static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
+/* What an immediate of the peer says about the channel on its slot: a chunk of data in our ring,
+ * or a credit in our credit page. A peer that breaks the stream's rules breaks the channel. */
+static void channel_take_imm(struct channel *ch, struct link *l, uint32_t imm, uint32_t len)
 {
-	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
-
-	if (!ch) {
-		log_warn("node %u wrote to channel slot %u, which is not open", l->peer->id, MESH_IMM_SLOT(imm));
-		return 0;
-	}
 	if (imm & MESH_IMM_CREDIT)
 		ch->imm_credits_seen++;
 	else
@@ -1445,8 +1452,7 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 		channel_break(ch, -EPROTO, "peer wrote after its close: %llu chunks and %llu credits, it counted %llu and %llu",
 			      (unsigned long long)ch->imm_chunks_seen, (unsigned long long)ch->imm_credits_seen,
 			      (unsigned long long)ch->peer_final_chunks, (unsigned long long)ch->peer_final_credits);
-		channel_pump(ch);
-		return 0;
+		return;
 	}
 	/* Data may beat the Accept (other QPs complete independently): it is in our ring already, and
 	 * counts as soon as it arrives. */
@@ -1482,7 +1488,7 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 
 			ch->rx_len[seq % w] = len;
 			ch->rx_chunks++;
-			l->metrics.rx_chunks++;
+			__atomic_fetch_add(&l->metrics.rx_chunks, 1, __ATOMIC_RELAXED);
 			while (ch->rx_len[s % w])
 				end += ch->rx_len[s++ % w];
 			/* Never more than a ring ahead of the reader (the peer ignored our credits), never past
@@ -1498,13 +1504,87 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
 					ch->rx_seq++;
 				}
 				ch->rx_bytes_total += end - ch->rx_bytes;
-				l->metrics.rx_bytes += end - ch->rx_bytes;
+				__atomic_fetch_add(&l->metrics.rx_bytes, end - ch->rx_bytes, __ATOMIC_RELAXED);
 				ch->rx_bytes = end;
 			}
 		}
 	}
+}
+
+static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
+{
+	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
+
+	if (!ch) {
+		log_warn("node %u wrote to channel slot %u, which is not open", l->peer->id, MESH_IMM_SLOT(imm));
+		return 0;
+	}
+	channel_take_imm(ch, l, imm, len);
 	channel_pump(ch);
 	return 0;
+}
+
+/* ---- the fast path (mesh.h, struct mesh_locks) ---- */
+
+/* A channel of this rail that only moves data: open, not resuming, nothing of a close under way,
+ * nothing of its open or accept pending, its application there and not shut, its link and rail
+ * UP. Its pump then touches nothing but the channel, its rail's QPs and the link's counters (added
+ * atomically), so the rail's thread may run it under its rail's lock alone. */
+static bool channel_fast_ok(const struct channel *ch, uint32_t rail)
+{
+	return ch->rail == rail && !ch->local && ch->state == CH_OPEN && !ch->error && !ch->resuming &&
+	       !ch->refused_ms && !ch->open_pending && !ch->accept_pending && !ch->app_gone && !ch->app_shut &&
+	       !ch->close_rcvd && !ch->close_sent && !ch->peer_final && ch->link && ch->link->phase == LINK_UP &&
+	       mesh_link_rail_up(ch->link, rail);
+}
+
+/* The usual pump, under every lock, by the next channel_pump_wanted. */
+static void channel_want_slow(struct channel *ch, uint32_t rail)
+{
+	ch->slow_wanted = true;
+	ch->mesh->rail_slow[rail] = true;
+}
+
+/* channel_pump's data part; whatever else the channel needs (it stopped being one that only moves
+ * data: the application shut its side, a write was refused, the stream broke) is left to the
+ * usual pump. */
+static void channel_pump_fast(struct channel *ch, uint32_t rail)
+{
+	if (channel_fast_ok(ch, rail) && !channel_read_app(ch) && channel_fast_ok(ch, rail)) {
+		channel_post_data(ch);
+		channel_post_direct(ch);
+		channel_note_stall(ch);
+		channel_post_credit(ch);
+	}
+	if (!channel_fast_ok(ch, rail))
+		channel_want_slow(ch, rail);
+	channel_publish(ch);
+}
+
+static bool channel_fast_completion(struct link *l, uint32_t rail, uint32_t kind, uint32_t idx)
+{
+	struct channel *ch = link_channel(l, channel_wr_slot(kind, idx));
+
+	if (!ch || !ch->inflight || !channel_fast_ok(ch, rail))
+		return false;
+	channel_completed(ch, kind, idx);
+	channel_pump_fast(ch, rail);
+	return true;
+}
+
+static bool channel_fast_imm_ok(struct link *l, uint32_t rail, uint32_t imm)
+{
+	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
+
+	return ch && channel_fast_ok(ch, rail);
+}
+
+static void channel_fast_imm(struct link *l, uint32_t rail, uint32_t imm, uint32_t len)
+{
+	struct channel *ch = link_channel(l, MESH_IMM_SLOT(imm));
+
+	channel_take_imm(ch, l, imm, len);
+	channel_pump_fast(ch, rail);
 }
 
 /* An open channel with nothing of a close under way waits for its link (both sides keep it). */
@@ -1808,6 +1888,34 @@ static bool channel_app_moved(const struct channel *ch)
 	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut);
 }
 
+int channel_poll_fast(struct mesh *m, uint32_t rail)
+{
+	int n = 0;
+
+	for (struct channel *ch = m->channels; ch; ch = ch->next) {
+		if (ch->rail != rail || ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
+			continue;
+		if (channel_fast_ok(ch, rail))
+			channel_pump_fast(ch, rail); /* never frees it */
+		else
+			channel_want_slow(ch, rail);
+		n++;
+	}
+	return n;
+}
+
+void channel_pump_wanted(struct mesh *m, uint32_t rail)
+{
+	m->rail_slow[rail] = false;
+	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+		next = ch->next; /* the pump may free ch */
+		if (ch->slow_wanted) {
+			ch->slow_wanted = false;
+			channel_pump(ch);
+		}
+	}
+}
+
 int channel_poll(struct mesh *m, uint32_t rail)
 {
 	int n = 0;
@@ -1917,4 +2025,7 @@ const struct mesh_upper channel_upper = {
 	.rail_down = channel_rail_down,
 	.tick = channel_tick,
 	.cleanup = channel_cleanup,
+	.fast_completion = channel_fast_completion,
+	.fast_imm_ok = channel_fast_imm_ok,
+	.fast_imm = channel_fast_imm,
 };

@@ -77,6 +77,7 @@ struct channel {
 	bool tx_ok[CH_WINDOW];
 	uint8_t tx_qp[CH_WINDOW]; /* the QP (of the channel's) each chunk went on: what a direct pair covers */
 	bool stalled;
+	bool slow_wanted; /* the fast path left it to the usual pump (channel_pump_wanted) */
 	/* A QP refused a write of this resumable channel at refused_ms (0: none): nothing is posted
 	 * until its rail or link goes down and the channel resumes (channel_refused). */
 	uint64_t refused_ms;
@@ -188,6 +189,11 @@ void channel_on_lifeline(struct mesh *m, uint32_t id);
  * applications skip their kicks); after clearing it the caller must call channel_poll once more
  * before it sleeps. */
 int channel_poll(struct mesh *m, uint32_t rail);
+/* The same under the rail's lock alone (mesh.h, struct mesh_locks): channels that only move data
+ * are pumped for their data; the others are marked for channel_pump_wanted, which the rail's
+ * thread calls under every lock (it pumps every marked channel). */
+int channel_poll_fast(struct mesh *m, uint32_t rail);
+void channel_pump_wanted(struct mesh *m, uint32_t rail);
 /* Channels to the local node: what a peer's meshd would be told (control messages, immediates and
  * completions of the writes) is queued and delivered here, after the batch that queued it, never
  * from inside a handler. Delivers what was queued when called (what that queues waits for the

@@ -72,9 +72,9 @@ enum poll_mode { POLL_EVENT, POLL_ADAPTIVE, POLL_BUSY };
 struct daemon;
 
 /* A data-path thread: one per rail (device), pinned to its device's NUMA node. Rail 0's also
- * serves the control plane (timer, signals, control socket, channel kicks and lifelines). All of
- * them work on the mesh under d->lock only: they run in parallel only while waiting or polling
- * nothing, so each device's completions are taken near the device, not several at once. */
+ * serves the control plane (timer, signals, control socket, channel kicks and lifelines). Each
+ * moves its rail's channel data under its rail's lock alone, and takes every lock for the rest
+ * (mesh.h, struct mesh_locks): two rails carry two streams at once. */
 struct dp {
 	struct daemon *d;
 	uint32_t rail;
@@ -85,12 +85,16 @@ struct dp {
 	uint32_t hot_rounds;   /* rounds while polling, for HOT_EPOLL_EVERY */
 	int status;            /* run()'s result */
 	pthread_t thread;
+	/* Events of its transports the fast path left to the usual way, in order: the first it could
+	 * not take and everything polled after it (mesh_fast_event). */
+	struct xport_event deferred[EVENT_BATCH * MESH_XPORTS_MAX];
+	int n_deferred;
 };
 
 struct daemon {
 	struct mesh_config cfg;
 	enum poll_mode poll_mode;
-	pthread_mutex_t lock; /* the mesh, its transports and channels */
+	struct mesh_locks locks; /* the mesh, its transports and channels (mesh.h) */
 	struct dp dp[MESH_RAILS_MAX];
 	xport_t *xports[MESH_XPORT_INSTANCES]; /* per provider, one per rail (mesh.h) */
 	size_t n_xports;
@@ -155,13 +159,6 @@ static bool drain_xport_n(struct daemon *d, xport_t *x, bool all, int *got)
 			return false;
 	}
 	return true;
-}
-
-static bool drain_xport(struct daemon *d, xport_t *x)
-{
-	int got = 0;
-
-	return drain_xport_n(d, x, false, &got);
 }
 
 /* The providers of cluster.transport for this node's addresses, in order of preference: an
@@ -343,8 +340,41 @@ static bool dp_owns(const struct dp *dp, size_t i)
 	return i % dp->d->mesh.n_rails == dp->rail;
 }
 
+/* The fast path's drain of transport i (mesh_fast_event), under the rail's lock alone: what it
+ * cannot take goes to dp->deferred with everything after it, and no more is polled until the
+ * usual way has handled them. Returns true when events may be left. */
+static bool drain_fast(struct dp *dp, size_t i, bool all, int *got)
+{
+	struct daemon *d = dp->d;
+	struct mesh_numa_thread *t = &d->mesh.numa.threads[dp->rail];
+	struct xport_event evs[EVENT_BATCH];
+
+	for (int round = 0; round < DRAIN_ROUNDS; round++) {
+		int n;
+
+		if (dp->n_deferred)
+			return true; /* after the usual way's turn (the next round of the loop) */
+		n = all && round == 0 ? xport_poll_all(d->xports[i], evs, EVENT_BATCH)
+				      : xport_poll(d->xports[i], evs, EVENT_BATCH);
+		if (n < 0) {
+			log_error("%s transport poll: %s", xport_name(d->xports[i]), mesh_strerror(n));
+			return false;
+		}
+		*got += n;
+		for (int k = 0; k < n; k++) {
+			if (!dp->n_deferred && mesh_fast_event(&d->mesh, dp->rail, &evs[k]))
+				t->fast_events++;
+			else
+				dp->deferred[dp->n_deferred++] = evs[k];
+		}
+		if (n < EVENT_BATCH)
+			return dp->n_deferred > 0;
+	}
+	return true;
+}
+
 /* One look at everything of this rail without waiting (the polling part of the loop): every
- * completion queue and every ring. Returns true when anything moved. Under the lock. */
+ * completion queue and every ring, under the rail's lock alone. Returns true when anything moved. */
 static bool poll_once(struct dp *dp)
 {
 	struct daemon *d = dp->d;
@@ -352,9 +382,8 @@ static bool poll_once(struct dp *dp)
 
 	for (size_t i = 0; i < d->n_xports; i++)
 		if (dp_owns(dp, i))
-			d->more[i] = drain_xport_n(d, d->xports[i], true, &got);
-	got += channel_poll(&d->mesh, dp->rail);
-	mesh_reap(&d->mesh);
+			d->more[i] = drain_fast(dp, i, true, &got);
+	got += channel_poll_fast(&d->mesh, dp->rail);
 	dp->polled = true;
 	return got > 0;
 }
@@ -377,22 +406,120 @@ static bool stay_hot(struct dp *dp, bool worked)
 	return now < dp->hot_until_us;
 }
 
+/* Under the rail's lock: whether this thread must take every lock now (events left to the usual
+ * way, channels left to the usual pump, channels to the local node with work queued). */
+static bool slow_wanted(struct dp *dp)
+{
+	struct mesh *m = &dp->d->mesh;
+
+	m->rail_deferring[dp->rail] = dp->n_deferred > 0;
+	return dp->n_deferred || m->rail_slow[dp->rail] || channel_local_pending(m);
+}
+
+/* Everything but the fast path, under every lock: the events the fast path left, in order, then
+ * the other descriptors of this batch (evs: timer, signals, control socket's work, kicks,
+ * lifelines, metrics), the tick, the channels left to the usual pump and the channels to the local
+ * node. Clears *running on a stop. */
+static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool *running)
+{
+	struct daemon *d = dp->d;
+	struct mesh *m = &d->mesh;
+	bool tick = false;
+
+	mesh_lock_all(&d->locks);
+	m->numa.threads[dp->rail].slow_sections++;
+	m->numa.threads[dp->rail].deferred_events += (uint64_t)dp->n_deferred;
+	for (int k = 0; k < dp->n_deferred; k++)
+		mesh_handle_event(m, &dp->deferred[k]);
+	dp->n_deferred = 0;
+	m->rail_deferring[dp->rail] = false;
+	mesh_reap(m);
+	for (int i = 0; i < n; i++) {
+		uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
+		int fd = (int)(uint32_t)evs[i].data.u64;
+
+		switch (tag) {
+		case TAG_TIMER: {
+			uint64_t exp;
+
+			if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
+				log_warn("timerfd read: %m");
+			tick = true; /* after the receives of this batch, below */
+			break;
+		}
+		case TAG_SIGNAL: {
+			struct signalfd_siginfo si;
+
+			if (read(fd, &si, sizeof(si)) == sizeof(si)) {
+				log_info("signal %s: stopping", strsignal((int)si.ssi_signo));
+				*running = false;
+			}
+			break;
+		}
+		case TAG_STOP:
+			*running = false;
+			break;
+		case TAG_ADMIN_WORK:
+			admin_work(&d->admin);
+			break;
+		case TAG_CH_KICK:
+			channel_on_kick(m, (uint32_t)fd);
+			break;
+		case TAG_CH_LIFE:
+			channel_on_lifeline(m, (uint32_t)fd);
+			break;
+		case TAG_METRICS:
+			metrics_http_run(&d->metrics);
+			break;
+		}
+	}
+	/* Timers judge liveness only after everything that arrived has been read: a meshd that was
+	 * not scheduled for a while (paused, or a loaded machine) finds its peers' keepalives in
+	 * this batch, and must not declare a merely delayed link dead. */
+	if (tick) {
+		int got = 0;
+
+		/* Every completion queue, not only the notified ones: a thread stopped while it
+		 * polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what arrived
+		 * meanwhile raised no readiness, and the timer must not judge before reading it.
+		 * With polling = event the CQs are always armed, and that look must not be taken:
+		 * it leaves the transport polling (no re-arming), which this mode never undoes, so
+		 * every CQ stayed unarmed after the first tick and a channel over rdma moved one
+		 * message per tick (50 ms). */
+		for (size_t i = 0; i < d->n_xports; i++)
+			if (dp_owns(dp, i))
+				d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
+		mesh_tick(m, util_now_ms());
+		mesh_reap(m);
+		admin_snapshot(&d->admin, util_now_ms());
+		metrics_http_run(&d->metrics); /* its connection timeouts */
+		notify_tick(d, util_now_ms());
+	}
+	channel_pump_wanted(m, dp->rail);
+	/* What this batch told channels to the local node reaches them now, outside any handler. */
+	channel_local_run(m);
+	/* What the handlers released goes after the batch (no event above may still name it). */
+	mesh_reap(m);
+	mesh_unlock_all(&d->locks);
+}
+
 static int run(struct dp *dp)
 {
 	struct daemon *d = dp->d;
 	struct mesh *m = &d->mesh;
+	pthread_mutex_t *lock = &d->locks.rail[dp->rail];
 	struct epoll_event evs[32];
 	bool running = true, hot = d->poll_mode == POLL_BUSY;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(lock);
 	if (hot)
 		channel_set_polling(m, dp->rail, true);
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(lock);
 	while (running) {
-		bool more = false, tick = false, drained[MESH_XPORT_INSTANCES] = {false};
-		int n;
+		bool more = false, slow, worked, drained[MESH_XPORT_INSTANCES] = {false};
+		int n, got = 0;
 
-		pthread_mutex_lock(&d->lock);
+		pthread_mutex_lock(lock);
 		for (size_t i = 0; i < d->n_xports; i++)
 			more |= dp_owns(dp, i) && d->more[i];
 		more |= channel_local_pending(m);
@@ -407,12 +534,15 @@ static int run(struct dp *dp)
 				hot = stay_hot(dp, true);
 				if (hot)
 					channel_set_polling(m, dp->rail, true);
-				pthread_mutex_unlock(&d->lock);
+				slow = slow_wanted(dp);
+				pthread_mutex_unlock(lock);
+				if (slow)
+					slow_path(dp, NULL, 0, &running);
 				continue;
 			}
 			dp->polled = false; /* that look found nothing: now sleep */
 		}
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(lock);
 		if (hot && !more && ++dp->hot_rounds % HOT_EPOLL_EVERY)
 			n = 0;
 		else
@@ -424,96 +554,38 @@ static int run(struct dp *dp)
 			log_error("epoll_wait: %m");
 			return -errno;
 		}
-		pthread_mutex_lock(&d->lock);
+		slow = false;
+		pthread_mutex_lock(lock);
 		for (int i = 0; i < n; i++) {
 			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
 			int fd = (int)(uint32_t)evs[i].data.u64;
 
-			switch (tag) {
-			case TAG_XPORT:
-				if ((size_t)fd < d->n_xports) {
-					d->more[fd] = drain_xport(d, d->xports[fd]);
-					drained[fd] = true;
-				}
-				break;
-			case TAG_TIMER: {
-				uint64_t exp;
-
-				if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
-					log_warn("timerfd read: %m");
-				tick = true; /* after the receives of this batch, below */
-				break;
-			}
-			case TAG_SIGNAL: {
-				struct signalfd_siginfo si;
-
-				if (read(fd, &si, sizeof(si)) == sizeof(si)) {
-					log_info("signal %s: stopping", strsignal((int)si.ssi_signo));
-					running = false;
-				}
-				break;
-			}
-			case TAG_STOP:
-				running = false;
-				break;
-			case TAG_ADMIN_WORK:
-				admin_work(&d->admin);
-				break;
-			case TAG_CH_KICK:
-				channel_on_kick(m, (uint32_t)fd);
-				break;
-			case TAG_CH_LIFE:
-				channel_on_lifeline(m, (uint32_t)fd);
-				break;
-			case TAG_METRICS:
-				metrics_http_run(&d->metrics);
-				break;
+			if (tag != TAG_XPORT)
+				slow = true; /* the control plane's, below */
+			else if ((size_t)fd < d->n_xports) {
+				d->more[fd] = drain_fast(dp, (size_t)fd, false, &got);
+				drained[fd] = true;
 			}
 		}
 		/* A transport cut short by DRAIN_ROUNDS continues now, after the others had their turn. */
 		for (size_t i = 0; i < d->n_xports; i++)
 			if (dp_owns(dp, i) && d->more[i] && !drained[i])
-				d->more[i] = drain_xport(d, d->xports[i]);
-		/* Timers judge liveness only after everything that arrived has been read: a meshd that was
-		 * not scheduled for a while (paused, or a loaded machine) finds its peers' keepalives in
-		 * this batch, and must not declare a merely delayed link dead. */
-		if (tick) {
-			int got = 0;
-
-			/* Every completion queue, not only the notified ones: a thread stopped while it
-			 * polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what arrived
-			 * meanwhile raised no readiness, and the timer must not judge before reading it.
-			 * With polling = event the CQs are always armed, and that look must not be taken:
-			 * it leaves the transport polling (no re-arming), which this mode never undoes, so
-			 * every CQ stayed unarmed after the first tick and a channel over rdma moved one
-			 * message per tick (50 ms). */
-			for (size_t i = 0; i < d->n_xports; i++)
-				if (dp_owns(dp, i))
-					d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
-			mesh_tick(m, util_now_ms());
-			mesh_reap(m);
-			admin_snapshot(&d->admin, util_now_ms());
-			metrics_http_run(&d->metrics); /* its connection timeouts */
-			notify_tick(d, util_now_ms());
-		}
-		/* What this batch told channels to the local node reaches them now, outside any handler. */
-		channel_local_run(m);
-		/* What the handlers released goes after the batch (no event above may still name it). */
-		mesh_reap(m);
+				d->more[i] = drain_fast(dp, i, false, &got);
+		worked = n > 0;
 		if (d->poll_mode != POLL_EVENT) {
-			bool worked = poll_once(dp) || n > 0;
-
+			worked = poll_once(dp) || worked;
 			hot = stay_hot(dp, worked);
 			if (hot && !m->polling[dp->rail])
 				channel_set_polling(m, dp->rail, true);
-			pthread_mutex_unlock(&d->lock);
-			/* Nothing to do this round: let whoever we wait for (an application, rxe's
-			 * softirq, the peer meshd on the same machine) have the CPU. */
-			if (hot && !worked)
-				sched_yield();
-		} else {
-			pthread_mutex_unlock(&d->lock);
 		}
+		slow |= slow_wanted(dp);
+		pthread_mutex_unlock(lock);
+		if (slow)
+			slow_path(dp, evs, n, &running);
+		/* Nothing to do this round: let whoever we wait for (an application, rxe's softirq,
+		 * the peer meshd on the same machine) have the CPU. */
+		if (hot && !worked)
+			sched_yield();
 	}
 	return 0;
 }
@@ -657,7 +729,7 @@ int main(int argc, char **argv)
 	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL;
 	long node_id = -1;
 	bool dump = false;
-	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .metrics = {.fd = -1}};
+	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .metrics = {.fd = -1}};
 	const struct config_node *self;
 	struct auth_keys keys;
 	char err[512], prefix[32];
@@ -665,6 +737,7 @@ int main(int argc, char **argv)
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
+	mesh_locks_init(&d.locks);
 	while ((c = getopt_long(argc, argv, "c:n:s:l:Vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
@@ -758,6 +831,7 @@ int main(int argc, char **argv)
 		goto out_xport;
 	}
 	d.mesh.upper = &channel_upper; /* channels ride the links */
+	d.locks.n_rails = d.mesh.n_rails;
 	d.mesh.keys = keys;
 	explicit_bzero(&keys, sizeof(keys));
 	d.epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -798,7 +872,7 @@ int main(int argc, char **argv)
 	 * already there, not queued behind start-up (sysfs, libnuma; on a loaded machine whose root is
 	 * a network file system, seconds). */
 	numa_setup(&d);
-	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_WORK), &d.mesh, &d.lock);
+	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_WORK), &d.mesh, &d.locks);
 	if (ret)
 		goto out_admin;
 	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE));
@@ -855,6 +929,7 @@ out_xport:
 	for (size_t i = 0; i < d.n_xports; i++)
 		xport_destroy(d.xports[i]);
 	config_free(&d.cfg);
+	mesh_locks_destroy(&d.locks);
 	if (!status)
 		log_info("stopped");
 	return status;

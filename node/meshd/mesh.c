@@ -156,6 +156,9 @@ void mesh_bury_map(struct mesh *m, void *addr, size_t len)
 
 void mesh_reap(struct mesh *m)
 {
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+		if (m->rail_deferring[r])
+			return; /* that rail's thread reaps once it has handled them */
 	for (size_t i = 0; i < m->grave.n_conns; i++)
 		xport_conn_destroy(m->grave.conns[i]);
 	m->grave.n_conns = 0;
@@ -1854,6 +1857,115 @@ static void mesh_on_event(struct mesh *m, const struct xport_event *ev)
 	default:
 		break;
 	}
+}
+
+bool mesh_fast_event(struct mesh *m, uint32_t rail, const struct xport_event *ev)
+{
+	const struct mesh_upper *up = m->upper;
+	xport_conn_t *c = ev->conn;
+	uint32_t kind = WR_KIND(ev->wr_id), idx = WR_IDX(ev->wr_id);
+	struct link *l;
+
+	if (ev->type != XPORT_EV_COMPLETION || ev->status || !up || !up->fast_completion)
+		return false;
+	l = c->ctx;
+	if (!l)
+		return true; /* detached earlier: mesh_on_event ignores it as well */
+	if (l->phase != LINK_UP || c->index >= mesh_link_qps(m) || link_qp_rail(l, c->index) != rail ||
+	    !(l->rails_up & (1u << rail)))
+		return false;
+	switch (kind) {
+	case WR_CH_DATA:
+	case WR_CH_CREDIT:
+	case WR_CH_DIRECT:
+		/* As link_on_completion: the room first, the channel's pump may use it. */
+		if (!l->sq_used[c->index])
+			return false;
+		l->sq_used[c->index]--;
+		if (up->fast_completion(l, rail, kind, idx))
+			return true;
+		l->sq_used[c->index]++;
+		return false;
+	case WR_RECV:
+	case WR_RECV_DATA: {
+		bool buffered = kind == WR_RECV;
+		int ret;
+
+		if (!ev->has_imm || !(l->features & MESH_FEAT_CHANNELS) ||
+		    (buffered ? idx / LINK_RECV_BUFS != rail
+			      : idx >= LINK_DATA_RECVS || link_qp_first(l, c->index) != buffered) ||
+		    !up->fast_imm_ok(l, rail, ev->imm))
+			return false;
+		/* Posted again before the immediate is taken: if that fails, the usual way tries again
+		 * and fails the link, and nothing was taken twice. */
+		if (buffered)
+			ret = xport_post_recv(c, link_buf_mr(l, rail), l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
+					      MESH_PEER_MSG_MAX, ev->wr_id);
+		else
+			ret = xport_post_recv(c, l->mr_local, NULL, 0, ev->wr_id);
+		if (ret)
+			return false;
+		l->rail_rx_ms[rail] = now_ms();
+		up->fast_imm(l, rail, ev->imm, ev->byte_len);
+		return true;
+	}
+	default:
+		return false;
+	}
+}
+
+/* ---- the locks (struct mesh_locks) ---- */
+
+void mesh_locks_init(struct mesh_locks *k)
+{
+	pthread_mutex_init(&k->ctl, NULL);
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+		pthread_mutex_init(&k->rail[r], NULL);
+	k->n_rails = 1;
+}
+
+void mesh_locks_destroy(struct mesh_locks *k)
+{
+	pthread_mutex_destroy(&k->ctl);
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+		pthread_mutex_destroy(&k->rail[r]);
+}
+
+static void mesh_lock_rails(struct mesh_locks *k)
+{
+	for (uint32_t r = 0; r < k->n_rails; r++)
+		pthread_mutex_lock(&k->rail[r]);
+}
+
+void mesh_lock_all(struct mesh_locks *k)
+{
+	pthread_mutex_lock(&k->ctl);
+	mesh_lock_rails(k);
+}
+
+int mesh_lock_all_by(struct mesh_locks *k, const struct timespec *abs)
+{
+	int ret = pthread_mutex_clocklock(&k->ctl, CLOCK_MONOTONIC, abs);
+
+	if (!ret)
+		mesh_lock_rails(k);
+	return ret;
+}
+
+int mesh_trylock_all(struct mesh_locks *k)
+{
+	int ret = pthread_mutex_trylock(&k->ctl);
+
+	if (!ret)
+		mesh_lock_rails(k);
+	return ret;
+}
+
+void mesh_unlock_all(struct mesh_locks *k)
+{
+	for (uint32_t r = k->n_rails; r-- > 0;)
+		pthread_mutex_unlock(&k->rail[r]);
+	pthread_mutex_unlock(&k->ctl);
 }
 
 /* Rail 0's keepalive by WRITE (MESH_FEAT_KA_WRITE): the sequence number into the peer's mailbox

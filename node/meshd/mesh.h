@@ -9,8 +9,10 @@
 #ifndef MESH_MESHD_MESH_H
 #define MESH_MESHD_MESH_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "auth.h"
 #include "channel.h"
@@ -196,8 +198,37 @@ struct mesh_numa {
 		char devices[MESH_XPORTS_MAX * (NUMA_NAME_MAX + 1)];
 		int node; /* pinned to, -1: not pinned */
 		uint32_t tid;
+		/* Its work (struct mesh_locks): events of its transports taken under its rail's lock
+		 * alone, events it left to the usual way (under every lock), and the times it took
+		 * every lock itself. Written by that thread only. */
+		uint64_t fast_events, deferred_events, slow_sections;
 	} threads[MESH_RAILS_MAX];
 };
+
+/*
+ * The daemon's locks (main.c, admin.c). Whoever holds `ctl` and then every rail's lock, in rail
+ * order (mesh_lock_all), has the whole mesh to itself, as under the one lock there was before:
+ * links, channels, transports, the control plane, all of mesh.c and channel.c. A data-path thread
+ * moves the data of its own rail's channels under its rail's lock alone (the fast path:
+ * mesh_fast_event, channel_poll_fast): completions and immediates of its transports, and the
+ * pumps of channels that only move data (channel.c, channel_fast_ok), touching only its rail's
+ * channels and QPs; anything else (a control message, a failed completion, a channel closing or
+ * resuming) it leaves, in order, to itself under every lock. So two rails carry two streams at
+ * once, and the rest of the code stays single-threaded.
+ */
+struct mesh_locks {
+	pthread_mutex_t ctl;
+	pthread_mutex_t rail[MESH_RAILS_MAX];
+	uint32_t n_rails;
+};
+void mesh_locks_init(struct mesh_locks *k);
+void mesh_locks_destroy(struct mesh_locks *k);
+void mesh_lock_all(struct mesh_locks *k);
+/* ctl by abs (CLOCK_MONOTONIC), then the rails': 0, or ETIMEDOUT holding nothing. */
+int mesh_lock_all_by(struct mesh_locks *k, const struct timespec *abs);
+/* ctl if free now, then the rails' (held by fast paths only briefly): 0, or EBUSY holding nothing. */
+int mesh_trylock_all(struct mesh_locks *k);
+void mesh_unlock_all(struct mesh_locks *k);
 
 /* The layer above the links (channels: channel_upper in channel.c) and everything the link layer
  * tells it: the link layer calls up only through this table, the layer above calls down through
@@ -219,6 +250,14 @@ struct mesh_upper {
 	/* Periodic work after the links' (timeouts), and everything at exit. */
 	void (*tick)(struct mesh *m, uint64_t now_ms);
 	void (*cleanup)(struct mesh *m);
+	/* The fast path (struct mesh_locks): under rail's lock alone, a successful completion of a
+	 * data-path write on rail's QPs, or the immediate of one; false when the channel it names
+	 * is not one that only moves data, having changed nothing: the event then goes the usual way.
+	 * fast_imm_ok says whether fast_imm will take the immediate (checked before the receive is
+	 * posted again). */
+	bool (*fast_completion)(struct link *l, uint32_t rail, uint32_t kind, uint32_t idx);
+	bool (*fast_imm_ok)(struct link *l, uint32_t rail, uint32_t imm);
+	void (*fast_imm)(struct link *l, uint32_t rail, uint32_t imm, uint32_t len);
 };
 
 struct mesh {
@@ -271,6 +310,12 @@ struct mesh {
 	struct channel_ops ch_ops;
 	struct channel_local *local; /* channels to this node (channel.c), created on first use */
 	bool polling[MESH_RAILS_MAX]; /* the rail's data-path thread polls its rings now (MESH_DAEMON_POLLING) */
+	/* The fast path of each rail (struct mesh_locks), written by that rail's thread: a channel it
+	 * could not pump wants the usual pump (channel_pump_wanted), and it holds events it polled but
+	 * left to the usual way: connections they name must not be destroyed until it has handled
+	 * them (mesh_reap waits). */
+	bool rail_slow[MESH_RAILS_MAX];
+	bool rail_deferring[MESH_RAILS_MAX];
 	struct mesh_numa numa;
 };
 
@@ -283,6 +328,11 @@ const char *link_transport(const struct link *l);
 void mesh_cleanup(struct mesh *m);
 
 void mesh_handle_event(struct mesh *m, const struct xport_event *ev);
+/* The fast path of rail's thread, under that rail's lock alone (struct mesh_locks): true when ev
+ * was handled (or is one the usual way ignores), false when it must go to mesh_handle_event under
+ * every lock, with everything polled after it, in order. */
+bool mesh_fast_event(struct mesh *m, uint32_t rail, const struct xport_event *ev);
+/* Destroys what was buried, unless a rail still holds polled events that may name it. */
 void mesh_reap(struct mesh *m);
 void mesh_tick(struct mesh *m, uint64_t now_ms);
 /* Clean shutdown: Goodbye on UP links, then disconnect everything. */
