@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <stdatomic.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
@@ -428,11 +429,18 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 
 	mesh_lock_all(&d->locks);
 	m->numa.threads[dp->rail].slow_sections++;
-	m->numa.threads[dp->rail].deferred_events += (uint64_t)dp->n_deferred;
-	for (int k = 0; k < dp->n_deferred; k++)
-		mesh_handle_event(m, &dp->deferred[k]);
-	dp->n_deferred = 0;
-	m->rail_deferring[dp->rail] = false;
+	/* Every rail's: a rail's thread may hold events it polled and left here while it waits for
+	 * these locks, and the tick below must not judge a link before reading them (a keepalive
+	 * among them: a busy rail's thread lost a link so, with both peers alive). */
+	for (uint32_t r = 0; r < m->n_rails; r++) {
+		struct dp *o = &d->dp[r];
+
+		m->numa.threads[r].deferred_events += (uint64_t)o->n_deferred;
+		for (int k = 0; k < o->n_deferred; k++)
+			mesh_handle_event(m, &o->deferred[k]);
+		o->n_deferred = 0;
+		m->rail_deferring[r] = false;
+	}
 	mesh_reap(m);
 	for (int i = 0; i < n; i++) {
 		uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
@@ -503,6 +511,20 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 	mesh_unlock_all(&d->locks);
 }
 
+/* The rail's lock for its fast path. Whoever waits to take every lock (the control plane, the
+ * control socket) goes first: a mutex does not queue, and a busy rail's thread that unlocks and
+ * locks again at once kept it from them for seconds. */
+static void rail_lock(struct dp *dp)
+{
+	struct mesh_locks *k = &dp->d->locks;
+
+	if (atomic_load_explicit(&k->all_waiting, memory_order_acquire)) {
+		pthread_mutex_lock(&k->ctl);
+		pthread_mutex_unlock(&k->ctl);
+	}
+	pthread_mutex_lock(&k->rail[dp->rail]);
+}
+
 static int run(struct dp *dp)
 {
 	struct daemon *d = dp->d;
@@ -511,7 +533,7 @@ static int run(struct dp *dp)
 	struct epoll_event evs[32];
 	bool running = true, hot = d->poll_mode == POLL_BUSY;
 
-	pthread_mutex_lock(lock);
+	rail_lock(dp);
 	if (hot)
 		channel_set_polling(m, dp->rail, true);
 	pthread_mutex_unlock(lock);
@@ -519,7 +541,7 @@ static int run(struct dp *dp)
 		bool more = false, slow, worked, drained[MESH_XPORT_INSTANCES] = {false};
 		int n, got = 0;
 
-		pthread_mutex_lock(lock);
+		rail_lock(dp);
 		for (size_t i = 0; i < d->n_xports; i++)
 			more |= dp_owns(dp, i) && d->more[i];
 		more |= channel_local_pending(m);
@@ -555,7 +577,7 @@ static int run(struct dp *dp)
 			return -errno;
 		}
 		slow = false;
-		pthread_mutex_lock(lock);
+		rail_lock(dp);
 		for (int i = 0; i < n; i++) {
 			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
 			int fd = (int)(uint32_t)evs[i].data.u64;

@@ -1922,6 +1922,7 @@ void mesh_locks_init(struct mesh_locks *k)
 	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
 		pthread_mutex_init(&k->rail[r], NULL);
 	k->n_rails = 1;
+	atomic_init(&k->all_waiting, 0);
 }
 
 void mesh_locks_destroy(struct mesh_locks *k)
@@ -1939,16 +1940,21 @@ static void mesh_lock_rails(struct mesh_locks *k)
 
 void mesh_lock_all(struct mesh_locks *k)
 {
+	atomic_fetch_add(&k->all_waiting, 1);
 	pthread_mutex_lock(&k->ctl);
 	mesh_lock_rails(k);
+	atomic_fetch_sub(&k->all_waiting, 1);
 }
 
 int mesh_lock_all_by(struct mesh_locks *k, const struct timespec *abs)
 {
-	int ret = pthread_mutex_clocklock(&k->ctl, CLOCK_MONOTONIC, abs);
+	int ret;
 
+	atomic_fetch_add(&k->all_waiting, 1);
+	ret = pthread_mutex_clocklock(&k->ctl, CLOCK_MONOTONIC, abs);
 	if (!ret)
 		mesh_lock_rails(k);
+	atomic_fetch_sub(&k->all_waiting, 1);
 	return ret;
 }
 
@@ -1956,8 +1962,11 @@ int mesh_trylock_all(struct mesh_locks *k)
 {
 	int ret = pthread_mutex_trylock(&k->ctl);
 
-	if (!ret)
+	if (!ret) {
+		atomic_fetch_add(&k->all_waiting, 1);
 		mesh_lock_rails(k);
+		atomic_fetch_sub(&k->all_waiting, 1);
+	}
 	return ret;
 }
 

@@ -10,6 +10,7 @@
 #define MESH_MESHD_MESH_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -220,6 +221,7 @@ struct mesh_locks {
 	pthread_mutex_t ctl;
 	pthread_mutex_t rail[MESH_RAILS_MAX];
 	uint32_t n_rails;
+	_Atomic uint32_t all_waiting; /* threads in mesh_lock_all*: the rails' threads let them first */
 };
 void mesh_locks_init(struct mesh_locks *k);
 void mesh_locks_destroy(struct mesh_locks *k);

@@ -525,6 +525,10 @@ def main():
             check(not left, "every test namespace removed", str(left))
         finally:
             if workdir:
+                # MESH_TEST_KEEP_LOGS=DIR keeps the meshd logs (a VM's run loses its /tmp).
+                if os.environ.get("MESH_TEST_KEEP_LOGS"):
+                    shutil.copytree(workdir, os.environ["MESH_TEST_KEEP_LOGS"], dirs_exist_ok=True,
+                                    ignore=shutil.ignore_patterns("*.sock"))
                 shutil.rmtree(workdir, ignore_errors=True)
     print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
     return 1 if mesh_test.failed else 0
