@@ -159,7 +159,8 @@ void tick(struct mt *t)
 	tick_at(t, util_now_ms());
 }
 
-/* As meshd's drain loop: poll the transport, hand every event to the mesh, then reap. */
+/* As meshd's drain loop: poll the transport, hand every event to the mesh (its fast path first
+ * with t->fast), then reap. */
 void deliver(struct mt *t, const struct xport_event *ev)
 {
 	struct xport_event evs[4];
@@ -168,8 +169,12 @@ void deliver(struct mt *t, const struct xport_event *ev)
 	fake_xport_push(t->fx, ev);
 	n = xport_poll(&t->fx->base, evs, 4);
 	assert_int_equal(n, 1);
-	for (int i = 0; i < n; i++)
-		mesh_handle_event(&t->m, &evs[i]);
+	for (int i = 0; i < n; i++) {
+		if (t->fast && mesh_fast_event(&t->m, 0, &evs[i]))
+			t->fast_taken++;
+		else
+			mesh_handle_event(&t->m, &evs[i]);
+	}
 	mesh_reap(&t->m);
 }
 

@@ -41,6 +41,10 @@ struct mt {
 	struct auth_keys peer_keys;
 	uint8_t peer_nonce[AUTH_NONCE_LEN]; /* the peer's: in its accept, or the test's requests carry it */
 	uint8_t our_nonce[AUTH_NONCE_LEN];  /* ours, as the peer read it from our connect */
+	/* fast: deliver() offers each event to rail 0's fast path first (mesh_fast_event), as a
+	 * data-path thread does under its rail's lock alone; fast_taken counts those it took. */
+	bool fast;
+	uint64_t fast_taken;
 	/* The peer's mailbox: its address and PEER_RKEY are what the test's Hello announces. */
 	uint8_t peer_mb[PEER_MB_LEN] __attribute__((aligned(64)));
 };

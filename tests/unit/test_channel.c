@@ -2045,6 +2045,81 @@ static void channel_poll__published_without_kick__posted_and_counted(void **stat
 	mt_finish(&c->t);
 }
 
+/* ---- the fast path (mesh.h, struct mesh_locks) ---------------------------------------------- */
+
+/* A channel that only moves data: its rail's thread pumps it and takes its completions and
+ * immediates under the rail's lock alone (deliver() offers every event to mesh_fast_event first),
+ * with what the usual way gives. */
+static void mesh_fast_event__open_channel_stream__taken_as_the_usual_way_would(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	uint64_t taken;
+
+	ct_init(c, 3);
+	h = open_out(c, RING, 3, PEER_SLOT);
+	c->t.fast = true;
+	from = c->t.fx->n_posts;
+	app_write(h, 3000);
+	assert_int_equal(channel_poll_fast(&c->t.m, 0), 1);
+	assert_false(c->t.m.rail_slow[0]);
+	assert_int_equal(write_count(c, h, from, false), 3);
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 3000);
+	taken = c->t.fast_taken;
+	complete_data(c, h, from);
+	assert_int_equal(c->t.fast_taken - taken, 3);
+	assert_int_equal(chn(c, h)->inflight, 0);
+	peer_credit_placed(c, h, 0, 3000); /* an immediate on the rail's first QP */
+	assert_int_equal(c->t.fast_taken - taken, 4);
+	assert_true(ring_tx_cons(h) == 3000);
+	check_peer_ring(h, 0, 3000);
+	peer_data(c, h, 1, 0, 0, 700); /* an immediate on a data QP */
+	assert_int_equal(c->t.fast_taken - taken, 5);
+	assert_true(ring_rx_prod(h) == 700);
+	assert_false(c->t.m.rail_slow[0]);
+	assert_true(c->l->metrics.tx_bytes == 3000 && c->l->metrics.tx_chunks == 3 && c->l->metrics.rx_bytes == 700);
+	mt_finish(&c->t);
+}
+
+/* What is more than moving data goes the usual way, as it did: a control message, a channel whose
+ * application shut its side (its EOF is a control message: the fast pump marks it, the usual pump
+ * sends it), a failed completion (the link fails). */
+static void mesh_fast_event__control_shutdown_or_failure__left_to_the_usual_way(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct xport_event ev;
+	size_t from;
+	uint64_t taken;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	c->t.fast = true;
+	taken = c->t.fast_taken;
+	peer_eof(c, h, 0);
+	assert_int_equal(c->t.fast_taken, taken);
+	assert_true(chn(c, h)->eof_known);
+	assert_true(ring_state(h) & MESH_STATE_PEER_EOF);
+
+	from = c->t.fx->n_posts;
+	app_shut_wr(h);
+	assert_int_equal(channel_poll_fast(&c->t.m, 0), 1);
+	assert_true(c->t.m.rail_slow[0] && chn(c, h)->slow_wanted);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
+	channel_pump_wanted(&c->t.m, 0);
+	mesh_reap(&c->t.m);
+	assert_false(c->t.m.rail_slow[0] || chn(c, h)->slow_wanted);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+
+	ev = wc_event(c->l->conns[1], XPORT_OP_WRITE, ((uint64_t)WR_CH_DATA << 32) | (chn(c, h)->slot << 16), 0);
+	ev.status = -EIO;
+	deliver(&c->t, &ev);
+	assert_int_equal(c->t.fast_taken, taken);
+	assert_int_not_equal(c->l->phase, LINK_UP);
+	mt_finish(&c->t);
+}
+
 static void channel_set_polling__on_and_off__every_ring_flag_and_new_channels(void **state)
 {
 	struct ct *c = *state;
@@ -3687,6 +3762,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_kick__quarter_consumed__one_credit_then_next_after_completion),
 	T(channel_on_kick__caught_up_below_a_quarter__no_credit),
 	T(channel_poll__published_without_kick__posted_and_counted),
+	T(mesh_fast_event__open_channel_stream__taken_as_the_usual_way_would),
+	T(mesh_fast_event__control_shutdown_or_failure__left_to_the_usual_way),
 	T(channel_set_polling__on_and_off__every_ring_flag_and_new_channels),
 	T(channel_on_kick__tx_prod_beyond_ring__error_others_unaffected),
 	T(channel_on_kick__tx_prod_going_back__error_eproto),
