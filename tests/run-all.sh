@@ -5,8 +5,8 @@
 #   2. valgrind over the unit tests of the release build;
 #   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
-#      and ratios printed, never asserted; it fails only when meshbench or meshd fails), and link
-#      formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
+#      and ratios printed, never asserted; it fails only when meshbench or meshd fails), two rails
+#      against one (VM), and link formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
 #      the VM against a raw rdma_cm mesh;
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
 #   6. the release build (build/, -Wall -Wextra -Werror): the Go binding's overhead beside meshbench
@@ -65,6 +65,19 @@ if [ "$bench_rc" = 77 ]; then
 	[ "${MESH_REQUIRE_RDMA:-0}" = 1 ] && { echo "MESH_REQUIRE_RDMA=1: failing instead of skipping"; exit 1; }
 elif [ "$bench_rc" != 0 ]; then
 	echo "benchmark FAILED (exit $bench_rc)"
+	exit 1
+fi
+
+# Two rails against one (tests/bench/rails_bench.py): the same two streams on one device or on two,
+# each device's thread moving its data under its own lock; printed, never asserted.
+step "benchmark: two rails against one (Soft-RoCE VM, two devices)"
+rails_rc=0
+tests/rdma/vm-test.sh -n 2 -r 10.78.0.1/24 -r 10.79.0.1/24 -- python3 "$(pwd)/tests/bench/rails_bench.py" \
+	--build "$(pwd)/build" --transport rdma --rails "10.78.0.1 10.79.0.1" --rounds 3 || rails_rc=$?
+if [ "$rails_rc" = 77 ]; then
+	echo "rails benchmark skipped: the VM cannot run here"
+elif [ "$rails_rc" != 0 ]; then
+	echo "rails benchmark FAILED (exit $rails_rc)"
 	exit 1
 fi
 
