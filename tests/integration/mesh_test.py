@@ -48,8 +48,10 @@ def check(ok, what, detail=""):
 def cluster_key(build, workdir, name="cluster.key"):
     """A fresh cluster key from `meshctl keygen` in workdir/name (mode 600), and the cluster line that
     names it (relative to a configuration file in workdir): the tests run keyed, as a cluster should."""
+    # Bounded: in a freshly booted VM the kernel's random pool may not be ready yet, and a silent
+    # wait there would leave a VM test with no output at all until its timeout.
     key = subprocess.run([os.path.join(build, "node", "meshctl"), "keygen"], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, timeout=120).stdout
     path = os.path.join(workdir, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -179,7 +181,8 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="mesh-itest-")
     c = Cluster(args, workdir)
-    print(f"# {args.nodes} meshd, {args.qps} QPs per link, transport {args.transport}, addresses {args.addrs}")
+    print(f"# {args.nodes} meshd, {args.qps} QPs per link, transport {args.transport}, addresses {args.addrs}",
+          flush=True)
     try:
         t0 = time.monotonic()
         for i in c.nodes:
