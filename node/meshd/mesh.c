@@ -1946,14 +1946,28 @@ void mesh_lock_all(struct mesh_locks *k)
 	atomic_fetch_sub(&k->all_waiting, 1);
 }
 
+/* Gives back ctl and the first n rails' locks (a timed or tried mesh_lock_all that failed). */
+static void mesh_unlock_first(struct mesh_locks *k, uint32_t n)
+{
+	while (n-- > 0)
+		pthread_mutex_unlock(&k->rail[n]);
+	pthread_mutex_unlock(&k->ctl);
+}
+
+/* The rails' locks are waited for by abs too: a rail's thread holds its lock while its transport
+ * works inside a poll (connection requests: QPs and CQs created, routes resolved), which under a
+ * handshake storm took seconds, and the control socket must not wait behind it. */
 int mesh_lock_all_by(struct mesh_locks *k, const struct timespec *abs)
 {
 	int ret;
 
 	atomic_fetch_add(&k->all_waiting, 1);
 	ret = pthread_mutex_clocklock(&k->ctl, CLOCK_MONOTONIC, abs);
-	if (!ret)
-		mesh_lock_rails(k);
+	for (uint32_t r = 0; !ret && r < k->n_rails; r++) {
+		ret = pthread_mutex_clocklock(&k->rail[r], CLOCK_MONOTONIC, abs);
+		if (ret)
+			mesh_unlock_first(k, r);
+	}
 	atomic_fetch_sub(&k->all_waiting, 1);
 	return ret;
 }
@@ -1962,10 +1976,10 @@ int mesh_trylock_all(struct mesh_locks *k)
 {
 	int ret = pthread_mutex_trylock(&k->ctl);
 
-	if (!ret) {
-		atomic_fetch_add(&k->all_waiting, 1);
-		mesh_lock_rails(k);
-		atomic_fetch_sub(&k->all_waiting, 1);
+	for (uint32_t r = 0; !ret && r < k->n_rails; r++) {
+		ret = pthread_mutex_trylock(&k->rail[r]);
+		if (ret)
+			mesh_unlock_first(k, r);
 	}
 	return ret;
 }

@@ -226,9 +226,9 @@ struct mesh_locks {
 void mesh_locks_init(struct mesh_locks *k);
 void mesh_locks_destroy(struct mesh_locks *k);
 void mesh_lock_all(struct mesh_locks *k);
-/* ctl by abs (CLOCK_MONOTONIC), then the rails': 0, or ETIMEDOUT holding nothing. */
+/* Every lock by abs (CLOCK_MONOTONIC): 0, or ETIMEDOUT holding nothing. */
 int mesh_lock_all_by(struct mesh_locks *k, const struct timespec *abs);
-/* ctl if free now, then the rails' (held by fast paths only briefly): 0, or EBUSY holding nothing. */
+/* Every lock if each is free now: 0, or EBUSY holding nothing. */
 int mesh_trylock_all(struct mesh_locks *k);
 void mesh_unlock_all(struct mesh_locks *k);
 
