@@ -1683,6 +1683,23 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 	mesh_peer_msg_free(msg);
 }
 
+/* A receive's wr_id names a slot of its QP: a buffered one of the rail's first QP, or one of a
+ * data QP's plain receives. */
+static bool link_recv_wr_ok(const struct link *l, const xport_conn_t *c, uint32_t rail, bool buffered, uint32_t idx)
+{
+	return buffered ? idx / LINK_RECV_BUFS == rail : idx < LINK_DATA_RECVS && link_qp_first(l, c->index) == buffered;
+}
+
+/* The receive of slot idx (wr_id) posted again where it completed. */
+static int link_repost_recv(struct link *l, xport_conn_t *c, uint32_t rail, bool buffered, uint32_t idx,
+			    uint64_t wr_id)
+{
+	if (buffered)
+		return xport_post_recv(c, link_buf_mr(l, rail), l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
+				       MESH_PEER_MSG_MAX, wr_id);
+	return xport_post_recv(c, l->mr_local, NULL, 0, wr_id);
+}
+
 static void link_on_completion(struct link *l, const struct xport_event *ev)
 {
 	uint32_t kind = WR_KIND(ev->wr_id), idx = WR_IDX(ev->wr_id);
@@ -1705,7 +1722,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 		bool buffered = kind == WR_RECV;
 		uint32_t rail = link_qp_rail(l, c->index);
 
-		if (buffered ? idx / LINK_RECV_BUFS != rail : idx >= LINK_DATA_RECVS || link_qp_first(l, c->index) != buffered) {
+		if (!link_recv_wr_ok(l, c, rail, buffered, idx)) {
 			link_fail(l, -EPROTO, "receive completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
 			return;
 		}
@@ -1732,11 +1749,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 		}
 		if (l->phase == LINK_IDLE || c->ctx != l)
 			return; /* the message ended the attempt */
-		if (buffered)
-			ret = xport_post_recv(c, link_buf_mr(l, rail), l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
-					      MESH_PEER_MSG_MAX, ev->wr_id);
-		else
-			ret = xport_post_recv(c, l->mr_local, NULL, 0, ev->wr_id);
+		ret = link_repost_recv(l, c, rail, buffered, idx, ev->wr_id);
 		if (ret)
 			link_fail(l, ret, "cannot repost a receive on QP %u", c->index);
 		return;
@@ -1889,21 +1902,13 @@ bool mesh_fast_event(struct mesh *m, uint32_t rail, const struct xport_event *ev
 	case WR_RECV:
 	case WR_RECV_DATA: {
 		bool buffered = kind == WR_RECV;
-		int ret;
 
-		if (!ev->has_imm || !(l->features & MESH_FEAT_CHANNELS) ||
-		    (buffered ? idx / LINK_RECV_BUFS != rail
-			      : idx >= LINK_DATA_RECVS || link_qp_first(l, c->index) != buffered) ||
+		if (!ev->has_imm || !(l->features & MESH_FEAT_CHANNELS) || !link_recv_wr_ok(l, c, rail, buffered, idx) ||
 		    !up->fast_imm_ok(l, rail, ev->imm))
 			return false;
 		/* Posted again before the immediate is taken: if that fails, the usual way tries again
 		 * and fails the link, and nothing was taken twice. */
-		if (buffered)
-			ret = xport_post_recv(c, link_buf_mr(l, rail), l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX,
-					      MESH_PEER_MSG_MAX, ev->wr_id);
-		else
-			ret = xport_post_recv(c, l->mr_local, NULL, 0, ev->wr_id);
-		if (ret)
+		if (link_repost_recv(l, c, rail, buffered, idx, ev->wr_id))
 			return false;
 		l->rail_rx_ms[rail] = now_ms();
 		up->fast_imm(l, rail, ev->imm, ev->byte_len);
