@@ -78,8 +78,8 @@ def thread_work(c, i):
 def rails_at_once(args, c, bench, nr):
     """A checked stream on every rail at the same time (meshbench -c, one server per rail): each
     rail's data-path thread moves its stream under its rail's lock alone (mesh.h, struct
-    mesh_locks): its fast events grow by thousands, and it took every lock (the control plane's, a
-    tick's, an event it left to it) far less often than that."""
+    mesh_locks): its fast events grow (by hundreds at least), and it took every lock (the control
+    plane's, a tick's, an event it left to it) and left events to the usual way far less often."""
     ok = True
     srvs = [subprocess.Popen([bench, "-s", c.nodes[2]["sock"], "-1", "-l", str(PORT + 10 + r)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(nr)]
@@ -93,12 +93,16 @@ def rails_at_once(args, c, bench, nr):
         for r, (cl, (out, err)) in enumerate(zip(cls, outs)):
             ok &= check(cl.returncode == 0, f"rails at once: the stream on rail {r} arrived, every byte checked",
                         f"exit {cl.returncode}: {err.strip()[-300:]}")
+            print(f"# rail {r}: {(out.strip().splitlines() or [''])[-1][:200]}")
         after = {i: thread_work(c, i) for i in (1, 2)}
         for i in (1, 2):
             for r in range(nr):
                 b, a = before[i].get(r, (0, 0, 0)), after[i].get(r, (0, 0, 0))
                 fast, deferred, slow = (y - x for x, y in zip(b, a))
-                ok &= check(fast >= 1000 and slow * 4 <= fast and deferred * 4 <= fast,
+                # How many events a stream makes depends on the machine's speed (the sanitizer
+                # build under the VM's emulation made 424 in 4 s on one rail, the host 100,000):
+                # what must hold is that almost all of them were the rail's alone.
+                ok &= check(fast >= 100 and slow * 4 <= fast and deferred * 4 <= fast,
                             f"rails at once: node {i}'s rail {r} thread moved its stream under its rail's lock "
                             f"alone ({fast} events so, {deferred} left to the usual way, every lock taken "
                             f"{slow} times)")
