@@ -272,7 +272,8 @@ static const struct field thread_fields[] = {
 	TF("poll_budget_us", "BUDGET_US", 9, F_U32, poll_budget_us),
 	TF("fast_events", "FAST_EV", 10, F_U64, fast_events),
 	TF("deferred_events", "DEFERRED", 9, F_U64, deferred_events),
-	TF("slow_sections", "ALL_LOCKS", -1, F_U64, slow_sections),
+	TF("slow_sections", "ALL_LOCKS", 9, F_U64, slow_sections),
+	TF("kicks", "KICKS", -1, F_U64, kicks),
 };
 
 static const char *state_name(int s)

@@ -388,6 +388,7 @@ static void fill_numa(struct mesh *m, NodeInfo *n, struct numa_show *b)
 		th->fast_events = nu->threads[r].fast_events;
 		th->deferred_events = nu->threads[r].deferred_events;
 		th->slow_sections = nu->threads[r].slow_sections;
+		th->kicks = nu->threads[r].kicks;
 		/* Asked of the kernel, not remembered: what the thread really may run on. */
 		if (!sched_getaffinity((pid_t)th->tid, sizeof(set), &set))
 			th->cpus = numa_cpulist_format(&set, b->tcpus[r], sizeof(b->tcpus[r]));
@@ -635,7 +636,14 @@ static int admin_deliver(void *ctx, int fd, int status, const char *why, const s
 	return 0;
 }
 
-/* channel_ops.watch: the kick and lifeline descriptors of a channel in meshd's epoll set. */
+/* The epoll set a channel's kick goes to: its rail's thread's. */
+static int admin_kick_epfd(const struct admin *a, uint32_t rail)
+{
+	return rail < a->n_kick_epfd ? a->kick_epfd[rail] : a->epfd;
+}
+
+/* channel_ops.watch: the kick descriptor of a channel in its rail's thread's epoll set, the
+ * lifeline in the data path's (a close takes every lock anyway). */
 static void admin_watch(void *ctx, struct channel *ch, bool add)
 {
 	struct admin *a = ctx;
@@ -643,25 +651,45 @@ static void admin_watch(void *ctx, struct channel *ch, bool add)
 
 	if (!add) {
 		if (ch->kick_fd >= 0)
-			epoll_ctl(a->epfd, EPOLL_CTL_DEL, ch->kick_fd, NULL);
+			epoll_ctl(admin_kick_epfd(a, ch->rail), EPOLL_CTL_DEL, ch->kick_fd, NULL);
 		if (ch->life_fd >= 0)
 			epoll_ctl(a->epfd, EPOLL_CTL_DEL, ch->life_fd, NULL);
 		return;
 	}
 	ee.data.u64 = a->tag_kick | ch->id;
-	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, ch->kick_fd, &ee))
+	if (epoll_ctl(admin_kick_epfd(a, ch->rail), EPOLL_CTL_ADD, ch->kick_fd, &ee))
 		log_warn("channel %u: epoll add kick: %m", ch->id);
 	ee.data.u64 = a->tag_life | ch->id;
 	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, ch->life_fd, &ee))
 		log_warn("channel %u: epoll add lifeline: %m", ch->id);
 }
 
-void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life)
+/* channel_ops.moved: the kick follows the channel to its new rail's thread. A kick not yet read
+ * is reported by the new set at once (level-triggered). */
+static void admin_moved(void *ctx, struct channel *ch, uint32_t from)
+{
+	struct admin *a = ctx;
+	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = a->tag_kick | ch->id};
+	int old = admin_kick_epfd(a, from), now = admin_kick_epfd(a, ch->rail);
+
+	if (old == now || ch->kick_fd < 0)
+		return;
+	epoll_ctl(old, EPOLL_CTL_DEL, ch->kick_fd, NULL);
+	if (epoll_ctl(now, EPOLL_CTL_ADD, ch->kick_fd, &ee))
+		log_warn("channel %u: epoll add kick (rail %u): %m", ch->id, ch->rail);
+}
+
+void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life, const int *rail_epfd,
+			 uint32_t n_rails)
 {
 	a->tag_kick = tag_kick;
 	a->tag_life = tag_life;
+	a->n_kick_epfd = MIN(n_rails, (uint32_t)MESH_RAILS_MAX);
+	for (uint32_t r = 0; r < a->n_kick_epfd; r++)
+		a->kick_epfd[r] = rail_epfd[r];
 	a->mesh->ch_ops.deliver = admin_deliver;
 	a->mesh->ch_ops.watch = admin_watch;
+	a->mesh->ch_ops.moved = admin_moved;
 	a->mesh->ch_ops.ctx = a;
 }
 

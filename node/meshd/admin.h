@@ -67,6 +67,9 @@ struct admin {
 	int stop_fd;  /* eventfd: the control thread returns */
 	int work_fd;  /* eventfd in epfd: queued requests or gone clients for the data path */
 	uint64_t tag_kick, tag_life; /* epoll tags of channels in epfd: tag | channel id */
+	/* Each rail's thread's epoll set (rail 0's is epfd): a channel's kick goes to its rail's. */
+	int kick_epfd[MESH_RAILS_MAX];
+	uint32_t n_kick_epfd;
 	pthread_t thread;
 	bool started;
 	struct mesh_locks *locks; /* the daemon's (mesh.h): "the mesh's lock" below is all of them */
@@ -111,8 +114,10 @@ int admin_start(struct admin *a);
 void admin_stop(struct admin *a);
 /* After admin_stop (or without a start): every client dropped, the socket file removed. */
 void admin_close(struct admin *a);
-/* Makes the admin socket the channels' way to applications (channel_ops) and to meshd's epoll. */
-void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life);
+/* Makes the admin socket the channels' way to applications (channel_ops) and to meshd's epoll:
+ * lifelines to epfd, kicks to rail_epfd[the channel's rail] (n_rails of them, rail 0's = epfd). */
+void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life, const int *rail_epfd,
+			 uint32_t n_rails);
 /* The data path, with the mesh's lock, on work_fd: answers queued requests, closes gone clients. */
 void admin_work(struct admin *a);
 /* The data path, with the mesh's lock, from its tick: publishes the snapshot (at most every

@@ -1694,6 +1694,7 @@ static void channel_move(struct channel *ch, uint32_t k)
 	struct mesh *m = ch->mesh;
 	xport_conn_t *c = l->conns[k * m->cfg->qps_per_link];
 	struct channel_mrs mr = {0};
+	uint32_t from = ch->rail;
 	int ret;
 
 	if (k == ch->rail)
@@ -1711,6 +1712,8 @@ static void channel_move(struct channel *ch, uint32_t k)
 	ch->qp0 = k * m->cfg->qps_per_link;
 	ch->next_qp = 0;
 	ch->rail_moves++;
+	if (m->ch_ops.moved && !ch->app_gone)
+		m->ch_ops.moved(m->ch_ops.ctx, ch, from);
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[k] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 }
 
@@ -1817,6 +1820,22 @@ void channel_on_kick(struct mesh *m, uint32_t id)
 	if (read(ch->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_debug("channel %u: kick read: %m", id);
 	channel_pump(ch);
+}
+
+bool channel_on_kick_fast(struct mesh *m, uint32_t id, uint32_t rail)
+{
+	struct channel *ch = channel_find(m, id);
+	uint64_t v;
+
+	if (!ch || ch->rail != rail)
+		return false;
+	if (read(ch->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_debug("channel %u: kick read: %m", id);
+	if (channel_fast_ok(ch, rail))
+		channel_pump_fast(ch, rail);
+	else
+		channel_want_slow(ch, rail);
+	return true;
 }
 
 void channel_on_lifeline(struct mesh *m, uint32_t id)

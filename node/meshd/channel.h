@@ -142,8 +142,11 @@ struct listener {
 struct channel_ops {
 	/* Sends a CtlReply (status, or a ChannelSetup with the four descriptors) on client fd. */
 	int (*deliver)(void *ctx, int fd, int status, const char *why, const struct channel *ch, const int fds[4]);
-	/* epoll registration of a channel's kick and lifeline fds (add = false: remove). */
+	/* epoll registration of a channel's kick and lifeline fds (add = false: remove). The kick
+	 * goes to the set of the thread of the channel's rail. */
 	void (*watch)(void *ctx, struct channel *ch, bool add);
+	/* The channel moved from rail `from` to ch->rail: its kick moves to that rail's thread. */
+	void (*moved)(void *ctx, struct channel *ch, uint32_t from);
 	void *ctx;
 };
 
@@ -182,6 +185,12 @@ extern const struct mesh_upper channel_upper;
 
 /* From meshd's loop: the application kicked, or its lifeline closed. */
 void channel_on_kick(struct mesh *m, uint32_t id);
+/* A kick taken by rail's thread under its rail's lock alone (the kick descriptor sits in the
+ * epoll set of the thread of the channel's rail, channel_ops.watch): a channel that only moves
+ * data is pumped for it at once, another is marked for channel_pump_wanted. A channel that moved
+ * to another rail meanwhile is left alone, its kick unread: its descriptor now sits in the other
+ * rail's set, which reports it (level-triggered). Returns whether the kick was taken. */
+bool channel_on_kick_fast(struct mesh *m, uint32_t id, uint32_t rail);
 void channel_on_lifeline(struct mesh *m, uint32_t id);
 /* Polling (main.c's hot loop, one per rail): pumps every channel of the rail whose application
  * published something since the last pump, without a kick; returns how many moved.

@@ -73,13 +73,13 @@ enum poll_mode { POLL_EVENT, POLL_ADAPTIVE, POLL_BUSY };
 struct daemon;
 
 /* A data-path thread: one per rail (device), pinned to its device's NUMA node. Rail 0's also
- * serves the control plane (timer, signals, control socket, channel kicks and lifelines). Each
- * moves its rail's channel data under its rail's lock alone, and takes every lock for the rest
- * (mesh.h, struct mesh_locks): two rails carry two streams at once. */
+ * serves the control plane (timer, signals, control socket, channels' lifelines). Each moves its
+ * rail's channel data, and takes its rail's channels' kicks, under its rail's lock alone, and takes
+ * every lock for the rest (mesh.h, struct mesh_locks): two rails carry two streams at once. */
 struct dp {
 	struct daemon *d;
 	uint32_t rail;
-	int epfd;              /* rail 0: the daemon's; others: their transports and stop_fd */
+	int epfd;              /* rail 0: the daemon's; others: their transports, stop_fd, kicks */
 	int stop_fd;           /* rails > 0: rail 0 writes it when meshd stops */
 	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last work) */
 	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
@@ -470,9 +470,6 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		case TAG_ADMIN_WORK:
 			admin_work(&d->admin);
 			break;
-		case TAG_CH_KICK:
-			channel_on_kick(m, (uint32_t)fd);
-			break;
 		case TAG_CH_LIFE:
 			channel_on_lifeline(m, (uint32_t)fd);
 			break;
@@ -582,9 +579,13 @@ static int run(struct dp *dp)
 			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
 			int fd = (int)(uint32_t)evs[i].data.u64;
 
-			if (tag != TAG_XPORT)
+			if (tag == TAG_CH_KICK) {
+				/* One of this rail's channels: its application published and meshd slept. */
+				m->numa.threads[dp->rail].kicks++;
+				got += channel_on_kick_fast(m, (uint32_t)fd, dp->rail);
+			} else if (tag != TAG_XPORT) {
 				slow = true; /* the control plane's, below */
-			else if ((size_t)fd < d->n_xports) {
+			} else if ((size_t)fd < d->n_xports) {
 				d->more[fd] = drain_fast(dp, (size_t)fd, false, &got);
 				drained[fd] = true;
 			}
@@ -669,21 +670,6 @@ static int run_data_path(struct daemon *d)
 		t->node = mesh_rail_node(&d->mesh, r, -1);
 	}
 	nu->n_threads = rails;
-	/* Rails 1..: their own epoll with their transports and a stop eventfd. */
-	for (uint32_t r = 1; r < rails && !ret; r++) {
-		struct dp *dp = &d->dp[r];
-
-		dp->epfd = epoll_create1(EPOLL_CLOEXEC);
-		dp->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (dp->epfd < 0 || dp->stop_fd < 0 || add_fd(dp->epfd, dp->stop_fd, TAG(TAG_STOP)))
-			ret = -errno;
-		for (size_t i = 0; i < d->n_xports && !ret; i++) {
-			struct epoll_event ee = {.events = EPOLLIN, .data.u64 = TAG(TAG_XPORT) | i};
-
-			if (dp_owns(dp, i) && epoll_ctl(dp->epfd, EPOLL_CTL_ADD, xport_event_fd(d->xports[i]), &ee))
-				ret = -errno;
-		}
-	}
 	/* Rails 1.. first: rail 0's thread stops them when it ends, so it starts only when they all run. */
 	for (started = 1; started < rails && !ret; started++) {
 		ret = -pthread_create(&d->dp[started].thread, NULL, data_path_main, &d->dp[started]);
@@ -709,13 +695,50 @@ static int run_data_path(struct daemon *d)
 	} else {
 		pthread_join(d->dp[0].thread, NULL); /* rail 0 joins the others */
 	}
-	for (uint32_t r = 1; r < rails; r++) {
+	return ret ? ret : d->dp[0].status;
+}
+
+/* The data-path threads' state; rails 1.. get their own epoll set with their transports, a stop
+ * eventfd and (admin_bind_channels) their channels' kicks. Before the control socket serves: a
+ * channel's kick goes to its rail's set from the first. */
+static int dp_open(struct daemon *d)
+{
+	int ret = 0;
+
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++) {
+		d->dp[r].d = d;
+		d->dp[r].rail = r;
+		d->dp[r].epfd = r ? -1 : d->epfd;
+		d->dp[r].stop_fd = -1;
+	}
+	for (uint32_t r = 1; r < d->mesh.n_rails && !ret; r++) {
+		struct dp *dp = &d->dp[r];
+
+		dp->epfd = epoll_create1(EPOLL_CLOEXEC);
+		dp->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (dp->epfd < 0 || dp->stop_fd < 0 || add_fd(dp->epfd, dp->stop_fd, TAG(TAG_STOP)))
+			ret = -errno;
+		for (size_t i = 0; i < d->n_xports && !ret; i++) {
+			struct epoll_event ee = {.events = EPOLLIN, .data.u64 = TAG(TAG_XPORT) | i};
+
+			if (dp_owns(dp, i) && epoll_ctl(dp->epfd, EPOLL_CTL_ADD, xport_event_fd(d->xports[i]), &ee))
+				ret = -errno;
+		}
+	}
+	if (ret)
+		log_error("cannot set up the data-path threads' epoll: %s", strerror(-ret));
+	return ret;
+}
+
+static void dp_close(struct daemon *d)
+{
+	for (uint32_t r = 1; r < MESH_RAILS_MAX; r++) {
 		if (d->dp[r].epfd >= 0)
 			close(d->dp[r].epfd);
 		if (d->dp[r].stop_fd >= 0)
 			close(d->dp[r].stop_fd);
+		d->dp[r].epfd = d->dp[r].stop_fd = -1;
 	}
-	return ret ? ret : d->dp[0].status;
 }
 
 /* cluster.key_file, relative to the configuration file's directory; "" loads nothing. */
@@ -754,6 +777,7 @@ int main(int argc, char **argv)
 	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .metrics = {.fd = -1}};
 	const struct config_node *self;
 	struct auth_keys keys;
+	int rail_epfd[MESH_RAILS_MAX];
 	char err[512], prefix[32];
 	int c, ret, status = 1;
 
@@ -894,10 +918,14 @@ int main(int argc, char **argv)
 	 * already there, not queued behind start-up (sysfs, libnuma; on a loaded machine whose root is
 	 * a network file system, seconds). */
 	numa_setup(&d);
+	if (dp_open(&d))
+		goto out_dp;
 	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_WORK), &d.mesh, &d.locks);
 	if (ret)
 		goto out_admin;
-	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE));
+	for (uint32_t r = 0; r < d.mesh.n_rails; r++)
+		rail_epfd[r] = d.dp[r].epfd;
+	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE), rail_epfd, d.mesh.n_rails);
 	/* A listener like the others: READY=1 (below) only once it serves. */
 	if (metrics_http_open(&d.metrics, config_node_metrics_listen(&d.cfg, self), &d.admin))
 		goto out_metrics;
@@ -911,12 +939,6 @@ int main(int argc, char **argv)
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 sock);
-	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++) {
-		d.dp[r].d = &d;
-		d.dp[r].rail = r;
-		d.dp[r].epfd = r ? -1 : d.epfd;
-		d.dp[r].stop_fd = -1;
-	}
 	/* The control socket's own thread (admin.h): requests never wait behind link work. Its first
 	 * snapshot is taken here, alone on the mesh: the data path's first batch (a whole cluster's
 	 * connection requests at once) has held the lock for seconds before its first tick. */
@@ -939,6 +961,8 @@ out_metrics:
 	metrics_http_close(&d.metrics);
 out_admin:
 	admin_close(&d.admin);
+out_dp:
+	dp_close(&d);
 out_timer:
 	close(d.tfd);
 out_signals:

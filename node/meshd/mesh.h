@@ -200,9 +200,9 @@ struct mesh_numa {
 		int node; /* pinned to, -1: not pinned */
 		uint32_t tid;
 		/* Its work (struct mesh_locks): events of its transports taken under its rail's lock
-		 * alone, events it left to the usual way (under every lock), and the times it took
-		 * every lock itself. Written by that thread only. */
-		uint64_t fast_events, deferred_events, slow_sections;
+		 * alone, events it left to the usual way (under every lock), the times it took every
+		 * lock itself, and its channels' kicks it took. Written by that thread only. */
+		uint64_t fast_events, deferred_events, slow_sections, kicks;
 	} threads[MESH_RAILS_MAX];
 };
 

@@ -75,6 +75,44 @@ def thread_work(c, i):
             for t in j.get("threads", [])}
 
 
+def thread_kicks(c, i):
+    """Node i's data-path threads by rail: the kicks each took."""
+    j = c.ctl(i, "node") or {}
+    return {t.get("rail", 0): t.get("kicks", 0) for t in j.get("threads", [])}
+
+
+def kicks_on_own_rail(c, li, r, nr, msgs=100):
+    """A channel on rail r whose application writes a message, waits 3 ms (meshd goes to sleep
+    after poll_budget_us) and writes again: every such write kicks, and each kick is taken by rail
+    r's thread at both ends, none by another rail's (admin.c, channel_ops.watch; main.c, run)."""
+    ok = True
+    a = meshring.connect(c.nodes[1]["sock"], 2, PORT, ring_size=1 << 16, rail=r)
+    b = li.accept()
+    before = {i: thread_kicks(c, i) for i in (1, 2)}
+    data, got = random.randbytes(64 * msgs), []
+    for k in range(msgs):
+        sent, piece = 0, data[64 * k:64 * (k + 1)]
+        while sent < len(piece):
+            sent += a.send(piece[sent:])
+        time.sleep(0.003)
+        got.append(b.recv(1 << 16))
+    end = time.monotonic() + 30
+    while sum(map(len, got)) < len(data) and time.monotonic() < end:
+        time.sleep(0.005)
+        got.append(b.recv(1 << 16))
+    ok &= check(b"".join(got) == data, f"rail {r}: {msgs} messages with pauses between, intact")
+    after = {i: thread_kicks(c, i) for i in (1, 2)}
+    for i in (1, 2):
+        grew = [after[i].get(k, 0) - before[i].get(k, 0) for k in range(nr)]
+        ok &= check(grew[r] >= msgs // 4 and all(g == 0 for k, g in enumerate(grew) if k != r),
+                    f"node {i}: the channel's kicks were taken by rail {r}'s thread alone (kicks per rail's "
+                    f"thread: {grew})")
+    a.close()
+    b.close()
+    wait_until(lambda: not find_channel(c, 1, PORT), 10)
+    return ok
+
+
 def rails_at_once(args, c, bench, nr):
     """A checked stream on every rail at the same time (meshbench -c, one server per rail): each
     rail's data-path thread moves its stream under its rail's lock alone (mesh.h, struct
@@ -256,6 +294,8 @@ def main():
                 a.close()
                 b.close()
                 wait_until(lambda: not find_channel(c, 1, PORT), 10)
+        for r in range(nr):
+            ok &= kicks_on_own_rail(c, li, r, nr)
         li.close()
         li = None
 

@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -108,6 +109,8 @@ struct ct {
 	size_t n_apps;
 	int deliver_err; /* armed: the next deliver fails with it (the client is gone) */
 	unsigned watch_add[MAX_IDS], watch_del[MAX_IDS];
+	unsigned moved[MAX_IDS];   /* channel_ops.moved calls */
+	uint32_t moved_from[MAX_IDS];
 	struct chan chans[MAX_CHANS];
 	size_t n_chans;
 	/* immediates the peer sent to each of our slots (data, credit): what its Close counts */
@@ -166,6 +169,16 @@ static void app_watch(void *ctx, struct channel *ch, bool add)
 		c->watch_add[ch->id]++;
 	else
 		c->watch_del[ch->id]++;
+}
+
+static void app_moved(void *ctx, struct channel *ch, uint32_t from)
+{
+	struct ct *c = ctx;
+
+	assert_true(ch->id < MAX_IDS);
+	assert_int_not_equal(ch->rail, from);
+	c->moved[ch->id]++;
+	c->moved_from[ch->id] = from;
 }
 
 static bool fd_is(int fd, const char *what)
@@ -364,7 +377,7 @@ static void ct_init(struct ct *c, uint32_t qps)
 	/* No keepalive timeout inside a test, however slow (valgrind): ticks serve channel timeouts. */
 	t->cfg.keepalive_interval_ms = 3600u * 1000u;
 	t->cfg.keepalive_timeout_ms = 7200u * 1000u;
-	t->m.ch_ops = (struct channel_ops){.deliver = app_deliver, .watch = app_watch, .ctx = c};
+	t->m.ch_ops = (struct channel_ops){.deliver = app_deliver, .watch = app_watch, .moved = app_moved, .ctx = c};
 	tick(t);
 	c->l = lk(t, PEER);
 	drive_to_up(t, c->l);
@@ -2120,6 +2133,53 @@ static void mesh_fast_event__control_shutdown_or_failure__left_to_the_usual_way(
 	mt_finish(&c->t);
 }
 
+/* Whether the channel's kick eventfd holds a kick meshd has not read. */
+static bool kick_pending(struct ct *c, struct chan *h)
+{
+	struct pollfd p = {.fd = chn(c, h)->kick_fd, .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/* A kick reaches the thread of the channel's rail (channel_ops.watch), which takes it under its
+ * rail's lock alone: a channel that only moves data is pumped at once; one whose application shut
+ * its side is marked for the usual pump (its EOF is a control message); another rail's thread (the
+ * channel moved meanwhile) leaves it unread for the set it is in now; an unknown id is nothing. */
+static void channel_on_kick_fast__own_rail_pumps__shut_to_usual_way__other_rail_untouched(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	uint64_t one = 1;
+
+	ct_init(c, 3);
+	h = open_out(c, RING, 3, PEER_SLOT);
+	from = c->t.fx->n_posts;
+	app_write(h, 3000);
+	assert_int_equal(write(h->app->fds[FD_KICK], &one, sizeof(one)), (ssize_t)sizeof(one));
+	assert_false(channel_on_kick_fast(&c->t.m, h->id, 1));
+	assert_true(kick_pending(c, h));
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_true(channel_on_kick_fast(&c->t.m, h->id, 0));
+	assert_false(kick_pending(c, h));
+	assert_false(c->t.m.rail_slow[0] || chn(c, h)->slow_wanted);
+	assert_int_equal(write_count(c, h, from, false), 3);
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CHUNK) == 3000);
+	assert_false(channel_on_kick_fast(&c->t.m, h->id + 1000, 0));
+
+	from = c->t.fx->n_posts;
+	app_shut_wr(h);
+	assert_int_equal(write(h->app->fds[FD_KICK], &one, sizeof(one)), (ssize_t)sizeof(one));
+	assert_true(channel_on_kick_fast(&c->t.m, h->id, 0));
+	assert_true(c->t.m.rail_slow[0] && chn(c, h)->slow_wanted);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
+	channel_pump_wanted(&c->t.m, 0);
+	mesh_reap(&c->t.m);
+	assert_false(c->t.m.rail_slow[0] || chn(c, h)->slow_wanted);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	mt_finish(&c->t);
+}
+
 static void channel_set_polling__on_and_off__every_ring_flag_and_new_channels(void **state)
 {
 	struct ct *c = *state;
@@ -2716,6 +2776,9 @@ static void channel_rail_down__opener__moves_to_other_rail_and_rewrites_what_was
 	complete_data(c, h, from);
 	check_peer_ring(h, 0, 3000);
 	assert_true(ch->rail_moves == 1);
+	/* Its kick moved to rail 1's thread with it (channel_ops.moved). */
+	assert_int_equal(c->moved[ch->id], 1);
+	assert_int_equal(c->moved_from[ch->id], 0);
 	assert_true(ch->rewritten_bytes == 3000 - CHUNK);
 	assert_true(c->t.m.rail_failovers == 1);
 	assert_true(c->t.m.link_flaps == 0);
@@ -3753,6 +3816,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_message__open_with_more_qps_than_link__rejected_einval),
 	T(channel_on_message__open_beyond_the_peers_share__rejected_ebusy),
 	T(channel_on_kick__app_wrote__chunks_striped_round_robin),
+	T(channel_on_kick_fast__own_rail_pumps__shut_to_usual_way__other_rail_untouched),
 	T(channel_on_kick__large_ring__chunks_of_64k),
 	T(channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit),
 	T(channel_on_completion__out_of_order__tx_cons_over_completed_prefix),
