@@ -443,6 +443,31 @@ class Bench:
             self.calibrated[key] = iters
             self.record(tool, "lat", size, avg_us=usec, iters=iters)
 
+    # ---- TCP as a C program uses it (tcp_ref): blocking, and both ends busy-polling ----
+
+    def tcp_c(self, test, size, poll=False):
+        port = self.next_port()
+        tool = "tcp-c-poll" if poll else "tcp-c"
+        ref = self.bin("tests/bench/tcp_ref")
+        srv = self.start([ref, "-s", str(port), "-T", "300"], f"{tool}-{test}-{size}-server")
+        self.wait_tcp_listen(port, srv, "tcp_ref server")
+        args = [ref, "-c", self.a.addr, str(port), "-t", test, "-S", str(size), "-T", "240"]
+        if test == "bw":
+            args += ["-D", str(self.a.duration)]
+        else:
+            args += ["-n", str(self.a.lat_iters * 10)] + (["-p"] if poll else [])
+        out = self.run(args, 300, f"{tool} {test} {size}")
+        self.finish(srv, "tcp_ref server", 30)
+        try:
+            j = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise Failure(f"tcp_ref {test}: no JSON in its output:\n{out}")
+        if test == "bw":
+            self.record(tool, "bw", size, mb_s=j["mb_s"], seconds=j["seconds"])
+        else:
+            self.record(tool, "lat", size, typ_us=j["typ_us"], avg_us=j["avg_us"], p99_us=j["p99_us"],
+                        iters=j["iters"])
+
     # ---- TCP without rstream: a python socket pair (one process each way) ----
 
     def tcp_python(self, test, size):
@@ -627,6 +652,12 @@ class Bench:
                 self.attempt("ib_write_lat 64", self.ib_write_lat, 64)
                 self.attempt("rstream lat", self.rstream, False, "lat", 64)
             self.attempt("tcp lat", tcp_lat)
+            if not rdma:
+                # TCP itself, not a harness: a C ping-pong sleeping in recv as TCP programs do, the
+                # same with both ends busy-polling (TCP's lowest latency), and a C stream.
+                self.attempt("tcp C bw", self.tcp_c, "bw", 65536)
+                self.attempt("tcp C lat", self.tcp_c, "lat", 64)
+                self.attempt("tcp C lat, busy-poll", self.tcp_c, "lat", 64, True)
             # The price of a hop between processes, in the same round: perftest's shape (2 pollers,
             # one per CPU) and a channel's (4 processes sharing the CPUs, yielding while they poll).
             self.attempt("handoff 2", self.handoff, 2, "spin", 2000)
@@ -652,6 +683,8 @@ class Bench:
              "floor-direct": "floor, direct receive (ib_write_lat + 1 hop)",
              "ib_write_lat": "ib_write_lat -R (perftest)", "rstream": "rstream -T b (rsocket)",
              "tcp": "TCP over loopback (rstream -T s -T b)",
+             "tcp-c": "TCP over loopback (C, blocking: tcp_ref)",
+             "tcp-c-poll": "TCP over loopback (C, both ends busy-poll)",
              "meshbench-numa-right": "channel, client rings on node 0 (meshd's)",
              "meshbench-numa-wrong": "channel, client rings on node 1 (wrong)",
              "handoff-2-spin": "hop, 2 processes spinning (perftest's shape)",
@@ -761,6 +794,12 @@ class Bench:
             ratio("channel half-RTT @64 B / floor with direct receive", ml, ("floor-direct", "lat", 64), "typ_us",
                   "typ_us")
         ratio("channel half-RTT @64 B / TCP @64 B (average)", ml, ("tcp", "lat", 64), "avg_us", "avg_us")
+        if a.mode == "tcp":
+            ratio("channel bw @64 KiB / TCP (C) bw @64 KiB", mb, ("tcp-c", "bw", 65536), "mb_s", "mb_s")
+            ratio("channel half-RTT @64 B / TCP (C, blocking) @64 B (typical)", ml, ("tcp-c", "lat", 64), "typ_us",
+                  "typ_us")
+            ratio("channel half-RTT @64 B / TCP (C, busy-poll) @64 B (typical)", ml, ("tcp-c-poll", "lat", 64),
+                  "typ_us", "typ_us")
         ratio("channel half-RTT @64 B, direct receive on / off", ml, ("meshbench-direct-off", "lat", 64), "typ_us",
               "typ_us")
         for p in self.profiles:
