@@ -68,6 +68,12 @@ elif [ "$bench_rc" != 0 ]; then
 	exit 1
 fi
 
+# The same over the tcp provider on this machine, beside TCP itself (tcp_ref: a C stream, a ping-pong
+# sleeping in recv and one busy-polling) and rstream's sockets; printed, never asserted.
+step "benchmark, host tcp provider against TCP (3 rounds)"
+tests/bench/run-host-bench.sh -b build -- --rounds 3 --duration 3 --profile-secs 0 ||
+	{ echo "host benchmark FAILED"; exit 1; }
+
 # Two rails against one (tests/bench/rails_bench.py): the same two streams on one device or on two,
 # each device's thread moving its data under its own lock; printed, never asserted.
 step "benchmark: two rails against one (Soft-RoCE VM, two devices)"

@@ -28,7 +28,7 @@ build=$(mkdir -p "$build" && cd "$build" && pwd)
 out=${out:-$build/bench-host}
 mkdir -p "$out"
 [ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target meshd meshctl meshbench handoff >/dev/null
+cmake --build "$build" -j "$(nproc)" --target meshd meshctl meshbench handoff tcp_ref >/dev/null
 if [ ${#extra[@]} -gt 0 ] && [ "${extra[0]}" = --perf ] && ! command -v perf >/dev/null; then
 	echo "run-host-bench.sh: --perf needs perf (apt-get install linux-perf)" >&2
 	exit 1
