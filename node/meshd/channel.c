@@ -299,6 +299,26 @@ static uint32_t mr_key(const xport_mr_t *mr)
 
 /* ---- creation and destruction ---- */
 
+/* Its rail's list (mesh.rail_channels): a rail's thread walks its own channels only. */
+static void channel_rail_link(struct channel *ch)
+{
+	struct mesh *m = ch->mesh;
+
+	ch->rail_next = m->rail_channels[ch->rail];
+	m->rail_channels[ch->rail] = ch;
+}
+
+static void channel_rail_unlink(struct channel *ch)
+{
+	for (struct channel **pp = &ch->mesh->rail_channels[ch->rail]; *pp; pp = &(*pp)->rail_next) {
+		if (*pp == ch) {
+			*pp = ch->rail_next;
+			break;
+		}
+	}
+	ch->rail_next = NULL;
+}
+
 static void channel_free(struct channel *ch)
 {
 	struct mesh *m = ch->mesh;
@@ -310,6 +330,7 @@ static void channel_free(struct channel *ch)
 			break;
 		}
 	}
+	channel_rail_unlink(ch);
 	m->n_channels--;
 	if (ch->link && ch->link->ch_slots && link_channel(ch->link, ch->slot) == ch)
 		ch->link->ch_slots[ch->slot] = NULL;
@@ -357,6 +378,7 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->id = ++m->next_channel_id;
 	ch->next = m->channels;
 	m->channels = ch;
+	channel_rail_link(ch);
 	m->n_channels++;
 	ch->rx_len = calloc(ch->rx_window, sizeof(*ch->rx_len));
 	if (!ch->rx_len) {
@@ -1708,7 +1730,9 @@ static void channel_move(struct channel *ch, uint32_t k)
 	channel_mrs_set(ch, &mr);
 	log_info("channel %u (node %u port %u): moved from rail %u to rail %u", ch->id, l->peer->id, ch->peer_port,
 		 ch->rail, k);
+	channel_rail_unlink(ch);
 	ch->rail = k;
+	channel_rail_link(ch);
 	ch->qp0 = k * m->cfg->qps_per_link;
 	ch->next_qp = 0;
 	ch->rail_moves++;
@@ -1916,8 +1940,8 @@ int channel_poll_fast(struct mesh *m, uint32_t rail)
 {
 	int n = 0;
 
-	for (struct channel *ch = m->channels; ch; ch = ch->next) {
-		if (ch->rail != rail || ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
+	for (struct channel *ch = m->rail_channels[rail]; ch; ch = ch->rail_next) {
+		if (ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
 			continue;
 		if (channel_fast_ok(ch, rail))
 			channel_pump_fast(ch, rail); /* never frees it */
@@ -1944,9 +1968,9 @@ int channel_poll(struct mesh *m, uint32_t rail)
 {
 	int n = 0;
 
-	for (struct channel *ch = m->channels, *next; ch; ch = next) {
-		next = ch->next; /* the pump may free ch */
-		if (ch->rail != rail || ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
+	for (struct channel *ch = m->rail_channels[rail], *next; ch; ch = next) {
+		next = ch->rail_next; /* the pump may free ch */
+		if (ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
 			continue;
 		channel_pump(ch);
 		n++;
@@ -1957,9 +1981,8 @@ int channel_poll(struct mesh *m, uint32_t rail)
 void channel_set_polling(struct mesh *m, uint32_t rail, bool on)
 {
 	m->polling[rail] = on;
-	for (struct channel *ch = m->channels; ch; ch = ch->next)
-		if (ch->rail == rail)
-			atomic_store_explicit(&ch->ctrl->daemon_flags, on ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
+	for (struct channel *ch = m->rail_channels[rail]; ch; ch = ch->rail_next)
+		atomic_store_explicit(&ch->ctrl->daemon_flags, on ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 	/* Orders the clearing before the caller's last look at the rings (proto/ring.h, Dekker). */
 	atomic_thread_fence(memory_order_seq_cst);
 }

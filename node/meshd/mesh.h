@@ -307,6 +307,9 @@ struct mesh {
 
 	/* Channels (channel.c). */
 	struct channel *channels;
+	/* The same channels by rail (linked by rail_next): what a rail's thread polls and flags
+	 * under its rail's lock alone. Changed only under every lock (creation, free, a move). */
+	struct channel *rail_channels[MESH_RAILS_MAX];
 	struct listener *listeners;
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;

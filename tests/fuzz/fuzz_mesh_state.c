@@ -501,6 +501,8 @@ static void ev_local(struct mt *t, struct in *in, uint8_t kind)
 
 static void check_invariants(struct mt *t)
 {
+	uint32_t on_rails = 0;
+
 	FUZZ_CHECK(t->m.handshakes <= t->cfg.max_handshakes);
 	for (size_t i = 0; i < t->m.n_links; i++) {
 		const struct link *l = &t->m.links[i];
@@ -508,6 +510,13 @@ static void check_invariants(struct mt *t)
 		FUZZ_CHECK(l->ctl_rail < t->m.n_rails);
 		FUZZ_CHECK(!(l->rails_up >> t->m.n_rails));
 	}
+	/* Every channel is on its rail's list, and the rails' lists hold nothing else. */
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+		for (const struct channel *ch = t->m.rail_channels[r]; ch; ch = ch->rail_next) {
+			FUZZ_CHECK(ch->rail == r);
+			FUZZ_CHECK(++on_rails <= t->m.n_channels);
+		}
+	FUZZ_CHECK(on_rails == t->m.n_channels);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

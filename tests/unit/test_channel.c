@@ -2776,9 +2776,19 @@ static void channel_rail_down__opener__moves_to_other_rail_and_rewrites_what_was
 	complete_data(c, h, from);
 	check_peer_ring(h, 0, 3000);
 	assert_true(ch->rail_moves == 1);
-	/* Its kick moved to rail 1's thread with it (channel_ops.moved). */
+	/* Its kick moved to rail 1's thread with it (channel_ops.moved), and it is on rail 1's list
+	 * alone: rail 1's thread polls and flags it, rail 0's no longer. */
 	assert_int_equal(c->moved[ch->id], 1);
 	assert_int_equal(c->moved_from[ch->id], 0);
+	assert_null(c->t.m.rail_channels[0]);
+	assert_ptr_equal(c->t.m.rail_channels[1], ch);
+	assert_null(ch->rail_next);
+	channel_set_polling(&c->t.m, 0, true);
+	assert_int_equal(atomic_load(&h->app->ctrl->daemon_flags), 0);
+	channel_set_polling(&c->t.m, 1, true);
+	assert_int_equal(atomic_load(&h->app->ctrl->daemon_flags), MESH_DAEMON_POLLING);
+	channel_set_polling(&c->t.m, 1, false);
+	channel_set_polling(&c->t.m, 0, false);
 	assert_true(ch->rewritten_bytes == 3000 - CHUNK);
 	assert_true(c->t.m.rail_failovers == 1);
 	assert_true(c->t.m.link_flaps == 0);
