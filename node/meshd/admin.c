@@ -642,12 +642,21 @@ static int admin_kick_epfd(const struct admin *a, uint32_t rail)
 	return rail < a->n_kick_epfd ? a->kick_epfd[rail] : a->epfd;
 }
 
+/* A channel's kick descriptor into the epoll set of its rail's thread. */
+static void admin_watch_kick(struct admin *a, struct channel *ch)
+{
+	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = a->tag_kick | ch->id};
+
+	if (epoll_ctl(admin_kick_epfd(a, ch->rail), EPOLL_CTL_ADD, ch->kick_fd, &ee))
+		log_warn("channel %u: epoll add kick (rail %u): %m", ch->id, ch->rail);
+}
+
 /* channel_ops.watch: the kick descriptor of a channel in its rail's thread's epoll set, the
  * lifeline in the data path's (a close takes every lock anyway). */
 static void admin_watch(void *ctx, struct channel *ch, bool add)
 {
 	struct admin *a = ctx;
-	struct epoll_event ee = {.events = EPOLLIN};
+	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = a->tag_life | ch->id};
 
 	if (!add) {
 		if (ch->kick_fd >= 0)
@@ -656,10 +665,7 @@ static void admin_watch(void *ctx, struct channel *ch, bool add)
 			epoll_ctl(a->epfd, EPOLL_CTL_DEL, ch->life_fd, NULL);
 		return;
 	}
-	ee.data.u64 = a->tag_kick | ch->id;
-	if (epoll_ctl(admin_kick_epfd(a, ch->rail), EPOLL_CTL_ADD, ch->kick_fd, &ee))
-		log_warn("channel %u: epoll add kick: %m", ch->id);
-	ee.data.u64 = a->tag_life | ch->id;
+	admin_watch_kick(a, ch);
 	if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, ch->life_fd, &ee))
 		log_warn("channel %u: epoll add lifeline: %m", ch->id);
 }
@@ -669,14 +675,12 @@ static void admin_watch(void *ctx, struct channel *ch, bool add)
 static void admin_moved(void *ctx, struct channel *ch, uint32_t from)
 {
 	struct admin *a = ctx;
-	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = a->tag_kick | ch->id};
-	int old = admin_kick_epfd(a, from), now = admin_kick_epfd(a, ch->rail);
+	int old = admin_kick_epfd(a, from);
 
-	if (old == now || ch->kick_fd < 0)
+	if (old == admin_kick_epfd(a, ch->rail) || ch->kick_fd < 0)
 		return;
 	epoll_ctl(old, EPOLL_CTL_DEL, ch->kick_fd, NULL);
-	if (epoll_ctl(now, EPOLL_CTL_ADD, ch->kick_fd, &ee))
-		log_warn("channel %u: epoll add kick (rail %u): %m", ch->id, ch->rail);
+	admin_watch_kick(a, ch);
 }
 
 void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life, const int *rail_epfd,

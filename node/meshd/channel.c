@@ -1834,18 +1834,6 @@ static void channel_on_resume(struct link *l, const ChannelResume *r)
 	channel_pump(ch);
 }
 
-void channel_on_kick(struct mesh *m, uint32_t id)
-{
-	struct channel *ch = channel_find(m, id);
-	uint64_t v;
-
-	if (!ch)
-		return;
-	if (read(ch->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_debug("channel %u: kick read: %m", id);
-	channel_pump(ch);
-}
-
 bool channel_on_kick_fast(struct mesh *m, uint32_t id, uint32_t rail)
 {
 	struct channel *ch = channel_find(m, id);

@@ -184,11 +184,10 @@ void channel_client_gone(struct mesh *m, int client_fd);
 struct mesh_upper;
 extern const struct mesh_upper channel_upper;
 
-/* From meshd's loop: the application kicked, or its lifeline closed. */
-void channel_on_kick(struct mesh *m, uint32_t id);
-/* A kick taken by rail's thread under its rail's lock alone (the kick descriptor sits in the
- * epoll set of the thread of the channel's rail, channel_ops.watch): a channel that only moves
- * data is pumped for it at once, another is marked for channel_pump_wanted. A channel that moved
+/* From meshd's loop: the application kicked, or its lifeline closed. A kick is taken by the
+ * rail's thread under its rail's lock alone (the kick descriptor sits in the epoll set of the
+ * thread of the channel's rail, channel_ops.watch): a channel that only moves data is pumped for
+ * it at once, another is marked for channel_pump_wanted. A channel that moved
  * to another rail meanwhile is left alone, its kick unread: its descriptor now sits in the other
  * rail's set, which reports it (level-triggered). Returns whether the kick was taken. */
 bool channel_on_kick_fast(struct mesh *m, uint32_t id, uint32_t rail);

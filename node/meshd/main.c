@@ -581,8 +581,10 @@ static int run(struct dp *dp)
 
 			if (tag == TAG_CH_KICK) {
 				/* One of this rail's channels: its application published and meshd slept. */
-				m->numa.threads[dp->rail].kicks++;
-				got += channel_on_kick_fast(m, (uint32_t)fd, dp->rail);
+				if (channel_on_kick_fast(m, (uint32_t)fd, dp->rail)) {
+					m->numa.threads[dp->rail].kicks++;
+					got++;
+				}
 			} else if (tag != TAG_XPORT) {
 				slow = true; /* the control plane's, below */
 			} else if ((size_t)fd < d->n_xports) {

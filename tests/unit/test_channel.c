@@ -9,7 +9,8 @@
  *   SCM_RIGHTS would; the test maps the memfd, writes and reads the rings, publishes indices, kicks,
  *   shuts its write side and closes its lifeline as libmesh would;
  * - meshd's loop: transport events go through mesh_handle_event() + mesh_reap() (harness deliver()),
- *   kicks and lifelines through channel_on_kick()/channel_on_lifeline() + mesh_reap().
+ *   kicks and lifelines as meshd's loop takes them (channel_on_kick_fast() + channel_pump_wanted(),
+ *   channel_on_lifeline()) + mesh_reap().
  *
  * We are node 2 of {1, 2, 3}: the link to node 1 is UP (we dialled it), the link to node 3 is DOWN.
  */
@@ -277,13 +278,25 @@ static void app_shut_wr(struct chan *h)
 	atomic_fetch_or_explicit(&h->app->ctrl->app_flags, MESH_APP_SHUT_WR, memory_order_release);
 }
 
+/* What meshd's loop does with a readable kick (main.c, run): the thread of the channel's rail
+ * takes it under its rail's lock, then, under every lock, pumps what it left to the usual way. */
+static void loop_kick(struct mesh *m, uint32_t id)
+{
+	struct channel *ch = channel_find(m, id);
+
+	if (!ch)
+		return;
+	channel_on_kick_fast(m, id, ch->rail);
+	channel_pump_wanted(m, ch->rail);
+}
+
 /* Writes the kick eventfd; meshd's loop then sees it readable. */
 static void app_kick(struct ct *c, struct chan *h)
 {
 	uint64_t one = 1;
 
 	assert_int_equal(write(h->app->fds[FD_KICK], &one, sizeof(one)), (ssize_t)sizeof(one));
-	channel_on_kick(&c->t.m, h->id);
+	loop_kick(&c->t.m, h->id);
 	mesh_reap(&c->t.m);
 }
 
@@ -1144,7 +1157,7 @@ static void channel_connect__self_listener__ring_to_ring_then_closed(void **stat
 		sent += n;
 		op->tx_prod = sent;
 		atomic_store(&op->ctrl->tx_prod, sent);
-		channel_on_kick(&c->t.m, op->channel_id);
+		loop_kick(&c->t.m, op->channel_id);
 		local_settle(c);
 		avail = atomic_load(&ac->ctrl->rx_prod) - got;
 		if (!n && !avail)
@@ -1154,7 +1167,7 @@ static void channel_connect__self_listener__ring_to_ring_then_closed(void **stat
 				fail_msg("byte %llu differs", (unsigned long long)(got + i));
 		got += avail;
 		atomic_store(&ac->ctrl->rx_cons, got);
-		channel_on_kick(&c->t.m, ac->channel_id);
+		loop_kick(&c->t.m, ac->channel_id);
 		local_settle(c);
 	}
 	assert_true(sent == total && got == total);
@@ -2060,6 +2073,18 @@ static void channel_poll__published_without_kick__posted_and_counted(void **stat
 
 /* ---- the fast path (mesh.h, struct mesh_locks) ---------------------------------------------- */
 
+/* A channel whose application shut its side, which the fast path marked for the usual pump: its
+ * EOF (a control message) goes only when that pump runs, once. */
+static void eof_left_to_the_usual_pump(struct ct *c, struct chan *h, size_t from)
+{
+	assert_true(c->t.m.rail_slow[0] && chn(c, h)->slow_wanted);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
+	channel_pump_wanted(&c->t.m, 0);
+	mesh_reap(&c->t.m);
+	assert_false(c->t.m.rail_slow[0] || chn(c, h)->slow_wanted);
+	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+}
+
 /* A channel that only moves data: its rail's thread pumps it and takes its completions and
  * immediates under the rail's lock alone (deliver() offers every event to mesh_fast_event first),
  * with what the usual way gives. */
@@ -2118,12 +2143,7 @@ static void mesh_fast_event__control_shutdown_or_failure__left_to_the_usual_way(
 	from = c->t.fx->n_posts;
 	app_shut_wr(h);
 	assert_int_equal(channel_poll_fast(&c->t.m, 0), 1);
-	assert_true(c->t.m.rail_slow[0] && chn(c, h)->slow_wanted);
-	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
-	channel_pump_wanted(&c->t.m, 0);
-	mesh_reap(&c->t.m);
-	assert_false(c->t.m.rail_slow[0] || chn(c, h)->slow_wanted);
-	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	eof_left_to_the_usual_pump(c, h, from);
 
 	ev = wc_event(c->l->conns[1], XPORT_OP_WRITE, ((uint64_t)WR_CH_DATA << 32) | (chn(c, h)->slot << 16), 0);
 	ev.status = -EIO;
@@ -2171,12 +2191,7 @@ static void channel_on_kick_fast__own_rail_pumps__shut_to_usual_way__other_rail_
 	app_shut_wr(h);
 	assert_int_equal(write(h->app->fds[FD_KICK], &one, sizeof(one)), (ssize_t)sizeof(one));
 	assert_true(channel_on_kick_fast(&c->t.m, h->id, 0));
-	assert_true(c->t.m.rail_slow[0] && chn(c, h)->slow_wanted);
-	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
-	channel_pump_wanted(&c->t.m, 0);
-	mesh_reap(&c->t.m);
-	assert_false(c->t.m.rail_slow[0] || chn(c, h)->slow_wanted);
-	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 1);
+	eof_left_to_the_usual_pump(c, h, from);
 	mt_finish(&c->t);
 }
 
