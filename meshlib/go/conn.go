@@ -26,7 +26,8 @@ import (
 // Waiting never holds an OS thread: libmesh's channel fd (an epoll set that turns readable on
 // every change of the channel, for either direction) is duplicated twice, each copy put in Go's
 // runtime poller; Read waits on one, Write on the other, and both call libmesh without blocking
-// (MESH_NONBLOCK) under a mutex, since a libmesh channel is used by one thread at a time.
+// (MESH_NONBLOCK) under a mutex, since a libmesh channel is used by one thread at a time. Neither
+// clears the fd (see ready): the two waiters share it.
 type Conn struct {
 	mu sync.Mutex // serialises the calls into libmesh
 	ch *C.mesh_channel_t
@@ -101,12 +102,29 @@ func newConn(ch *C.mesh_channel_t) (*Conn, error) {
 	return c, nil
 }
 
-// recv and send are one non-blocking libmesh call each: a count, 0 (EOF), -EAGAIN or -errno.
+// ready says whether a recv (want MESH_READY_RECV) or a send (MESH_READY_SEND) would not wait.
+// It never clears the channel fd (MESH_STATUS_EDGE): Read and Write sleep on it at once, and a
+// MESH_NONBLOCK call that returns -EAGAIN clears it, so a Write that found no space took the change
+// a Read was sleeping for and left it asleep beside its bytes (both ends of a two-way stream then
+// waited for each other until their deadlines). The runtime poller is edge-triggered: every change
+// wakes both, cleared or not. Called with c.mu held.
+func (c *Conn) ready(want C.uint32_t) bool {
+	var st C.struct_mesh_channel_status
+
+	// An error (there is none with a valid channel and flags) lets the call report it.
+	return C.mesh_channel_status(c.ch, C.MESH_STATUS_EDGE, &st) < 0 || st.ready&want != 0
+}
+
+// recv and send are one non-blocking libmesh call each, made only when it would not wait: a count,
+// 0 (EOF), -EAGAIN or -errno.
 func (c *Conn) recv(b []byte) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ch == nil {
 		return -int64(syscall.EBADF)
+	}
+	if !c.ready(C.MESH_READY_RECV) {
+		return eagain
 	}
 	return int64(C.mesh_recv(c.ch, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.MESH_NONBLOCK))
 }
@@ -116,6 +134,9 @@ func (c *Conn) send(b []byte) int64 {
 	defer c.mu.Unlock()
 	if c.ch == nil {
 		return -int64(syscall.EBADF)
+	}
+	if !c.ready(C.MESH_READY_SEND) {
+		return eagain
 	}
 	return int64(C.mesh_send(c.ch, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.MESH_NONBLOCK))
 }

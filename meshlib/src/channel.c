@@ -685,7 +685,8 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 {
 	ssize_t rx, tx;
 
-	if (!c || !st || (flags & ~MESH_STATUS_ARM))
+	if (!c || !st || (flags & ~(MESH_STATUS_ARM | MESH_STATUS_EDGE)) ||
+	    (flags & MESH_STATUS_ARM && flags & MESH_STATUS_EDGE))
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
 	st->spin_us = c->spin_us;
@@ -693,8 +694,9 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 		/* Cleared before the look: a change after it makes the fd readable again. */
 		if (fd_exported(c))
 			wake_clear(c);
-		lifeline_gone(c);
 	}
+	if (flags & (MESH_STATUS_ARM | MESH_STATUS_EDGE))
+		lifeline_gone(c);
 	rx = rx_avail(c);
 	tx = tx_space(c);
 	if (rx > 0) {

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -1979,6 +1980,92 @@ static void meshlib_channel_fd__wake_and_hangup__readable_waiting_kept(void **st
 	assert_int_equal(mesh_close(c), 0);
 }
 
+/* Which of the two edge-triggered registrations (1: the reader's, 2: the writer's) epoll reports now. */
+static unsigned et_events(int ep)
+{
+	struct epoll_event evs[4];
+	unsigned got = 0;
+	int n = epoll_wait(ep, evs, 4, 0);
+
+	for (int i = 0; i < n; i++)
+		got |= evs[i].data.u32;
+	return got;
+}
+
+/* The Go binding's two waiters: a reader and a writer sleep on duplicates of the channel fd in one
+ * edge-triggered poller. A writer that finds no space must not clear the fd (as a MESH_NONBLOCK call
+ * returning -EAGAIN does): that took the reader's change, both ends of a two-way stream slept
+ * until their deadlines (CI, TestConcurrentReadWrite). With MESH_STATUS_EDGE nothing is cleared and
+ * every change is an edge for both, cleared or not. */
+static void meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_wake(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	struct mesh_channel_status st;
+	static char fill[SMALL_RING];
+	char b[16];
+	int fd, ep, rd, wr;
+
+	fd = mesh_channel_fd(c);
+	assert_true(fd >= 0);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	rd = dup(fd);
+	wr = dup(fd);
+	assert_true(ep >= 0 && rd >= 0 && wr >= 0);
+	assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, rd, &(struct epoll_event){.events = EPOLLIN | EPOLLET, .data.u32 = 1}), 0);
+	assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, wr, &(struct epoll_event){.events = EPOLLIN | EPOLLET, .data.u32 = 2}), 0);
+	assert_int_equal(mesh_send(c, fill, sizeof(fill), MESH_NONBLOCK), (ssize_t)sizeof(fill)); /* TX full */
+	et_events(ep);
+
+	/* Bytes arrive; the writer looks before the poller ran: not ready, and nothing cleared. */
+	ring_rx_put(ch, "ping", 4);
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_EDGE, &st), 0);
+	assert_false(st.ready & MESH_READY_SEND);
+	assert_true(st.ready & MESH_READY_RECV);
+	assert_int_equal(et_events(ep), 1 | 2); /* the reader's edge is there */
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 4);
+
+	/* A MESH_NONBLOCK call that waits clears the fd: the reader's next change is lost that way,
+	 * which is why the waiters above never make one. */
+	ring_rx_put(ch, "pong", 4);
+	assert_int_equal(mesh_send(c, "x", 1, MESH_NONBLOCK), -EAGAIN);
+	assert_int_equal(et_events(ep), 0);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 4);
+
+	/* With the fd left readable every later change is a new edge for both: space freed, bytes. */
+	ring_rx_put(ch, "x", 1);
+	assert_int_equal(et_events(ep), 1 | 2);
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_EDGE, &st), 0);
+	ring_tx_take(ch, NULL, 100);
+	assert_int_equal(et_events(ep), 1 | 2);
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_EDGE, &st), 0);
+	assert_true(st.ready & MESH_READY_SEND);
+	assert_int_equal(st.tx_free, 100);
+	ring_rx_put(ch, "y", 1);
+	assert_int_equal(et_events(ep), 1 | 2);
+
+	/* ARM and EDGE contradict each other. */
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_ARM | MESH_STATUS_EDGE, &st), -EINVAL);
+
+	/* meshd dies: an edge, and EDGE's look finds it (a look without flags makes no system call). */
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 2);
+	ring_tx_take(ch, NULL, SMALL_RING - 100); /* nothing left to send, nothing to read */
+	et_events(ep);
+	close(ch->lifeline);
+	ch->lifeline = -1;
+	assert_true(et_events(ep) & 1);
+	assert_int_equal(mesh_channel_status(c, 0, &st), 0);
+	assert_false(st.ready & MESH_READY_ERROR);
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_EDGE, &st), 0);
+	assert_true(st.ready & MESH_READY_ERROR);
+	assert_int_equal(st.error, -ECONNRESET);
+	close(rd);
+	close(wr);
+	close(ep);
+	assert_int_equal(mesh_close(c), 0);
+}
+
 /* ---- loopback: the fake daemon copies TX into RX ---- */
 
 #define LOOP_TOTAL ((1u << 20) + 12345u)
@@ -2390,6 +2477,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__meshd_dies_while_blocked__econnreset),
 	T(meshlib_recv__meshd_gone_nonblock__bytes_then_econnreset),
 	T(meshlib_channel_fd__wake_and_hangup__readable_waiting_kept),
+	T(meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_wake),
 	T(meshlib_send_recv__loopback_odd_sizes_over_1mib__round_trip_intact),
 	T(meshlib_reserve_peek__loopback_zero_copy__round_trip_intact),
 	T(meshlib_meshcat__connect_loopback__stdin_comes_back_exit_0),

@@ -191,7 +191,8 @@ MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len);
 
 /* Readable (poll/epoll) when the channel may have changed: bytes arrived, space freed, EOF, error, or
  * meshd went away. Level-triggered: call the channel with MESH_NONBLOCK until -EAGAIN, which clears
- * it. Owned by the channel: do not read or close it. */
+ * it; for one waiter at a time (two waiters on one fd: MESH_STATUS_EDGE below). Owned by the
+ * channel: do not read or close it. */
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c);
 MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_info *info);
 /* What the channel can do now (since 0.4), for event loops that wait in poll/epoll on mesh_channel_fd
@@ -206,6 +207,14 @@ MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_i
  * ready, the fd becomes readable on the next change and you may sleep on it. Without, it only looks
  * (no system call). */
 #define MESH_STATUS_ARM 0x1
+/* With MESH_STATUS_EDGE (since 0.5), for waiters that sleep on the fd edge-triggered (EPOLLET, as
+ * Go's poller does) and may be two at once, a reader and a writer: it checks whether meshd is still
+ * there, as ARM does, but leaves the fd as it is. An edge-triggered wait is woken by every change
+ * whether the fd was cleared or not, and a clear takes the change another waiter sleeps for: a
+ * writer that found no space and cleared the fd (a MESH_NONBLOCK call returning -EAGAIN does) would
+ * leave a reader asleep beside the bytes it waits for. Such waiters call mesh_recv and mesh_send
+ * (MESH_NONBLOCK) only when this says they would not wait, and never clear the fd. */
+#define MESH_STATUS_EDGE 0x2
 
 struct mesh_channel_status {
 	uint32_t ready;    /* MESH_READY_* */
