@@ -554,7 +554,10 @@ uint64_t pl_mono_us(void)
  * meshd to wake us through the fd, a hop that doubled a request-reply round trip. It yields between
  * looks, so a spinner never starves the meshd or the peer it waits for. Then it sleeps on the fd;
  * a thread that shares the channel with others re-checks every 50 ms there: another's
- * MESH_NONBLOCK call may have cleared the change it was waiting for. */
+ * MESH_NONBLOCK call may have cleared the change it was waiting for. Alone it re-checks every
+ * second: another thread may have started its call after this one counted them, and the Go
+ * binding's stall (a writer clearing a reader's change while both ends of a two-way stream wait
+ * for each other) would then last until the next change, which might never come. */
 static int chan_wait(struct pl_fd *p, short want)
 {
 	struct pollfd pf = {.events = POLLIN};
@@ -575,7 +578,7 @@ static int chan_wait(struct pl_fd *p, short want)
 
 		if (ev & (want | POLLERR | POLLHUP))
 			return 0;
-		if (pl_real.poll(&pf, 1, atomic_load(&p->refs) > 2 ? 50 : -1) < 0 && errno == EINTR)
+		if (pl_real.poll(&pf, 1, atomic_load(&p->refs) > 2 ? 50 : 1000) < 0 && errno == EINTR)
 			return -EINTR;
 	}
 }
