@@ -35,7 +35,7 @@ uint32_t channel_rx_window(uint32_t qps)
 
 struct channel *channel_find(struct mesh *m, uint32_t id)
 {
-	for (struct channel *ch = m->channels; ch; ch = ch->next)
+	for (struct channel *ch = m->ch_by_id[id % MESH_CH_BUCKETS]; ch; ch = ch->id_next)
 		if (ch->id == id)
 			return ch;
 	return NULL;
@@ -330,6 +330,12 @@ static void channel_free(struct channel *ch)
 			break;
 		}
 	}
+	for (pp = &m->ch_by_id[ch->id % MESH_CH_BUCKETS]; *pp; pp = &(*pp)->id_next) {
+		if (*pp == ch) {
+			*pp = ch->id_next;
+			break;
+		}
+	}
 	channel_rail_unlink(ch);
 	m->n_channels--;
 	if (ch->link && ch->link->ch_slots && link_channel(ch->link, ch->slot) == ch)
@@ -378,6 +384,8 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->id = ++m->next_channel_id;
 	ch->next = m->channels;
 	m->channels = ch;
+	ch->id_next = m->ch_by_id[ch->id % MESH_CH_BUCKETS];
+	m->ch_by_id[ch->id % MESH_CH_BUCKETS] = ch;
 	channel_rail_link(ch);
 	m->n_channels++;
 	ch->rx_len = calloc(ch->rx_window, sizeof(*ch->rx_len));

@@ -79,6 +79,7 @@ struct channel {
 	bool stalled;
 	bool slow_wanted; /* the fast path left it to the usual pump (channel_pump_wanted) */
 	struct channel *rail_next; /* its rail's list (mesh.rail_channels) */
+	struct channel *id_next;   /* its bucket (mesh.ch_by_id) */
 	/* A QP refused a write of this resumable channel at refused_ms (0: none): nothing is posted
 	 * until its rail or link goes down and the channel resumes (channel_refused). */
 	uint64_t refused_ms;

@@ -262,6 +262,9 @@ struct mesh_upper {
 	void (*fast_imm)(struct link *l, uint32_t rail, uint32_t imm, uint32_t len);
 };
 
+/* Buckets of the channels by id (struct mesh): ids are given in sequence, so they spread evenly. */
+#define MESH_CH_BUCKETS 1024u
+
 struct mesh {
 	const struct mesh_config *cfg;
 	const struct mesh_upper *upper;
@@ -310,6 +313,9 @@ struct mesh {
 	/* The same channels by rail (linked by rail_next): what a rail's thread polls and flags
 	 * under its rail's lock alone. Changed only under every lock (creation, free, a move). */
 	struct channel *rail_channels[MESH_RAILS_MAX];
+	/* The same channels by id (linked by id_next, bucket id % MESH_CH_BUCKETS): a kick or a
+	 * lifeline names its channel by id, and finding it must not cost a walk of every channel. */
+	struct channel *ch_by_id[MESH_CH_BUCKETS];
 	struct listener *listeners;
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;

@@ -501,7 +501,7 @@ static void ev_local(struct mt *t, struct in *in, uint8_t kind)
 
 static void check_invariants(struct mt *t)
 {
-	uint32_t on_rails = 0;
+	uint32_t on_rails = 0, by_id = 0;
 
 	FUZZ_CHECK(t->m.handshakes <= t->cfg.max_handshakes);
 	for (size_t i = 0; i < t->m.n_links; i++) {
@@ -517,6 +517,15 @@ static void check_invariants(struct mt *t)
 			FUZZ_CHECK(++on_rails <= t->m.n_channels);
 		}
 	FUZZ_CHECK(on_rails == t->m.n_channels);
+	/* Every channel is found by its id, in its bucket, and the buckets hold nothing else. */
+	for (uint32_t b = 0; b < MESH_CH_BUCKETS; b++)
+		for (const struct channel *ch = t->m.ch_by_id[b]; ch; ch = ch->id_next) {
+			FUZZ_CHECK(ch->id % MESH_CH_BUCKETS == b);
+			FUZZ_CHECK(++by_id <= t->m.n_channels);
+		}
+	FUZZ_CHECK(by_id == t->m.n_channels);
+	for (struct channel *ch = t->m.channels; ch; ch = ch->next)
+		FUZZ_CHECK(channel_find(&t->m, ch->id) == ch);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -57,7 +57,7 @@
 #define ACCESS_RW (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE)
 #define MAX_APPS 64
 #define MAX_CHANS 6
-#define MAX_IDS 64
+#define MAX_IDS (2 * MESH_CH_BUCKETS) /* channel ids and slots the harness tracks (channel_find__ tests a second bucket round) */
 
 enum { FD_MEMFD, FD_LIFELINE, FD_KICK, FD_WAKE }; /* the order of channel_ops.deliver's fds[] */
 
@@ -1013,6 +1013,35 @@ static void channel_on_message__accept__open_and_delivered_with_four_fds(void **
 	peer_data(c, h, 0, 0, 0, 100);
 	assert_true(ring_rx_prod(h) == 100);
 	app_read(h, 100);
+	mt_finish(&c->t);
+}
+
+/* Kicks and lifelines name their channel by id: found in its bucket, two ids of one bucket apart,
+ * and no longer once freed. */
+static void channel_find__ids_sharing_a_bucket__each_found_freed_one_gone(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h, *h2;
+	struct channel *ch;
+
+	ct_init(c, 2);
+	h = connect_out(c, 80, RING, 2, PEER_SLOT);
+	ch = channel_find(&c->t.m, h->id);
+	c->t.m.next_channel_id = h->id + MESH_CH_BUCKETS - 1;
+	h2 = connect_out(c, 81, RING, 2, PEER_SLOT + 1);
+	assert_int_equal(h2->id, h->id + MESH_CH_BUCKETS);
+	assert_non_null(ch);
+	assert_int_equal(ch->id, h->id);
+	assert_ptr_not_equal(channel_find(&c->t.m, h2->id), ch);
+	assert_int_equal(channel_find(&c->t.m, h2->id)->id, h2->id);
+	assert_null(channel_find(&c->t.m, h->id + 2 * MESH_CH_BUCKETS));
+	assert_null(channel_find(&c->t.m, h->id + 1));
+	peer_reject(c, h->slot, -ECONNREFUSED);
+	assert_null(channel_find(&c->t.m, h->id));
+	assert_non_null(channel_find(&c->t.m, h2->id));
+	peer_reject(c, h2->slot, -ECONNREFUSED);
+	assert_null(channel_find(&c->t.m, h2->id));
+	assert_int_equal(c->t.m.n_channels, 0);
 	mt_finish(&c->t);
 }
 
@@ -3822,6 +3851,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_connect__up_link__open_carries_slot_ports_ring_and_keys),
 	T(channel_connect__qps_and_ring_unset__link_qps_and_default_ring),
 	T(channel_on_message__accept__open_and_delivered_with_four_fds),
+	T(channel_find__ids_sharing_a_bucket__each_found_freed_one_gone),
 	T(channel_on_message__reject__reason_delivered_and_everything_freed),
 	T(channel_connect__unknown_node__eunknownnode),
 	T(channel_connect__link_down__enetunreach),
