@@ -9,6 +9,10 @@
  *        MODE epoll|poll|select: non-blocking connect (EINPROGRESS, writable, SO_ERROR 0), then
  *        the stream through that wait call. Either way the client sends BYTES of a pattern, reads
  *        the echo back and checks it, shuts its side and expects EOF.
+ *   preload_echo duplex HOST PORT BYTES
+ *        blocking, two threads on one socket at once: one writes BYTES of the pattern in chunks of
+ *        varying size, the other reads the echo back and checks it (a reader and a writer sharing
+ *        a channel: one's wait must never take the other's wake-up); then shut, EOF, exit 0.
  *   preload_echo rtt HOST PORT COUNT SIZE
  *        for the benchmark (tests/bench/preload_bench.py): blocking, TCP_NODELAY, COUNT round trips
  *        of SIZE bytes against an echo server; prints "rtt_us AVG" (the mean round trip).
@@ -25,6 +29,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -545,8 +550,79 @@ static int bulk(const char *host, int port, uint64_t bytes)
 	return 0;
 }
 
+struct duplex {
+	int fd;
+	uint64_t bytes;
+	uint64_t moved; /* written (writer) or read and checked (reader) */
+	const char *err;
+};
+
+static void *duplex_writer(void *arg)
+{
+	struct duplex *d = arg;
+	static uint8_t buf[100000];
+
+	while (d->moved < d->bytes) {
+		size_t n = 1 + (size_t)((d->moved * 2654435761u) % sizeof(buf));
+
+		if (n > d->bytes - d->moved)
+			n = (size_t)(d->bytes - d->moved);
+		for (size_t i = 0; i < n; i++)
+			buf[i] = pattern(d->moved + i);
+		for (size_t off = 0; off < n;) {
+			ssize_t w = write(d->fd, buf + off, n - off);
+
+			if (w <= 0) {
+				d->err = "write";
+				return NULL;
+			}
+			off += (size_t)w;
+		}
+		d->moved += n;
+	}
+	if (shutdown(d->fd, SHUT_WR))
+		d->err = "shutdown";
+	return NULL;
+}
+
+static int duplex(const char *host, int port, uint64_t bytes)
+{
+	struct duplex w = {.bytes = bytes}, r = {.bytes = bytes};
+	static uint8_t buf[7000];
+	pthread_t t;
+	ssize_t n;
+	int ret = dial("duplex", host, port, &w.fd);
+
+	if (ret)
+		return ret;
+	r.fd = w.fd;
+	if ((errno = pthread_create(&t, NULL, duplex_writer, &w))) {
+		perror("preload_echo: duplex: pthread_create");
+		return 2;
+	}
+	while ((n = read(r.fd, buf, sizeof(buf))) > 0 && !r.err) {
+		for (ssize_t i = 0; i < n; i++)
+			if (buf[i] != pattern(r.moved + (uint64_t)i))
+				r.err = "the echo differs from what was written";
+		r.moved += (uint64_t)n;
+	}
+	if (n < 0)
+		r.err = "read";
+	pthread_join(t, NULL);
+	CHECK(!w.err, "duplex writer: %s after %llu of %llu bytes", w.err ? w.err : "", (unsigned long long)w.moved,
+	      (unsigned long long)bytes);
+	CHECK(!r.err && r.moved == bytes, "duplex reader: %s, %llu of %llu bytes echoed before EOF", r.err ? r.err : "EOF",
+	      (unsigned long long)r.moved, (unsigned long long)bytes);
+	close(w.fd);
+	if (!failures)
+		printf("duplex: %llu bytes written and read back at once on one socket\n", (unsigned long long)bytes);
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "duplex"))
+		return duplex(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10));
 	if (argc == 5 && !strcmp(argv[1], "bulk"))
 		return bulk(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10));
 	if (argc == 6 && !strcmp(argv[1], "rtt"))
@@ -559,6 +635,6 @@ int main(int argc, char **argv)
 		return client(argv[2], atoi(argv[3]), argv[4], strtoull(argv[5], NULL, 10),
 			      argc == 7 ? strtoul(argv[6], NULL, 10) : 65536);
 	fprintf(stderr, "usage: preload_echo server|bserver PORT COUNT | client HOST PORT block|epoll|poll|select BYTES [CHUNK]\n"
-			"       preload_echo rtt HOST PORT COUNT SIZE | bulk HOST PORT BYTES\n");
+			"       preload_echo rtt HOST PORT COUNT SIZE | bulk HOST PORT BYTES | duplex HOST PORT BYTES\n");
 	return 2;
 }

@@ -192,6 +192,23 @@ def part_echo(a, m, e, workdir):
     moved = m.link_bytes() - before
     check(moved >= 2 * size, f"the link counted the blocking echo: {moved} bytes >= {2 * size}")
 
+    # 1b. a reader thread and a writer thread on one blocking socket at once: one's wait must never take the
+    # other's wake-up (the Go binding stalled so); the blocking server echoes as it reads
+    before = m.link_bytes()
+    port = a.app_port + 7
+    srv = e.spawn(2, [echo, "bserver", str(port), "1"], log=os.path.join(workdir, "duplex-server.log"))
+    wait_until(lambda: port in m.ports(2), 10, 0.05)
+    r = e.run(1, [echo, "duplex", host, str(port), str(2 * size)])
+    check(r.returncode == 0, f"two threads on one socket, writing and reading at once: {2 * size} bytes echoed",
+          (r.stdout + r.stderr).strip()[-600:])
+    try:
+        srv.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    stop(srv)
+    moved = m.link_bytes() - before
+    check(moved >= 4 * size, f"the link counted the duplex echo: {moved} bytes >= {4 * size}")
+
     # 2. a client beside its server (node 2 to its own address, then to a loopback address of no node): a channel to the
     # local node, ring to ring in node 2's meshd, nothing on the link
     before = m.link_bytes()
