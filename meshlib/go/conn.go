@@ -107,11 +107,15 @@ func newConn(ch *C.mesh_channel_t) (*Conn, error) {
 // MESH_NONBLOCK call that returns -EAGAIN clears it, so a Write that found no space took the change
 // a Read was sleeping for and left it asleep beside its bytes (both ends of a two-way stream then
 // waited for each other until their deadlines). The runtime poller is edge-triggered: every change
-// wakes both, cleared or not. Called with c.mu held.
+// wakes both, cleared or not. The first look costs no system call; only before a wait does
+// MESH_STATUS_EDGE ask whether meshd is still there. Called with c.mu held.
 func (c *Conn) ready(want C.uint32_t) bool {
 	var st C.struct_mesh_channel_status
 
 	// An error (there is none with a valid channel and flags) lets the call report it.
+	if C.mesh_channel_status(c.ch, 0, &st) < 0 || st.ready&want != 0 {
+		return true
+	}
 	return C.mesh_channel_status(c.ch, C.MESH_STATUS_EDGE, &st) < 0 || st.ready&want != 0
 }
 

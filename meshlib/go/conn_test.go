@@ -396,6 +396,62 @@ func TestCloseUnblocks(t *testing.T) {
 	}
 }
 
+// meshd dies (SIGKILL) under a Read and a Write that wait: both return ECONNRESET instead of waiting
+// for their deadline (the channel fd's lifeline turns readable; neither clears the fd, so the look
+// before each wait must ask whether meshd is still there). A mesh of its own: the shared one stays.
+func TestMeshdGoneUnblocks(t *testing.T) {
+	needMesh(t)
+	if tm.build == "" {
+		t.Skip("a re-executed test process: no meshd of its own to kill")
+	}
+	m, err := startMesh(tm.build)
+	if m != nil {
+		defer os.RemoveAll(m.dir)
+		defer m.stop()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := (&ListenConfig{Socket: m.sock[2]}).Listen(context.Background(), "mesh", ":7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			defer c.Close()
+			time.Sleep(30 * time.Second) // reads nothing, writes nothing
+		}
+	}()
+	c, err := (&Dialer{Socket: m.sock[1], RingSize: 4096, Timeout: 20 * time.Second}).Dial("mesh", "2:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	rerr, werr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		rerr <- err
+	}()
+	go func() {
+		_, err := c.Write(make([]byte, 1<<20)) // more than the ring and the peer's: blocks
+		werr <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	m.procs[0].Process.Kill() // node 1, this process's meshd
+	for _, ch := range []chan error{rerr, werr} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("blocked call once meshd died: %v, want ECONNRESET", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a Read or Write still waits 10 s after its meshd died")
+		}
+	}
+}
+
 // 1000 goroutines blocked in Read park in the runtime poller: the process stays under 64 OS threads.
 // Run in a fresh process so that threads made by earlier tests do not count.
 func TestThousandBlockedReaders(t *testing.T) {
