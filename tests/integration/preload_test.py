@@ -159,6 +159,15 @@ def active_opens(m, i):
     return int(lines[1][lines[0].index("ActiveOpens")])
 
 
+def finish(p, timeout=20):
+    """Waits for a server that serves a given number of connections to end by itself; its exit status, or None
+    if it still runs."""
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def stop(p):
     if p and p.poll() is None:
         p.terminate()
@@ -182,11 +191,7 @@ def part_echo(a, m, e, workdir):
     r = e.run(1, [echo, "client", host, str(a.app_port), "block", str(size)])
     check(r.returncode == 0, f"blocking client: connect, dup, writev/readv, FIONREAD, {size} bytes echoed, EOF",
           (r.stdout + r.stderr).strip()[-600:])
-    try:
-        srv.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        pass
-    check(srv.returncode == 0, "blocking server: accept, read/write until EOF, exit 0",
+    check(finish(srv) == 0, "blocking server: accept, read/write until EOF, exit 0",
           open(os.path.join(workdir, "bserver.log")).read()[-600:])
     stop(srv)
     moved = m.link_bytes() - before
@@ -201,10 +206,8 @@ def part_echo(a, m, e, workdir):
     r = e.run(1, [echo, "duplex", host, str(port), str(2 * size)])
     check(r.returncode == 0, f"two threads on one socket, writing and reading at once: {2 * size} bytes echoed",
           (r.stdout + r.stderr).strip()[-600:])
-    try:
-        srv.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        pass
+    check(finish(srv) == 0, "the blocking server echoed the duplex client until EOF, exit 0",
+          open(os.path.join(workdir, "duplex-server.log")).read()[-600:])
     stop(srv)
     moved = m.link_bytes() - before
     check(moved >= 4 * size, f"the link counted the duplex echo: {moved} bytes >= {4 * size}")
@@ -221,10 +224,7 @@ def part_echo(a, m, e, workdir):
         check(r.returncode == 0 and re.search(rf"channel \d+ to node 2 port {port}", out),
               f"a client on node 2 connecting to {target} (its own node) gets a local channel: {size} bytes echoed",
               out[-600:])
-        try:
-            srv.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
+        finish(srv)
         stop(srv)
     moved = m.link_bytes() - before
     check(moved == 0, f"the same-node echoes never crossed the link ({moved} bytes)")
@@ -244,11 +244,7 @@ def part_echo(a, m, e, workdir):
             out = p.communicate()[0] + " (timed out)"
         check(p.returncode == 0, f"non-blocking client through {mode}: EINPROGRESS, writable, SO_ERROR 0, "
               f"{size} bytes echoed, EOF", out.strip()[-600:])
-    try:
-        srv.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        pass
-    check(srv.returncode == 0, "epoll edge-triggered server: 3 connections echoed and closed, exit 0",
+    check(finish(srv) == 0, "epoll edge-triggered server: 3 connections echoed and closed, exit 0",
           open(os.path.join(workdir, "server.log")).read()[-600:])
     stop(srv)
     moved = m.link_bytes() - before
