@@ -90,9 +90,10 @@ static const struct config_key config_keys[] = {
 	KEY_STR(polling, polling, "adaptive", polling_choices,
 		"how meshd's data-path thread waits: event (sleeps in epoll, a wake-up per event, no CPU when "
 		"idle), busy (polls completion queues and rings without end: lowest latency, one CPU always "
-		"busy), adaptive (polls for poll_budget_us after the last work, then sleeps)"),
+		"busy), adaptive (polls for poll_budget_us after channel data last moved, then sleeps)"),
 	KEY_UINT(poll_budget_us, "200", 0, 1000000,
-		 "adaptive polling: microseconds meshd keeps polling after the last work before it sleeps"),
+		 "adaptive polling: microseconds meshd keeps polling after channel data last moved (a keepalive, "
+		 "the tick or a control message does not count) before it sleeps"),
 	KEY_UINT(app_spin_us, "50", 0, 1000000,
 		 "hint to libmesh: microseconds a blocking channel call polls its ring before it sleeps "
 		 "(MESH_SPIN_US in the application's environment overrides it)"),
