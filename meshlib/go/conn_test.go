@@ -330,19 +330,42 @@ func TestDeadlines(t *testing.T) {
 	}
 }
 
+// blockReadWrite starts a Read and a Write on c that wait (nothing comes; more than a 4 KiB ring and
+// the peer's is written) and gives the channels their errors arrive on.
+func blockReadWrite(c *Conn) (rerr, werr chan error) {
+	rerr, werr = make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		rerr <- err
+	}()
+	go func() {
+		_, err := c.Write(make([]byte, 1<<20))
+		werr <- err
+	}()
+	return rerr, werr
+}
+
+// awaitUnblocked expects every blocked call of blockReadWrite to end with want within limit of what
+// unblocked them.
+func awaitUnblocked(t *testing.T, want error, limit time.Duration, what string, errs ...chan error) {
+	t.Helper()
+	for _, ch := range errs {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, want) {
+				t.Errorf("blocked call after %s: %v, want %v", what, err, want)
+			}
+		case <-time.After(limit):
+			t.Fatalf("a Read or Write still waits %v after %s", limit, what)
+		}
+	}
+}
+
 func TestCloseUnblocks(t *testing.T) {
 	needMesh(t)
 	c1, c2 := pipe(t, &Dialer{Socket: tm.sock[1], RingSize: 4096})
 	defer c2.Close()
-	rerr, werr := make(chan error, 1), make(chan error, 1)
-	go func() {
-		_, err := c1.Read(make([]byte, 10))
-		rerr <- err
-	}()
-	go func() {
-		_, err := c1.Write(make([]byte, 1<<20)) // more than the ring: blocks
-		werr <- err
-	}()
+	rerr, werr := blockReadWrite(c1)
 	time.Sleep(200 * time.Millisecond)
 	select {
 	case err := <-rerr:
@@ -352,16 +375,7 @@ func TestCloseUnblocks(t *testing.T) {
 	default:
 	}
 	c1.Close()
-	for _, ch := range []chan error{rerr, werr} {
-		select {
-		case err := <-ch:
-			if !errors.Is(err, net.ErrClosed) {
-				t.Errorf("blocked call after Close: %v, want net.ErrClosed", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close did not unblock a Read or Write")
-		}
-	}
+	awaitUnblocked(t, net.ErrClosed, 5*time.Second, "Close", rerr, werr)
 	if _, err := c1.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("read after Close: %v", err)
 	}
@@ -429,27 +443,10 @@ func TestMeshdGoneUnblocks(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	rerr, werr := make(chan error, 1), make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 10))
-		rerr <- err
-	}()
-	go func() {
-		_, err := c.Write(make([]byte, 1<<20)) // more than the ring and the peer's: blocks
-		werr <- err
-	}()
+	rerr, werr := blockReadWrite(c.(*Conn))
 	time.Sleep(300 * time.Millisecond)
 	m.procs[0].Process.Kill() // node 1, this process's meshd
-	for _, ch := range []chan error{rerr, werr} {
-		select {
-		case err := <-ch:
-			if !errors.Is(err, syscall.ECONNRESET) {
-				t.Errorf("blocked call once meshd died: %v, want ECONNRESET", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a Read or Write still waits 10 s after its meshd died")
-		}
-	}
+	awaitUnblocked(t, syscall.ECONNRESET, 10*time.Second, "meshd's death", rerr, werr)
 }
 
 // 1000 goroutines blocked in Read park in the runtime poller: the process stays under 64 OS threads.
