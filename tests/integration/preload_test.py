@@ -183,33 +183,34 @@ def part_echo(a, m, e, workdir):
     host = m.addr[2]
     size = a.bytes
 
+    def bserver_echo(port, client, log):
+        """A blocking server for one connection on node 2 and the client command on node 1: whether the server
+        listened through the mesh, the client's result, the server's exit status and its log, the link's bytes."""
+        before = m.link_bytes()
+        srv = e.spawn(2, [echo, "bserver", str(port), "1"], log=os.path.join(workdir, log))
+        listening = wait_until(lambda: port in m.ports(2), 10, 0.05)
+        r = e.run(1, client)
+        status = finish(srv)
+        stop(srv)
+        return listening, r, status, open(os.path.join(workdir, log)).read()[-600:], m.link_bytes() - before
+
     # 1. blocking pair, then three non-blocking clients against the epoll server at once
-    before = m.link_bytes()
-    srv = e.spawn(2, [echo, "bserver", str(a.app_port), "1"], log=os.path.join(workdir, "bserver.log"))
-    ok = wait_until(lambda: a.app_port in m.ports(2), 10, 0.05)
+    ok, r, status, log, moved = bserver_echo(a.app_port, [echo, "client", host, str(a.app_port), "block", str(size)],
+                                             "bserver.log")
     check(ok, f"a blocking server under the preload listens on port {a.app_port} through the mesh too (meshctl ports)")
-    r = e.run(1, [echo, "client", host, str(a.app_port), "block", str(size)])
     check(r.returncode == 0, f"blocking client: connect, dup, writev/readv, FIONREAD, {size} bytes echoed, EOF",
           (r.stdout + r.stderr).strip()[-600:])
-    check(finish(srv) == 0, "blocking server: accept, read/write until EOF, exit 0",
-          open(os.path.join(workdir, "bserver.log")).read()[-600:])
-    stop(srv)
-    moved = m.link_bytes() - before
+    check(status == 0, "blocking server: accept, read/write until EOF, exit 0", log)
     check(moved >= 2 * size, f"the link counted the blocking echo: {moved} bytes >= {2 * size}")
 
     # 1b. a reader thread and a writer thread on one blocking socket at once: one's wait must never take the
     # other's wake-up (the Go binding stalled so); the blocking server echoes as it reads
-    before = m.link_bytes()
     port = a.app_port + 7
-    srv = e.spawn(2, [echo, "bserver", str(port), "1"], log=os.path.join(workdir, "duplex-server.log"))
-    wait_until(lambda: port in m.ports(2), 10, 0.05)
-    r = e.run(1, [echo, "duplex", host, str(port), str(2 * size)])
+    _, r, status, log, moved = bserver_echo(port, [echo, "duplex", host, str(port), str(2 * size)],
+                                            "duplex-server.log")
     check(r.returncode == 0, f"two threads on one socket, writing and reading at once: {2 * size} bytes echoed",
           (r.stdout + r.stderr).strip()[-600:])
-    check(finish(srv) == 0, "the blocking server echoed the duplex client until EOF, exit 0",
-          open(os.path.join(workdir, "duplex-server.log")).read()[-600:])
-    stop(srv)
-    moved = m.link_bytes() - before
+    check(status == 0, "the blocking server echoed the duplex client until EOF, exit 0", log)
     check(moved >= 4 * size, f"the link counted the duplex echo: {moved} bytes >= {4 * size}")
 
     # 2. a client beside its server (node 2 to its own address, then to a loopback address of no node): a channel to the
