@@ -394,8 +394,8 @@ static bool poll_once(struct dp *dp)
 /* Channel data this thread moved so far: completions and immediates its fast path took, kicks,
  * rings found moved. Only these keep adaptive polling going: a keepalive, the tick or a control
  * message is not followed by more of its kind within microseconds, and polling after each (200 us
- * of yields) made an idle meshd with 1000 peers burn a fifth of a core, and 64 in a VM over half
- * of its two CPUs. */
+ * of yields) grew an idle meshd's CPU with its peers (32 idle meshd over tcp: 0.12 -> 0.08
+ * CPU-seconds per second without it). */
 static uint64_t dp_data_moves(const struct dp *dp)
 {
 	const struct mesh_numa_thread *t = &dp->d->mesh.numa.threads[dp->rail];
