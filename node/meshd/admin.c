@@ -897,9 +897,12 @@ void admin_snapshot(struct admin *a, uint64_t now)
 	struct admin_snap sn = {0}, old;
 	NodeInfo node = NODE_INFO__INIT;
 	struct numa_show numa;
+	/* (asked may be a little after now: the control thread's clock was read later.) */
+	uint64_t asked = atomic_load(&a->snap_asked_ms);
+	uint64_t every = asked && asked + ADMIN_SNAP_WARM_MS > now ? ADMIN_SNAP_EVERY_MS : ADMIN_SNAP_COLD_MS;
 
 	/* Only the data path writes the snapshot: it reads its own at_ms without the lock. */
-	if (a->snap.at_ms && now - a->snap.at_ms < ADMIN_SNAP_EVERY_MS)
+	if (a->snap.at_ms && now - a->snap.at_ms < every)
 		return;
 	fill_node_show(m, &node, &numa);
 	sn.node_len = node_info__get_packed_size(&node);
@@ -1051,6 +1054,9 @@ static void admin_on_client(struct admin *a, int fd)
 			admin_client_gone(a, slot);
 		return;
 	}
+	if (req->op == CTL_OP__CTL_OP_SHOW &&
+	    (req->object == CTL_OBJECT__CTL_OBJECT_NODE || req->object == CTL_OBJECT__CTL_OBJECT_LINKS))
+		atomic_store(&a->snap_asked_ms, util_now_ms()); /* keep the snapshot fresh for the next */
 	if (admin_lock_mesh(a)) {
 		ret = admin_handle(a, slot, fd, req);
 		mesh_ctl_req_free(req);

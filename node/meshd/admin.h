@@ -28,8 +28,13 @@
 /* A request waits this long for the data path's lock before it is answered from the snapshot
  * (NODE, LINKS) or handed to the data path (the rest). */
 #define ADMIN_LOCK_WAIT_MS 20
-/* The data path publishes the snapshot from its tick at most this often. */
+/* The data path publishes the snapshot from its tick at most this often while node or links was
+ * asked within ADMIN_SNAP_WARM_MS, else every ADMIN_SNAP_COLD_MS: packing every link's LinkInfo
+ * ten times a second for nobody was a tenth of the user time of 64 meshd forming their mesh. The
+ * reply says how old its snapshot is. */
 #define ADMIN_SNAP_EVERY_MS 100
+#define ADMIN_SNAP_WARM_MS 10000
+#define ADMIN_SNAP_COLD_MS 1000
 /* The control thread runs at cluster.control_priority (SCHED_FIFO) while it uses at most
  * ADMIN_RT_BUDGET_US of CPU per ADMIN_RT_WINDOW_US; beyond, normal scheduling until the window
  * ends: a local client that floods the socket cannot take a CPU from the data path. */
@@ -83,6 +88,7 @@ struct admin {
 	bool gone[ADMIN_CLIENTS_MAX];          /* hung up or dropped: the data path closes it */
 	_Atomic uint64_t errors;
 	_Atomic uint64_t snapshot_replies; /* answered from the snapshot: the data path was busy */
+	_Atomic uint64_t snap_asked_ms;    /* node or links last asked (ADMIN_SNAP_WARM_MS) */
 	_Atomic uint64_t queued_replies;   /* handed to the data path for the same reason */
 	/* The control thread's scheduling (control_priority): only that thread writes these. */
 	uint32_t rt_want;            /* configured SCHED_FIFO priority; 0 after it was refused */
