@@ -92,7 +92,7 @@ fi
 step "benchmark: formation of 16 nodes with and without the key, 32 and 64 keyed (host tcp), then 16 in the VM"
 python3 tests/bench/formation.py --build build --rounds 3
 python3 tests/bench/formation.py --build build --nodes 32 --rounds 1 --only keyed
-python3 tests/bench/formation.py --build build --nodes 64 --rounds 1 --only keyed --hold 10
+python3 tests/bench/formation.py --build build --nodes 64 --rounds 1 --only keyed --hold 10 --storm-probe
 form_rc=0
 tests/rdma/vm-test.sh -a "10.77.0.1/24" -- python3 "$(pwd)/tests/bench/formation.py" --build "$(pwd)/build" \
 	--transport rdma --addr 10.77.0.1 --rounds 3 --raw-cm || form_rc=$?
@@ -110,7 +110,7 @@ form_rc=0
 tests/rdma/vm-test.sh -m 4096 -a "10.77.0.1/24" -- bash -c "python3 '$(pwd)/tests/bench/formation.py' \
 	--build '$(pwd)/build' --transport rdma --addr 10.77.0.1 --nodes 32 --rounds 1 --only keyed --raw-cm \
 	--timeout 240 && python3 '$(pwd)/tests/bench/formation.py' --build '$(pwd)/build' --transport rdma \
-	--addr 10.77.0.1 --nodes 64 --rounds 1 --only keyed --raw-cm --timeout 300 --hold 60" || form_rc=$?
+	--addr 10.77.0.1 --nodes 64 --rounds 1 --only keyed --raw-cm --timeout 300 --hold 60 --storm-probe" || form_rc=$?
 if [ "$form_rc" = 77 ]; then
 	echo "formation benchmark of 32 and 64 nodes skipped: the VM cannot run here"
 elif [ "$form_rc" != 0 ]; then
