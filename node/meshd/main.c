@@ -81,7 +81,7 @@ struct dp {
 	uint32_t rail;
 	int epfd;              /* rail 0: the daemon's; others: their transports, stop_fd, kicks */
 	int stop_fd;           /* rails > 0: rail 0 writes it when meshd stops */
-	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last data moved) */
+	uint64_t hot_until_us; /* adaptive: polling until then (poll_budget_us after the last data moved); 0 cold */
 	uint64_t ring_moves;   /* rings an application had moved, found by poll_once (dp_data_moves) */
 	bool polled;           /* poll_once ran since the last sleep: re-arm and look again first */
 	uint32_t hot_rounds;   /* rounds while polling, for HOT_EPOLL_EVERY */
@@ -415,10 +415,17 @@ static bool stay_hot(struct dp *dp, bool worked)
 		return false;
 	if (dp->d->poll_mode == POLL_BUSY)
 		return true;
+	/* Cold and nothing moved: stays cold without reading the clock (a system call where the
+	 * clock source is an emulated HPET, once per wake-up of an idle meshd). */
+	if (!worked && !dp->hot_until_us)
+		return false;
 	now = util_now_us();
 	if (worked)
 		dp->hot_until_us = now + dp->d->cfg.poll_budget_us;
-	return now < dp->hot_until_us;
+	if (now < dp->hot_until_us)
+		return true;
+	dp->hot_until_us = 0;
+	return false;
 }
 
 /* Under the rail's lock: whether this thread must take every lock now (events left to the usual
