@@ -509,12 +509,13 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		 * while it polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what
 		 * arrived meanwhile raised no readiness: the loop's poll_once looked into every CQ
 		 * just before this (a polling thread; a cold one sleeps armed, and its notified
-		 * CQs were taken), so only what it left (a drain cut short) is taken here. Looking into every CQ again cost an idle meshd with 63 peers a
-		 * tenth of its CPU under emulation (126 CQs ten times a second, rxe's poll_cq
-		 * taking a lock each). With polling = event the CQs are always armed, and an
-		 * every-CQ look must not be taken: it leaves the transport polling (no re-arming),
-		 * which this mode never undoes, so every CQ stayed unarmed after the first tick and
-		 * a channel over rdma moved one message per tick (50 ms). */
+		 * CQs were taken), so only what it left (a drain cut short) is taken here. Looking
+		 * into every CQ again cost an idle meshd with 63 peers a tenth of its CPU under
+		 * emulation (126 CQs ten times a second, rxe's poll_cq taking a lock each). And an
+		 * every-CQ look must not be taken here: it leaves the transport polling (no
+		 * re-arming), which polling = event never undoes (every CQ stayed unarmed after the
+		 * first tick and a channel over rdma moved one message per tick, 50 ms), nor a cold
+		 * thread that goes to sleep without its last look. */
 		for (size_t i = 0; i < d->n_xports; i++)
 			if (dp_owns(dp, i) && (d->poll_mode == POLL_EVENT || d->more[i]))
 				d->more[i] = drain_xport_n(d, d->xports[i], false, &got);

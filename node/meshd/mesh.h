@@ -48,9 +48,9 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 			     * every rail's keepalives, data immediates) */
 /* Queue depths one short of a power of two: Soft-RoCE keeps one slot of each ring empty and rounds
  * the slots up to a power of two, so 256 work requests would allocate (zero, map, unmap) 512 slots
- * and a CQ for 512 completions 1024; at 126 QPs a meshd that doubled each QP's memory, and cost a
- * formation of 64 on one machine about a gigabyte of zeroed pages. Hardware providers round 255 up to
- * 256 themselves. */
+ * and a CQ for 512 completions 1024: twice each QP's memory, 14 MB more per meshd with 63 peers and
+ * nearly a gigabyte more for 64 meshd forming on one machine. Hardware providers round 255 up to 256
+ * themselves. */
 #define LINK_DATA_RECVS 255 /* the other QPs: receives without a buffer, for data immediates */
 #define LINK_SEND_BUFS 32   /* send slots; a sequenced control message keeps its slot until the peer acks it */
 #define LINK_SQ_DEPTH 255   /* send queue depth of every QP */
