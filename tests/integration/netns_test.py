@@ -248,12 +248,12 @@ class Cluster:
         except OSError:
             return ""
 
-    def dump_logs(self):
+    def dump_logs(self, lines=40):
         for i in self.nodes:
             text = self.log(i)
             if text:
-                print(f"--- meshd {i} log (last 40 lines)")
-                print("".join(l + "\n" for l in text.splitlines()[-40:]), end="")
+                print(f"--- meshd {i} log (last {lines} lines)")
+                print("".join(l + "\n" for l in text.splitlines()[-lines:]), end="")
 
 
 def strangers(args, c, net, workdir, ka_s):
