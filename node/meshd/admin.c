@@ -1002,6 +1002,13 @@ static bool admin_lock_mesh(struct admin *a)
 	return !mesh_lock_all_by(a->locks, &ts);
 }
 
+/* NODE or LINKS shown: what the snapshot can answer. */
+static bool admin_shows_snapshot(const CtlRequest *req)
+{
+	return req->op == CTL_OP__CTL_OP_SHOW &&
+	       (req->object == CTL_OBJECT__CTL_OBJECT_NODE || req->object == CTL_OBJECT__CTL_OBJECT_LINKS);
+}
+
 /* Hands a request to the data path; the client is not read until it is answered. */
 static void admin_queue(struct admin *a, int slot, int fd, CtlRequest *req)
 {
@@ -1054,8 +1061,7 @@ static void admin_on_client(struct admin *a, int fd)
 			admin_client_gone(a, slot);
 		return;
 	}
-	if (req->op == CTL_OP__CTL_OP_SHOW &&
-	    (req->object == CTL_OBJECT__CTL_OBJECT_NODE || req->object == CTL_OBJECT__CTL_OBJECT_LINKS))
+	if (admin_shows_snapshot(req))
 		atomic_store(&a->snap_asked_ms, util_now_ms()); /* keep the snapshot fresh for the next */
 	if (admin_lock_mesh(a)) {
 		ret = admin_handle(a, slot, fd, req);
@@ -1066,8 +1072,7 @@ static void admin_on_client(struct admin *a, int fd)
 		return;
 	}
 	/* The data path is busy (link work under a handshake storm): what it last published. */
-	if (req->op == CTL_OP__CTL_OP_SHOW && !req->live &&
-	    (req->object == CTL_OBJECT__CTL_OBJECT_NODE || req->object == CTL_OBJECT__CTL_OBJECT_LINKS)) {
+	if (admin_shows_snapshot(req) && !req->live) {
 		ret = admin_snapshot_reply(a, fd, req);
 		if (ret <= 0) {
 			mesh_ctl_req_free(req);
