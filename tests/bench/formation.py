@@ -21,8 +21,9 @@ full mesh to it are printed (the latency issue's goal: at most 2x for 64 nodes).
 The timed rounds run unobserved (only the logs are read); --storm-probe forms the mesh once more
 with the control socket asked ten times a second throughout, from a normal and a real-time client
 (the issue's goal: an answer within 100 ms whatever the handshake load), and with --hold every
-formed mesh is held that long, its control socket timed. A mesh that does not form is diagnosed: the link ends not UP with their last errors, the attempt
-failures the logs name, the meshd's CPU time.
+formed mesh is held that long, its control socket timed. A mesh that does not form is diagnosed:
+the link ends not UP with their last errors, the attempt failures the logs name, the meshd's CPU
+time.
 """
 import argparse
 import json
@@ -301,15 +302,24 @@ def diagnose(a, procs, socks, logs):
     print(f"  meshd CPU: {cpu_seconds(procs):.1f} s in all", flush=True)
 
 
+def start_probes(socks, procs=None):
+    """A CtlProbe and a ProcProbe on every eighth meshd's control socket, started; with procs, the
+    CtlProbe samples what a meshd keeping a request waiting is doing."""
+    probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
+    if procs:
+        probe.pids = {socks[i]: procs[i].pid for i in procs}
+    probe_rt = ProcProbe(probe.socks)
+    probe.start()
+    probe_rt.start()
+    return probe, probe_rt
+
+
 def hold(a, procs, socks, watch):
     """The full mesh held for a.hold seconds: every link stays UP (no DOWN in any log), what the
     idle mesh costs (meshd CPU per second) and how fast the control socket answers meanwhile."""
     meshctl = os.path.join(a.build, "node", "meshctl")
     c0, t0 = cpu_seconds(procs), time.monotonic()
-    probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
-    probe_rt = ProcProbe(probe.socks)
-    probe.start()
-    probe_rt.start()
+    probe, probe_rt = start_probes(socks)
     lat = []
     while time.monotonic() - t0 < a.hold:
         for i in list(procs)[:: max(1, len(procs) // 8)]:
@@ -361,12 +371,7 @@ def run_once(a, work, keyed, round_no, probed=False, may_hold=True):
     next_progress = t0 + a.progress if a.progress else float("inf")
     probes = ()
     if probed:
-        probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
-        probe.pids = {socks[i]: procs[i].pid for i in procs}
-        probe_rt = ProcProbe(probe.socks)
-        probe.start()
-        probe_rt.start()
-        probes = (probe, probe_rt)
+        probes = start_probes(socks, procs)
     try:
         deadline = t0 + a.timeout
         watch = LogWatch(logs)
