@@ -43,6 +43,7 @@ enum { TAG_XPORT = 1, TAG_TIMER, TAG_SIGNAL, TAG_ADMIN_WORK, TAG_CH_KICK, TAG_CH
  * events, lifelines, kicks of a ring that just stopped being polled) can wait a few rounds. */
 #define HOT_EPOLL_EVERY 16
 #define STOP_GRACE_MS 300
+#define SLOW_WARN_MS 500 /* a tick this late is said: the loop or the machine stalled */
 
 static void usage(FILE *out)
 {
@@ -63,6 +64,9 @@ static void usage(FILE *out)
 		"                       (with --config: and the values in force), then exit\n"
 		"  -V, --version        print the version\n"
 		"  -h, --help           this help\n"
+		"\n"
+		"Environment: MESH_LOG_TIME=1 stamps every line with the monotonic clock's seconds\n"
+		"(for logs that no journal timestamps).\n"
 		"\n"
 		"Exit status: 0 after a clean stop, 1 on a configuration or start-up error.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
@@ -109,6 +113,9 @@ struct daemon {
 	 * stalls gets meshd restarted; STATUS= when the count of links UP changes. */
 	uint64_t wd_every_ms, wd_last_ms;
 	uint32_t status_up;
+	uint64_t tick_last_ms; /* the last tick: a late one is said (a stalled loop or machine) */
+	uint32_t tick_period_ms;
+	struct log_ratelimit late_rl; /* a loaded machine's late ticks: a few lines a minute */
 };
 
 /* STATUS= for systemctl status: links UP of all. No-op without $NOTIFY_SOCKET. */
@@ -518,7 +525,18 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		for (size_t i = 0; i < d->n_xports; i++)
 			if (dp_owns(dp, i) && (d->poll_mode == POLL_EVENT || d->more[i]))
 				d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
-		mesh_tick(m, util_now_ms());
+		uint64_t now = util_now_ms();
+
+		/* A tick far later than its period: the loop (or the machine) stalled, and a peer may
+		 * have taken our links DOWN meanwhile; said, so that such a DOWN is explained. */
+		uint64_t dropped;
+
+		if (d->tick_last_ms && now - d->tick_last_ms > SLOW_WARN_MS && log_ratelimit_ok(&d->late_rl, now, &dropped))
+			log_warn("the tick came %llu ms after the last one (period %u ms): this loop or the machine stalled "
+				 "(%llu such lines not logged before this one)", (unsigned long long)(now - d->tick_last_ms),
+				 d->tick_period_ms, (unsigned long long)dropped);
+		d->tick_last_ms = now;
+		mesh_tick(m, now);
 		mesh_reap(m);
 		admin_snapshot(&d->admin, util_now_ms());
 		metrics_http_run(&d->metrics); /* its connection timeouts */
@@ -601,6 +619,7 @@ static int run(struct dp *dp)
 		}
 		slow = false;
 		rail_lock(dp);
+		m->numa.threads[dp->rail].wakes++;
 		moves = dp_data_moves(dp);
 		for (int i = 0; i < n; i++) {
 			uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
@@ -800,7 +819,7 @@ int main(int argc, char **argv)
 		{"dump-config", no_argument, NULL, 'D'},    {"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
 	};
-	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL;
+	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL, *log_time;
 	long node_id = -1;
 	bool dump = false;
 	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .metrics = {.fd = -1}};
@@ -884,6 +903,8 @@ int main(int argc, char **argv)
 	}
 	snprintf(prefix, sizeof(prefix), "meshd[%u]", self->id);
 	log_set_prefix(prefix);
+	log_time = getenv("MESH_LOG_TIME");
+	log_set_timestamps(log_time && *log_time && strcmp(log_time, "0"));
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
 	if (load_keys(&d.cfg, cfg_path, &keys)) {
 		config_free(&d.cfg);
@@ -921,7 +942,10 @@ int main(int argc, char **argv)
 	}
 	/* The tick paces keepalives, timeouts and re-dials: a quarter of the keepalive interval,
 	 * at most 100 ms, so an idle meshd wakes rarely. */
-	d.tfd = timer_start(MAX(5u, MIN(100u, d.cfg.keepalive_interval_ms / 4)));
+	d.tick_period_ms = MAX(5u, MIN(100u, d.cfg.keepalive_interval_ms / 4));
+	d.late_rl.interval_ms = 60000;
+	d.late_rl.burst = 3;
+	d.tfd = timer_start(d.tick_period_ms);
 	if (d.tfd < 0) {
 		log_error("timerfd: %s", strerror(-d.tfd));
 		goto out_signals;

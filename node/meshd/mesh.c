@@ -290,6 +290,7 @@ static void link_set_phase(struct link *l, enum link_phase p)
 /* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
  * and schedules the next dial when we are the dialler. */
 static void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void link_rails_diag(const struct link *l, uint64_t t);
 
 static void link_fail(struct link *l, int err, const char *fmt, ...)
 {
@@ -308,9 +309,11 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	snprintf(l->last_error, sizeof(l->last_error), "%s (%s)", why, mesh_strerror(err));
 	/* A peer that stays away is not worth a line per re-dial: the failures numbered 0, 1, 2, 4, 8...
 	 * are logged (causes may alternate during a partition, so "once per cause" is not enough). */
-	if (was_up)
+	if (was_up) {
 		log_warn("link to node %u DOWN: %s", l->peer->id, l->last_error);
-	else if (!m->stopping && !(l->failures & (l->failures - 1)))
+		if (err != -MESH_ESHUTDOWN)
+			link_rails_diag(l, now_ms());
+	} else if (!m->stopping && !(l->failures & (l->failures - 1)))
 		log_info("link to node %u: attempt epoch %llu failed (%u before it): %s%s", l->peer->id,
 			 (unsigned long long)l->epoch, l->failures, l->last_error,
 			 l->dialer ? "; re-dialling with backoff" : "");
@@ -2007,7 +2010,7 @@ static int link_ka_write(struct link *l, uint64_t seq)
 	int ret;
 
 	if (!l->conns[0] || l->sq_used[0] >= LINK_SQ_DEPTH)
-		return 0; /* all slots busy: the peer is not completing our sends, the timeout decides */
+		return -ENOBUFS; /* all slots busy: the peer is not completing our sends, the timeout decides */
 	memcpy(src, &seq, MESH_KA_LEN);
 	ret = xport_post_write(l->conns[0], l->mr_local, src, MESH_KA_LEN, l->peer_mb_addr + MESH_KA_OFF,
 			       l->peer_mb_rkey, WR_ID(WR_KA_WRITE, (uint32_t)seq));
@@ -2037,6 +2040,42 @@ static void link_ka_look(struct link *l, uint64_t t)
 	}
 }
 
+/* Said when an UP link or one of its rails goes DOWN, before their state is released: each rail's
+ * state, how long since it last received and since our last keepalive on it went out (how many
+ * found no free send slot or queue entry, how many the peer answered), what it has in flight, when
+ * its data-path thread last woke. Tells a peer gone quiet from our own sends stuck behind a dead
+ * rail, or from a thread of ours that slept through its work. */
+static void link_rails_diag(const struct link *l, uint64_t t)
+{
+	char buf[160 * MESH_RAILS_MAX + 64];
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (uint32_t r = 0; r < l->mesh->n_rails && n < sizeof(buf); r++) {
+		uint32_t qp = r * l->mesh->cfg->qps_per_link, slots = 0;
+
+		for (uint32_t s = 0; s < LINK_SEND_BUFS; s++)
+			if ((l->send_busy & (1u << s)) && link_qp_rail(l, l->send_qp[s]) == r)
+				slots++;
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n,
+				      "%srail %u %s (gen %u): received %lld ms ago, keepalive out %lld ms ago (%llu skipped; "
+				      "%llu acked of %llu), %u send slots and %u queue entries in flight",
+				      r ? "; " : "", r,
+				      (l->rails_up & (1u << r)) ? "UP" : (l->rails_joining & (1u << r)) ? "joining" : "down",
+				      l->rail_gen[r], (long long)(t - l->rail_rx_ms[r]),
+				      l->ka_tx_ms[r] ? (long long)(t - l->ka_tx_ms[r]) : -1LL,
+				      (unsigned long long)l->ka_skipped[r], (unsigned long long)l->metrics.ka_acked[r],
+				      (unsigned long long)l->metrics.ka_sent[r], slots, l->sq_used[qp]);
+		if (n < sizeof(buf))
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, ", its thread last woke %lld ms ago (%s)",
+					      (long long)(t - l->mesh->numa.threads[r].wake_seen_ms),
+					      l->mesh->polling[r] ? "polling" : "sleeps between events");
+	}
+	log_warn("link to node %u, its rails: %s; control on rail %u, %u slots held unacked (seq %llu, "
+		 "acked %llu)", l->peer->id, buf, l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked),
+		 (unsigned long long)l->ctl_seq, (unsigned long long)l->ctl_acked);
+}
+
 static void link_tick(struct link *l, uint64_t t)
 {
 	struct mesh *m = l->mesh;
@@ -2053,6 +2092,7 @@ static void link_tick(struct link *l, uint64_t t)
 		/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
 		for (uint32_t r = 0; r < m->n_rails && (l->features & MESH_FEAT_KEEPALIVE) && m->n_rails > 1; r++) {
 			if ((l->rails_up & (1u << r)) && t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
+				link_rails_diag(l, t);
 				link_rail_fail(l, r, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms",
 					       l->peer->id, r, mesh_node_addr(l->peer, r),
 					       (unsigned long long)(t - l->rail_rx_ms[r]));
@@ -2097,22 +2137,23 @@ static void link_tick(struct link *l, uint64_t t)
 					continue;
 				if (r == 0 && (l->features & MESH_FEAT_KA_WRITE)) {
 					ret = link_ka_write(l, k.seq);
-					if (ret) {
-						link_rail_fail(l, 0, ret, "cannot write a keepalive on rail 0");
-						if (l->phase != LINK_UP)
-							return;
-					}
-					continue;
+				} else {
+					/* Read the clock only for a message: rail 0's write needs none here,
+					 * and a clock read is a system call where the clock source is an
+					 * emulated HPET. */
+					if (!k.sent_us)
+						k.sent_us = util_now_us();
+					ret = link_send_on(l, r * cfg->qps_per_link, &msg);
+					if (!ret)
+						link_metrics_ka_sent(&l->metrics, r, k.seq);
 				}
-				/* Read the clock only for a message: rail 0's write needs none here, and a
-				 * clock read is a system call where the clock source is an emulated HPET. */
-				if (!k.sent_us)
-					k.sent_us = util_now_us();
-				ret = link_send_on(l, r * cfg->qps_per_link, &msg);
 				if (!ret)
-					link_metrics_ka_sent(&l->metrics, r, k.seq);
-				/* All slots busy means the peer is not completing our sends: the timeout decides. */
-				if (ret && ret != -ENOBUFS) {
+					l->ka_tx_ms[r] = t;
+				/* All slots busy means the peer is not completing our sends: the timeout
+				 * decides (and its DOWN says how many were skipped). */
+				if (ret == -ENOBUFS)
+					l->ka_skipped[r]++;
+				else if (ret) {
 					link_rail_fail(l, r, ret, "cannot send a keepalive on rail %u", r);
 					if (l->phase != LINK_UP)
 						return;
@@ -2139,6 +2180,14 @@ static void link_tick(struct link *l, uint64_t t)
 void mesh_tick(struct mesh *m, uint64_t t)
 {
 	m->adm.ticks++;
+	for (uint32_t r = 0; r < m->n_rails; r++) {
+		struct mesh_numa_thread *th = &m->numa.threads[r];
+
+		if (th->wakes != th->wakes_seen || !th->wake_seen_ms) {
+			th->wakes_seen = th->wakes;
+			th->wake_seen_ms = t;
+		}
+	}
 	for (size_t i = 0; i < m->n_links; i++)
 		link_tick(&m->links[i], t);
 	mesh_admit(m, t);

@@ -157,6 +157,11 @@ struct link {
 	 * word as last seen in our mailbox. */
 	uint64_t ka_write_us, ka_write_seq, ka_word_seen;
 	uint64_t rtt_us;
+	/* Per rail: when our last keepalive went out, and the ones skipped because every send slot
+	 * or send-queue entry was busy (said when the link or the rail goes DOWN: which side went
+	 * quiet). */
+	uint64_t ka_tx_ms[MESH_RAILS_MAX];
+	uint64_t ka_skipped[MESH_RAILS_MAX];
 	uint32_t failures; /* failed attempts since the last UP */
 	uint64_t next_dial_ms;
 	uint64_t failed_tick; /* mesh.adm.ticks when it last failed: not re-dialled in the same tick */
@@ -208,6 +213,9 @@ struct mesh_numa {
 		 * alone, events it left to the usual way (under every lock), the times it took every
 		 * lock itself, and its channels' kicks it took. Written by that thread only. */
 		uint64_t fast_events, deferred_events, slow_sections, kicks;
+		/* Its wake-ups (epoll_wait returned), and the tick's last look at them: when they last
+		 * changed, at the tick's granularity (a thread asleep with work in its CQs is seen). */
+		uint64_t wakes, wakes_seen, wake_seen_ms;
 	} threads[MESH_RAILS_MAX];
 };
 

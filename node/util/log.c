@@ -1,11 +1,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 
 enum log_level log_current_level = LOG_LVL_INFO;
 static char log_prefix[64] = "mesh";
+static bool log_timestamps;
 
 static const char *const log_names[] = {"error", "warn", "info", "debug"};
 
@@ -32,13 +34,26 @@ void log_set_prefix(const char *prefix)
 	snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
 }
 
+void log_set_timestamps(bool on)
+{
+	log_timestamps = on;
+}
+
 void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 {
 	char line[1024];
 	int n;
 	va_list ap;
 
-	n = snprintf(line, sizeof(line), "%s %s: %s: ", log_prefix, log_names[lvl], func);
+	if (log_timestamps) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		n = snprintf(line, sizeof(line), "[%5lld.%06ld] %s %s: %s: ", (long long)ts.tv_sec, ts.tv_nsec / 1000,
+			     log_prefix, log_names[lvl], func);
+	} else {
+		n = snprintf(line, sizeof(line), "%s %s: %s: ", log_prefix, log_names[lvl], func);
+	}
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < sizeof(line))
 		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);

@@ -21,6 +21,10 @@ int log_level_parse(const char *name);
 const char *log_level_name(enum log_level lvl);
 /* A prefix for every line, e.g. "meshd[3]". */
 void log_set_prefix(const char *prefix);
+/* Stamp every line with the monotonic clock's seconds (CLOCK_MONOTONIC, as in the kernel's log):
+ * for logs that no journal timestamps, such as a test's, where the order of two meshd's lines in
+ * time is what a failure's story needs. */
+void log_set_timestamps(bool on);
 
 void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -170,8 +170,12 @@ class Pair(netns_test.Cluster):
         nd = self.nodes[i]
         enter = ["ip", "netns", "exec", nd["ns"]] if nd["ns"] else []
         with open(nd["log"], "a") as logf:
-            nd["proc"] = subprocess.Popen(enter + [self.bin("meshd"), "-c", self.conf, "-n", str(i), "-s", nd["sock"]],
-                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+            # Stamped lines: a failure's story is the order of both meshd's lines and the test's
+            # cuts in time (the flaps print theirs on the same clock).
+            extra = ["-l", self.a.meshd_log_level] if self.a.meshd_log_level else []
+            nd["proc"] = subprocess.Popen(enter + [self.bin("meshd"), "-c", self.conf, "-n", str(i), "-s", nd["sock"]]
+                                          + extra, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                          env=dict(os.environ, MESH_LOG_TIME="1"))
 
     def link(self, i):
         j = self.ctl(i, "links")
@@ -214,6 +218,29 @@ def finish(proc, timeout):
     return rc, proc.stdout.read().strip()
 
 
+def rdma_counters():
+    """{(device, counter): value} of the RNR and retry counters of every RDMA device here (rdma_rxe's
+    hw_counters): what a stall of a queue pair's sends (receiver not ready, retransmissions) leaves."""
+    out = {}
+    base = "/sys/class/infiniband"
+    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        cdir = os.path.join(base, dev, "ports", "1", "hw_counters")
+        for name in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
+            if "rnr" in name or "retry" in name or "seq" in name:
+                try:
+                    with open(os.path.join(cdir, name)) as f:
+                        out[(dev, name)] = int(f.read().strip() or 0)
+                except (OSError, ValueError):
+                    continue
+    return out
+
+
+def counters_delta(before, after):
+    """The counters that moved, as "device counter+N" words."""
+    return " ".join(f"{d} {n}+{v - before.get((d, n), 0)}" for (d, n), v in sorted(after.items())
+                    if v != before.get((d, n), 0)) or "none moved"
+
+
 def set_all_rails(p, up):
     if p.a.outage == "stop":
         p.nodes[2]["proc"].send_signal(signal.SIGCONT if up else signal.SIGSTOP)
@@ -243,6 +270,7 @@ def main():
     ap.add_argument("--devices", default="", help="run both nodes here, rails on these devices (the VM)")
     ap.add_argument("--addrs1", default="", help="with --devices: node 1's address on each rail")
     ap.add_argument("--addrs2", default="", help="with --devices: node 2's address on each rail")
+    ap.add_argument("--meshd-log-level", default="", help="meshd's -l (debug for a failure's whole story)")
     ap.add_argument("--cabled", action="store_true",
                     help="with --devices: the rails are rxe-vm's cabled rails (-c), cut with $RXE_VM_CABLE")
     args = ap.parse_args()
@@ -324,6 +352,7 @@ def main():
 
             st = start_stream()
             t_detect, t_moving, t_rejoin, stayed_up, done = [], [], [], True, 0
+            flap_log = []  # on the meshd logs' clock (MESH_LOG_TIME), printed when a flap went wrong
             for k in range(args.rail_flaps):
                 if st["tx"].poll() is not None:  # this stream is over: check it, start the next
                     end_stream(st, 5)
@@ -332,6 +361,8 @@ def main():
                 chan = (p.channels(1, st["port"]) or [{}])[0]
                 base = (p.channels(2, st["port"]) or [{}])[0].get("rx_bytes", 0)
                 t0 = time.monotonic()
+                flap_log.append(f"flap {k + 1}: rail {r} cut at [{t0:.6f}]")
+                ctr0 = rdma_counters()
                 p.hosts.set_rail(r, False)
                 seen = wait_until(lambda: all(p.link(i).get("rails_up") == args.rails - 1 for i in (1, 2)), ka_s + 5,
                                   0.02)
@@ -343,9 +374,12 @@ def main():
                 stayed_up = stayed_up and p.up()
                 p.hosts.set_rail(r, True)
                 t1 = time.monotonic()
+                flap_log[-1] += f", lost at both ends by [{t0 + t_detect[-1]:.6f}], cable back at [{t1:.6f}]"
                 back = wait_until(lambda: all(p.link(i).get("rails_up") == args.rails for i in (1, 2)),
                                   args.up_timeout, 0.02)
                 t_rejoin.append(time.monotonic() - t1)
+                flap_log[-1] += f", rejoined by [{time.monotonic():.6f}]; RNR/retry counters: " \
+                    f"{counters_delta(ctr0, rdma_counters())}"
                 stayed_up = stayed_up and p.up()
                 if not seen or not back or (st["tx"].poll() not in (None, 0)) or streams["bad"]:
                     check(False, f"rail flap {k + 1} (rail {r}): both ends lose the rail, it rejoins, the stream goes on",
@@ -357,10 +391,12 @@ def main():
             med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
             node1 = {i: p.ctl(i, "node") or {} for i in (1, 2)}
             delta = lambda i, key: node1[i].get(key, 0) - node0[i].get(key, 0)  # noqa: E731
-            check(done == args.rail_flaps and stayed_up and [delta(i, "link_flaps") for i in (1, 2)] == [0, 0],
-                  f"{done} rail flaps (rails taken down in turn, each past the keepalive timeout): the link stayed UP "
-                  f"(link flaps {[delta(i, 'link_flaps') for i in (1, 2)]}); lost in median {med(t_detect):.2f} s, "
-                  f"rejoined in median {med(t_rejoin):.2f} s")
+            if not check(done == args.rail_flaps and stayed_up and [delta(i, "link_flaps") for i in (1, 2)] == [0, 0],
+                         f"{done} rail flaps (rails taken down in turn, each past the keepalive timeout): the link stayed "
+                         f"UP (link flaps {[delta(i, 'link_flaps') for i in (1, 2)]}); lost in median "
+                         f"{med(t_detect):.2f} s, rejoined in median {med(t_rejoin):.2f} s"):
+                print("\n".join("#   " + f for f in flap_log))
+
             if t_moving:
                 print(f"# failover: the channel's rail cut -> its bytes move again on another rail: median "
                       f"{med(t_moving) * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-{max(t_moving) * 1000:.0f} ms "
