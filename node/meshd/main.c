@@ -181,6 +181,7 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 		.connect_timeout_ms = d->cfg.connect_timeout_ms,
 		.max_send_wr = LINK_SQ_DEPTH,
 		.max_recv_wr = MAX(LINK_RECV_BUFS, LINK_DATA_RECVS),
+		.ack_timeout = mesh_ack_timeout(d->cfg.keepalive_timeout_ms),
 	};
 	int ret;
 

@@ -2177,6 +2177,27 @@ static void link_tick(struct link *l, uint64_t t)
 	}
 }
 
+/* A packet lost on a rail (a congested switch, a dropping virtual NIC) is sent again by the NIC
+ * only after the QP's ACK timeout, and everything queued behind it on that QP waits: the rail's
+ * keepalives too. Go-back-N sends the whole window again, which can be lost again: a failover's
+ * burst onto the surviving rail of the Soft-RoCE VM lost packets up to six times in a row, 0.54 s
+ * each at rdma_cm's default, and the link went DOWN with both of its peers alive (its other rail
+ * was the one cut). So each attempt gets at most an eighth of the keepalive timeout: a few losses
+ * in a row are repaired within it. The NIC gives up after 8 attempts (retry_count 7), so a rail
+ * whose peer NIC answers nothing for about that long fails at once with a QP error, before the
+ * keepalive timeout: the same verdict, sooner. */
+uint8_t mesh_ack_timeout(uint32_t keepalive_timeout_ms)
+{
+	uint64_t budget_ns = (uint64_t)keepalive_timeout_ms * 1000000ull / 8;
+	uint8_t n = MESH_ACK_TIMEOUT_MIN;
+
+	if ((4096ull << MESH_ACK_TIMEOUT_DEFAULT) <= budget_ns)
+		return 0;
+	while (n + 1 < MESH_ACK_TIMEOUT_DEFAULT && (4096ull << (n + 1)) <= budget_ns)
+		n++;
+	return n;
+}
+
 void mesh_tick(struct mesh *m, uint64_t t)
 {
 	m->adm.ticks++;

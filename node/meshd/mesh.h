@@ -364,6 +364,12 @@ void mesh_stop(struct mesh *m);
 
 struct link *mesh_link_find(struct mesh *m, uint32_t peer);
 
+/* The RC ACK timeout for a cluster's keepalive timeout (xport_attr.ack_timeout): 0, rdma_cm's
+ * default, unless that is longer than an eighth of the keepalive timeout. */
+#define MESH_ACK_TIMEOUT_MIN 12     /* 4.096 us * 2^12: 16.8 ms */
+#define MESH_ACK_TIMEOUT_DEFAULT 17 /* rdma_cm's for RoCE: 4.096 us * 2^17, 0.54 s */
+uint8_t mesh_ack_timeout(uint32_t keepalive_timeout_ms);
+
 /* For channel.c: a control message on the link's QP 0; send-queue room on a QP (the data path
  * leaves LINK_SQ_CONTROL entries to control messages) and taking one entry; resources released
  * after the current batch of events (after the QPs that might still use them). */

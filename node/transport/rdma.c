@@ -352,6 +352,23 @@ static void rdma_conn_param_fill(struct rdma_conn *c, struct rdma_conn_param *p,
 	p->rnr_retry_count = 7;
 }
 
+/* The ACK timeout of the id's QP (xport_attr.ack_timeout), before its move to RTS: on the active
+ * side before the connect, on the passive side before the accept. A kernel without the option (before
+ * 5.1) keeps its default, said once. */
+static void rdma_set_ack_timeout(struct rdma_xport *rx, struct rdma_cm_id *id)
+{
+	static bool warned;
+	uint8_t t = rx->attr.ack_timeout;
+
+	if (!t)
+		return;
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)) && !warned) {
+		warned = true;
+		log_warn("rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT, %u): %m: queue pairs keep the kernel's ACK "
+			 "timeout, and a lost packet may stall a rail past the keepalive timeout", t);
+	}
+}
+
 static int rdma_create(const struct xport_attr *attr, xport_t **out)
 {
 	struct rdma_xport *rx;
@@ -492,6 +509,7 @@ static int rdma_connect_to(xport_t *x, const char *src, const char *addr, uint16
 		return -ENOMEM;
 	}
 	id->context = c;
+	rdma_set_ack_timeout(rx, id);
 	c->base.ctx = ctx;
 	c->base.scope = ctx;
 	c->base.index = index;
@@ -535,6 +553,7 @@ static int rdma_accept_conn(xport_conn_t *xc, const void *pdata, size_t len)
 	if (len > XPORT_PDATA_MAX)
 		return -EMSGSIZE;
 	rdma_conn_param_fill(c, &p, pdata, len);
+	rdma_set_ack_timeout(c->rx, c->id);
 	if (rdma_accept(c->id, &p)) {
 		int ret = -errno;
 
@@ -774,6 +793,17 @@ static int rdma_cm_handle(struct rdma_xport *rx, struct rdma_cm_event *cme, stru
 		ev_conn(ev, XPORT_EV_REJECTED, c, -ECONNREFUSED, cme);
 		return 1;
 	case RDMA_CM_EVENT_ESTABLISHED:
+		if (log_current_level >= LOG_LVL_DEBUG && c && c->id && c->id->qp) {
+			/* What the QP got of rdma_cm's attributes and ours (xport_attr.ack_timeout). */
+			struct ibv_qp_attr qa;
+			struct ibv_qp_init_attr qi;
+
+			if (!ibv_query_qp(c->id->qp, &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					  IBV_QP_MIN_RNR_TIMER, &qi))
+				log_debug("%s: established: ACK timeout 2^%u x 4.096 us, retry %u, RNR retry %u, "
+					  "min RNR timer %u", c->base.peer_addr, qa.timeout, qa.retry_cnt, qa.rnr_retry,
+					  qa.min_rnr_timer);
+		}
 		ev_conn(ev, XPORT_EV_ESTABLISHED, c, 0, cme);
 		return 1;
 	case RDMA_CM_EVENT_DISCONNECTED:

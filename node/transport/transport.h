@@ -106,6 +106,9 @@ struct xport_attr {
 	uint32_t connect_timeout_ms; /* address/route resolution */
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;
+	/* rdma: the RC ACK timeout of every QP, as the exponent n of 4.096 us * 2^n (the time before
+	 * the NIC sends a lost packet again); 0: rdma_cm's default (0.54 s for RoCE). */
+	uint8_t ack_timeout;
 };
 
 struct xport_ops {

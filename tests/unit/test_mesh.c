@@ -738,6 +738,28 @@ static void check_reject(struct mt *t, const struct mesh_cm_pdata *pd, int reaso
 	expect_rejected(t, cid, before, reason);
 }
 
+/* The RC ACK timeout follows the keepalive timeout: an attempt gets at most an eighth of it, so a
+ * packet lost a few times in a row (a failover's burst in the Soft-RoCE VM: six times) is repaired
+ * before the keepalive judges the rail; rdma_cm's default (2^17: 0.54 s) is kept when it fits. */
+static void mesh_ack_timeout__keepalive_timeouts__eighth_of_it_per_attempt(void **state)
+{
+	(void)state;
+	assert_int_equal(mesh_ack_timeout(5000), 0);  /* the default config: 0.54 s fits in 625 ms */
+	assert_int_equal(mesh_ack_timeout(3600000), 0);
+	assert_int_equal(mesh_ack_timeout(4295), 0);  /* 4096 ns << 17 = 536.9 ms <= 4295 / 8 */
+	assert_int_equal(mesh_ack_timeout(4294), 16); /* 268 ms */
+	assert_int_equal(mesh_ack_timeout(2000), 15); /* the VM's rail tests: 134 ms, 8 attempts 1.07 s */
+	assert_int_equal(mesh_ack_timeout(1000), 14); /* 67 ms */
+	assert_int_equal(mesh_ack_timeout(50), MESH_ACK_TIMEOUT_MIN); /* never under 16.8 ms */
+	for (uint32_t ka = 50; ka < 4295; ka += 7) {
+		uint8_t n = mesh_ack_timeout(ka);
+
+		assert_true(n >= MESH_ACK_TIMEOUT_MIN && n < MESH_ACK_TIMEOUT_DEFAULT);
+		assert_true(n == MESH_ACK_TIMEOUT_MIN || (4096ull << n) * 8 <= (uint64_t)ka * 1000000);
+		assert_true((4096ull << (n + 1)) * 8 > (uint64_t)ka * 1000000);
+	}
+}
+
 /* A stranger chooses how often we refuse it: our log keeps a budget of lines per interval. */
 static void log_ratelimit_ok__beyond_burst__refused_and_counted(void **state)
 {
@@ -2295,6 +2317,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_stop__up_link__goodbye_sent),
 	T(mesh_accept__valid_request__accepted_with_accept_pdata),
 	cmocka_unit_test(log_ratelimit_ok__beyond_burst__refused_and_counted),
+	cmocka_unit_test(mesh_ack_timeout__keepalive_timeouts__eighth_of_it_per_attempt),
 	T(mesh_accept__200_strangers__every_one_refused_and_counted),
 	T(mesh_accept__other_cluster__rejected_ecluster),
 	T(mesh_accept__lower_id_dials_higher__rejected_edialrule),
