@@ -511,6 +511,7 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 	 * not scheduled for a while (paused, or a loaded machine) finds its peers' keepalives in
 	 * this batch, and must not declare a merely delayed link dead. */
 	if (tick) {
+		uint64_t now, dropped;
 		int got = 0;
 
 		/* The timer must not judge before everything that arrived was read. A thread stopped
@@ -526,12 +527,9 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		for (size_t i = 0; i < d->n_xports; i++)
 			if (dp_owns(dp, i) && (d->poll_mode == POLL_EVENT || d->more[i]))
 				d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
-		uint64_t now = util_now_ms();
-
 		/* A tick far later than its period: the loop (or the machine) stalled, and a peer may
 		 * have taken our links DOWN meanwhile; said, so that such a DOWN is explained. */
-		uint64_t dropped;
-
+		now = util_now_ms();
 		if (d->tick_last_ms && now - d->tick_last_ms > SLOW_WARN_MS && log_ratelimit_ok(&d->late_rl, now, &dropped))
 			log_warn("the tick came %llu ms after the last one (period %u ms): this loop or the machine stalled "
 				 "(%llu such lines not logged before this one)", (unsigned long long)(now - d->tick_last_ms),

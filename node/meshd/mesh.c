@@ -744,6 +744,17 @@ static uint64_t link_rail_mask(const struct link *l, uint32_t r)
 	return ((q == 64 ? 0 : (1ull << q)) - 1) << (r * q);
 }
 
+/* The send slots in flight on rail r's QPs (bitmap of send_busy). */
+static uint32_t link_rail_slots_busy(const struct link *l, uint32_t r)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t slot = 0; slot < LINK_SEND_BUFS; slot++)
+		if ((l->send_busy & (1u << slot)) && link_qp_rail(l, l->send_qp[slot]) == r)
+			mask |= 1u << slot;
+	return mask;
+}
+
 /* Releases everything of rail r's current incarnation: its QPs (with whatever their CQs still
  * hold), their send-queue counts, the send slots posted on them and the rail's buffer registration.
  * Rail 0's registrations of the link stay: they live as long as the link. */
@@ -761,9 +772,7 @@ static void link_rail_bury(struct link *l, uint32_t r)
 		l->sq_used[i] = 0;
 	}
 	l->est_mask &= ~link_rail_mask(l, r);
-	for (uint32_t slot = 0; slot < LINK_SEND_BUFS; slot++)
-		if ((l->send_busy & (1u << slot)) && link_qp_rail(l, l->send_qp[slot]) == r)
-			l->send_busy &= ~(1u << slot);
+	l->send_busy &= ~link_rail_slots_busy(l, r);
 	l->recvs_posted &= ~(1u << r);
 	l->rails_joining &= ~(1u << r);
 	l->rails_peer_up &= ~(1u << r);
@@ -827,6 +836,8 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 		return; /* nothing of the rail is there */
 	snprintf(l->rail_error[r], sizeof(l->rail_error[r]), "%s (%s)", why, mesh_strerror(err));
 	snprintf(l->rail_last_error, sizeof(l->rail_last_error), "rail %u: %s", r, l->rail_error[r]);
+	if (was_up)
+		link_rails_diag(l, now_ms()); /* before the rail's state is released */
 	link_rail_bury(l, r);
 	if (was_up) {
 		l->rails_up &= ~(1u << r);
@@ -2052,11 +2063,8 @@ static void link_rails_diag(const struct link *l, uint64_t t)
 
 	buf[0] = '\0';
 	for (uint32_t r = 0; r < l->mesh->n_rails && n < sizeof(buf); r++) {
-		uint32_t qp = r * l->mesh->cfg->qps_per_link, slots = 0;
+		uint32_t qp = r * l->mesh->cfg->qps_per_link;
 
-		for (uint32_t s = 0; s < LINK_SEND_BUFS; s++)
-			if ((l->send_busy & (1u << s)) && link_qp_rail(l, l->send_qp[s]) == r)
-				slots++;
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n,
 				      "%srail %u %s (gen %u): received %lld ms ago, keepalive out %lld ms ago (%llu skipped; "
 				      "%llu acked of %llu), %u send slots and %u queue entries in flight",
@@ -2065,7 +2073,8 @@ static void link_rails_diag(const struct link *l, uint64_t t)
 				      l->rail_gen[r], (long long)(t - l->rail_rx_ms[r]),
 				      l->ka_tx_ms[r] ? (long long)(t - l->ka_tx_ms[r]) : -1LL,
 				      (unsigned long long)l->ka_skipped[r], (unsigned long long)l->metrics.ka_acked[r],
-				      (unsigned long long)l->metrics.ka_sent[r], slots, l->sq_used[qp]);
+				      (unsigned long long)l->metrics.ka_sent[r],
+				      (unsigned)__builtin_popcount(link_rail_slots_busy(l, r)), l->sq_used[qp]);
 		if (n < sizeof(buf))
 			n += (size_t)snprintf(buf + n, sizeof(buf) - n, ", its thread last woke %lld ms ago (%s)",
 					      (long long)(t - l->mesh->numa.threads[r].wake_seen_ms),
@@ -2092,7 +2101,6 @@ static void link_tick(struct link *l, uint64_t t)
 		/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
 		for (uint32_t r = 0; r < m->n_rails && (l->features & MESH_FEAT_KEEPALIVE) && m->n_rails > 1; r++) {
 			if ((l->rails_up & (1u << r)) && t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
-				link_rails_diag(l, t);
 				link_rail_fail(l, r, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms",
 					       l->peer->id, r, mesh_node_addr(l->peer, r),
 					       (unsigned long long)(t - l->rail_rx_ms[r]));

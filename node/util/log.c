@@ -41,7 +41,7 @@ void log_set_timestamps(bool on)
 
 void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 {
-	char line[1024];
+	char line[1024], stamp[32] = "";
 	int n;
 	va_list ap;
 
@@ -49,11 +49,9 @@ void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 		struct timespec ts;
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		n = snprintf(line, sizeof(line), "[%5lld.%06ld] %s %s: %s: ", (long long)ts.tv_sec, ts.tv_nsec / 1000,
-			     log_prefix, log_names[lvl], func);
-	} else {
-		n = snprintf(line, sizeof(line), "%s %s: %s: ", log_prefix, log_names[lvl], func);
+		snprintf(stamp, sizeof(stamp), "[%5lld.%06ld] ", (long long)ts.tv_sec, ts.tv_nsec / 1000);
 	}
+	n = snprintf(line, sizeof(line), "%s%s %s: %s: ", stamp, log_prefix, log_names[lvl], func);
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < sizeof(line))
 		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);

@@ -396,7 +396,6 @@ def main():
                          f"UP (link flaps {[delta(i, 'link_flaps') for i in (1, 2)]}); lost in median "
                          f"{med(t_detect):.2f} s, rejoined in median {med(t_rejoin):.2f} s"):
                 print("\n".join("#   " + f for f in flap_log))
-
             if t_moving:
                 print(f"# failover: the channel's rail cut -> its bytes move again on another rail: median "
                       f"{med(t_moving) * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-{max(t_moving) * 1000:.0f} ms "
@@ -553,8 +552,8 @@ def main():
                         nd["proc"].kill()
                         nd["proc"].wait()
                 if mesh_test.failed:
-                    # The whole of a run's logs (a few hundred lines): a rail-join stall seen
-                    # in the rail flaps needs its beginning, which the last 40 lines lose.
+                    # The whole of a run's logs (a few hundred lines): a failure in the rail
+                    # flaps needs its beginning, which the last 40 lines lose.
                     p.dump_logs(1000)
                 bad = [line for i in p.nodes for line in p.log(i).splitlines()
                        if "ERROR" in line or "AddressSanitizer" in line or "runtime error" in line]
