@@ -517,16 +517,17 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		/* The timer must not judge before everything that arrived was read. A thread stopped
 		 * while it polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what
 		 * arrived meanwhile raised no readiness: the loop's poll_once looked into every CQ
-		 * just before this (adaptive and busy), so only what it left (a drain cut short)
-		 * is taken here. Looking into every CQ again cost an idle meshd with 63 peers a
-		 * tenth of its CPU under emulation (126 CQs ten times a second, rxe's poll_cq
-		 * taking a lock each). With polling = event the CQs are always armed, and an
-		 * every-CQ look must not be taken: it leaves the transport polling (no re-arming),
-		 * which this mode never undoes, so every CQ stayed unarmed after the first tick and
-		 * a channel over rdma moved one message per tick (50 ms). */
+		 * just before this (a polling thread; a cold one sleeps armed, and its notified
+		 * CQs were taken), so only what it left (a drain cut short) is taken here. Looking
+		 * into every CQ again cost an idle meshd with 63 peers a tenth of its CPU under
+		 * emulation (126 CQs ten times a second, rxe's poll_cq taking a lock each). And an
+		 * every-CQ look must not be taken here: it leaves the transport polling (no
+		 * re-arming), which polling = event never undoes (every CQ stayed unarmed after the
+		 * first tick and a channel over rdma moved one message per tick, 50 ms), nor a cold
+		 * thread that goes to sleep without its last look. */
 		for (size_t i = 0; i < d->n_xports; i++)
 			if (dp_owns(dp, i) && (d->poll_mode == POLL_EVENT || d->more[i]))
-				d->more[i] = drain_xport_n(d, d->xports[i], d->poll_mode != POLL_EVENT, &got);
+				d->more[i] = drain_xport_n(d, d->xports[i], false, &got);
 		/* A tick far later than its period: the loop (or the machine) stalled, and a peer may
 		 * have taken our links DOWN meanwhile; said, so that such a DOWN is explained. */
 		now = util_now_ms();
@@ -603,6 +604,11 @@ static int run(struct dp *dp)
 				continue;
 			}
 			dp->polled = false; /* that look found nothing: now sleep */
+			/* That look polled every CQ, which leaves the transport polling (a notification
+			 * would not re-arm its CQ): sleep armed, as the cold rounds below rely on. */
+			for (size_t i = 0; i < d->n_xports; i++)
+				if (dp_owns(dp, i))
+					xport_arm(d->xports[i]);
 		}
 		pthread_mutex_unlock(lock);
 		if (hot && !more && ++dp->hot_rounds % HOT_EPOLL_EVERY)
@@ -643,7 +649,12 @@ static int run(struct dp *dp)
 				d->more[i] = drain_fast(dp, i, false, &got);
 		worked = n > 0;
 		if (d->poll_mode != POLL_EVENT) {
-			worked = poll_once(dp) || worked;
+			/* Polling, or channel data just moved: look into everything. A cold thread that a
+			 * keepalive's completion or the timer woke took what notified it and sleeps again,
+			 * armed: a look into every CQ there, and the last look before sleeping that it
+			 * entails, cost an idle meshd two polls of each of its 126 CQs per wake-up. */
+			if (hot || dp_data_moves(dp) != moves)
+				worked = poll_once(dp) || worked;
 			hot = stay_hot(dp, dp_data_moves(dp) != moves);
 			if (hot && !m->polling[dp->rail])
 				channel_set_polling(m, dp->rail, true);
