@@ -369,6 +369,28 @@ static void rdma_set_ack_timeout(struct rdma_xport *rx, struct rdma_cm_id *id)
 	}
 }
 
+/* The RNR NAK timer the QP advertises to its peer (IBTA spec, 9.7.5.2.8: how long the peer waits
+ * before sending again a SEND or WRITE with immediate that found no receive posted here). The CM
+ * leaves it 0, which encodes the longest, 655.36 ms: one receive queue that ran dry would stall the
+ * QP, and the keepalives and messages behind it, that long per RNR NAK. 12 encodes 0.64 ms (perftest's
+ * value). It is an optional attribute of RTS to RTS, set once the connection is established; a
+ * provider that refuses it keeps the CM's, said once. */
+#define RDMA_MIN_RNR_TIMER 12
+
+static void rdma_set_min_rnr_timer(struct rdma_conn *c)
+{
+	static bool warned;
+	struct ibv_qp_attr qa = {.min_rnr_timer = RDMA_MIN_RNR_TIMER};
+	int ret = ibv_modify_qp(c->id->qp, &qa, IBV_QP_MIN_RNR_TIMER);
+
+	if (ret && !warned) {
+		warned = true;
+		log_warn("%s: ibv_modify_qp(min_rnr_timer %u): %s: queue pairs keep the CM's RNR NAK timer "
+			 "(655 ms), and a receive queue that runs dry stalls its QP that long",
+			 c->base.peer_addr, RDMA_MIN_RNR_TIMER, strerror(ret));
+	}
+}
+
 static int rdma_create(const struct xport_attr *attr, xport_t **out)
 {
 	struct rdma_xport *rx;
@@ -793,8 +815,10 @@ static int rdma_cm_handle(struct rdma_xport *rx, struct rdma_cm_event *cme, stru
 		ev_conn(ev, XPORT_EV_REJECTED, c, -ECONNREFUSED, cme);
 		return 1;
 	case RDMA_CM_EVENT_ESTABLISHED:
+		if (c && c->id && c->id->qp)
+			rdma_set_min_rnr_timer(c);
 		if (log_current_level >= LOG_LVL_DEBUG && c && c->id && c->id->qp) {
-			/* What the QP got of rdma_cm's attributes and ours (xport_attr.ack_timeout). */
+			/* What the QP got of rdma_cm's attributes and ours (ack_timeout, min_rnr_timer). */
 			struct ibv_qp_attr qa;
 			struct ibv_qp_init_attr qi;
 

@@ -275,6 +275,36 @@ static void xport_send__before_recv_posted__delivered_once_posted(void **state)
 	assert_memory_equal(p->sbuf, p->cbuf, 300);
 }
 
+/* The receiver's QP asks for a short RNR wait (rdma: min_rnr_timer 0.64 ms): a SEND that found no
+ * receive is sent again soon after one is posted. With the CM's own timer (655 ms) it came at least
+ * 555 ms after this receive, posted 100 ms after the send. */
+static void xport_send__recv_posted_late__delivered_soon_after(void **state)
+{
+	struct pair *p = *state;
+	struct xport_event *ev;
+	uint64_t sent, posted, took;
+
+	pair_connect(p, false);
+	fill(p->cbuf, 64, 3);
+	assert_int_equal(xport_post_send(p->cc, p->cmr, p->cbuf, 64, 1), 0);
+	sent = util_now_ms();
+	while (util_now_ms() - sent < 100) {
+		pump_side(&p->srv);
+		pump_side(&p->cli);
+		usleep(10000);
+	}
+	assert_int_equal(xport_post_recv(p->sc, p->smr_local, p->sbuf, 4096, 9), 0);
+	posted = util_now_ms();
+	ev = wait_ev(p, &p->srv, XPORT_EV_COMPLETION, XPORT_OP_RECV);
+	took = util_now_ms() - posted;
+	assert_int_equal(ev->wr_id, 9);
+	assert_memory_equal(p->sbuf, p->cbuf, 64);
+	print_message("delivered %llu ms after the receive was posted\n", (unsigned long long)took);
+	if (took >= 400)
+		fail_msg("the SEND came %llu ms after the receive was posted: the RNR NAK timer is the CM's 655 ms",
+			 (unsigned long long)took);
+}
+
 static void xport_write__in_bounds__lands_at_offset(void **state)
 {
 	struct pair *p = *state;
@@ -611,6 +641,8 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test_setup_teardown(xport_connect__nobody_listening__fails_in_time, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_send__to_posted_recv__data_and_length, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_send__before_recv_posted__delivered_once_posted, pair_setup,
+					pair_teardown),
+	cmocka_unit_test_setup_teardown(xport_send__recv_posted_late__delivered_soon_after, pair_setup,
 					pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write__in_bounds__lands_at_offset, pair_setup, pair_teardown),
 	cmocka_unit_test_setup_teardown(xport_write_imm__posted_recv__imm_length_and_data, pair_setup, pair_teardown),
