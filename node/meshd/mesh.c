@@ -877,6 +877,26 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 	}
 }
 
+/* How long the join of rail r may take. The dialler's first attempt after the rail was lost gets
+ * RAIL_JOIN_FIRST_MS and each failure doubles it, up to handshake_timeout_ms: that first dial goes
+ * out backoff_initial_ms after the dialler saw the rail fail, often while the cable is still cut
+ * (the peer sees the loss later, and whoever mends it later still), and its connection request is
+ * lost. The transport would send it again only seconds later (the IB CM after 4.3 s, TCP's SYN after
+ * 1 s and then 3 s), long after the cable is back; a new attempt (a newer rail_gen, which replaces
+ * the old one at the acceptor) goes at once. The acceptor, which does not dial, keeps the full time. */
+#define RAIL_JOIN_FIRST_MS 1000
+
+static uint64_t rail_join_timeout_ms(const struct link *l, uint32_t r)
+{
+	uint64_t t = RAIL_JOIN_FIRST_MS, max = l->mesh->cfg->handshake_timeout_ms;
+
+	if (!l->dialer)
+		return max;
+	for (uint32_t i = 0; i < l->rail_failures[r] && t < max; i++)
+		t *= 2;
+	return MIN(t, max);
+}
+
 /* A transport failure on one QP: with rails failing over, only its rail is lost. */
 static void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -2122,7 +2142,7 @@ static void link_tick(struct link *l, uint64_t t)
 					if (l->dialer && !(l->rails_up & (1u << r)) && !(l->raildown_pending & (1u << r)) &&
 					    t >= l->rail_next_dial_ms[r])
 						link_rail_dial(l, r);
-				} else if (t - l->rail_attempt_ms[r] > cfg->handshake_timeout_ms) {
+				} else if (t - l->rail_attempt_ms[r] > rail_join_timeout_ms(l, r)) {
 					link_rail_fail(l, r, -MESH_EHANDSHAKE, "rail %u not UP %llu ms after it was dialled", r,
 						       (unsigned long long)(t - l->rail_attempt_ms[r]));
 				} else {

@@ -2070,6 +2070,56 @@ static void mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin(void **stat
 	mt_finish(t);
 }
 
+/* Ticks at now with rail 0 of the link having just heard the peer (its keepalive timeout is not
+ * what these tests are about). */
+static void tick_rail0_alive(struct mt *t, struct link *l, uint64_t now)
+{
+	l->last_rx_ms = l->rail_rx_ms[0] = now;
+	tick_at(t, now);
+}
+
+/* The dialler's join of a lost rail that gets no answer (its connection requests lost to a cable
+ * still cut, which the transport would retry only seconds later) is dropped after a second, not
+ * handshake_timeout_ms, and dialled again at once after the backoff with a newer gen; each failure
+ * doubles the time the next join may take, up to handshake_timeout_ms. */
+static void mesh_rail__join_unanswered__dropped_after_a_second_then_dialled_again(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = rails_up(t);
+	struct mesh_cm_pdata pd;
+	size_t nconn;
+	uint64_t t0;
+
+	qp_lost(t, l, 3);
+	assert_int_equal(l->rails_up, 1u);
+	nconn = t->fx->n_connects;
+	tick_rail0_alive(t, l, l->rail_next_dial_ms[1]);
+	assert_int_equal(t->fx->n_connects, nconn + QPS);
+	assert_int_equal(l->rails_joining, 2u);
+	t0 = l->rail_attempt_ms[1];
+	tick_rail0_alive(t, l, t0 + 1000);
+	assert_int_equal(l->rails_joining, 2u);
+	tick_rail0_alive(t, l, t0 + 1001);
+	assert_int_equal(l->rails_joining, 0u);
+	assert_int_equal(l->rails_up, 1u);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_non_null(strstr(l->rail_error[1], "not UP"));
+	assert_null(l->conns[2]);
+	assert_null(l->conns[3]);
+
+	tick_rail0_alive(t, l, l->rail_next_dial_ms[1]);
+	assert_int_equal(t->fx->n_connects, nconn + 2 * QPS);
+	pd = decode_pdata(t->fx->connects[nconn + QPS].pdata, t->fx->connects[nconn + QPS].pdata_len);
+	assert_int_equal(pd.rail_gen, 2);
+	t0 = l->rail_attempt_ms[1];
+	tick_rail0_alive(t, l, t0 + 1001);
+	assert_int_equal(l->rails_joining, 2u); /* the second may take 2 s (the harness's handshake timeout) */
+	tick_rail0_alive(t, l, t0 + t->cfg.handshake_timeout_ms + 1);
+	assert_int_equal(l->rails_joining, 0u);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	mt_finish(t);
+}
+
 static void send_eof(struct link *l, uint32_t slot)
 {
 	PeerMsg m = PEER_MSG__INIT;
@@ -2291,6 +2341,7 @@ static void mesh_rail__acceptor__join_refused_while_rail_up_taken_after(void **s
 
 static const struct CMUnitTest tests[] = {
 	T(mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin),
+	T(mesh_rail__join_unanswered__dropped_after_a_second_then_dialled_again),
 	T(mesh_rail__control_rail_lost__unacked_sent_again_in_order_on_next_rail),
 	T(mesh_rail__peer_sequence__repeat_dropped_gap_and_bad_ack_fail),
 	T(mesh_rail__rail_silent__only_it_fails),
