@@ -258,7 +258,7 @@ def main():
     ap.add_argument("--ka-interval", type=int, default=200)
     ap.add_argument("--ka-timeout", type=int, default=1000)
     ap.add_argument("--resume-timeout", type=int, default=6000)
-    ap.add_argument("--outages", type=int, default=20)
+    ap.add_argument("--outages", type=int, default=20, help="whole-link outages (0: none)")
     ap.add_argument("--rail-flaps", type=int, default=100, help="rail flaps under a stream (0: none)")
     ap.add_argument("--rail-cut", choices=("link", "none"), default="link",
                     help="how a rail is lost: its device set down; none: no rail losses (the VM, see above)")
@@ -408,88 +408,92 @@ def main():
                   f"all {streams['n']} streams ({args.rate * stream_s} bytes each) under the rail flaps are intact: "
                   f"every byte checked, none lost or duplicated", "; ".join(streams["bad"]))
 
-        # 2. whole-link outages under a paced stream, long enough to outlive them (10 s of slack: in
-        # the VM under ASan an outage took about 8 s with the detection and the way back)
-        period = down_s + 1.5
-        total = int(args.rate * (args.outages * period + 16))
-        rx = receiver(p, 2, 7500)
-        tx = chan_test(p, 1, "send", 2, 7500, total, "-R", args.rate, "-r", 1 << 20)
-        ok = wait_until(lambda: len(p.channels(1, 7500)) == 1 and len(p.channels(2, 7500)) == 1, 10)
-        check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
-        t_down, t_back, t_moving, seen = [], [], [], set()
-        resumed, rewritten = {1: 0, 2: 0}, {1: 0, 2: 0}
-        before = {i: p.ctl(i, "node") or {} for i in (1, 2)}
-        for k in range(args.outages):
-            time.sleep(0.5)
-            t0 = time.monotonic()
-            set_all_rails(p, False)
-            went = wait_until(lambda: p.state(1) != "UP" and (args.outage == "stop" or p.state(2) != "UP"),
-                              ka_s + 5, 0.05)
-            t_down.append(time.monotonic() - t0)
-            if went:
-                seen.update(c["state"] for i in (1, 2) if args.outage != "stop" or i == 1
-                            for c in p.channels(i, 7500))
-            if not went or tx.poll() is not None or rx.poll() is not None:
+        # 2. whole-link outages under a paced stream (--outages 0 leaves them out: a rails-only run)
+        if not args.outages:
+            print("# whole-link outages: none (--outages 0)")
+        else:
+            # A paced stream long enough to outlive them (10 s of slack: in the VM under ASan an
+            # outage took about 8 s with the detection and the way back).
+            period = down_s + 1.5
+            total = int(args.rate * (args.outages * period + 16))
+            rx = receiver(p, 2, 7500)
+            tx = chan_test(p, 1, "send", 2, 7500, total, "-R", args.rate, "-r", 1 << 20)
+            ok = wait_until(lambda: len(p.channels(1, 7500)) == 1 and len(p.channels(2, 7500)) == 1, 10)
+            check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
+            t_down, t_back, t_moving, seen = [], [], [], set()
+            resumed, rewritten = {1: 0, 2: 0}, {1: 0, 2: 0}
+            before = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+            for k in range(args.outages):
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                set_all_rails(p, False)
+                went = wait_until(lambda: p.state(1) != "UP" and (args.outage == "stop" or p.state(2) != "UP"),
+                                  ka_s + 5, 0.05)
+                t_down.append(time.monotonic() - t0)
+                if went:
+                    seen.update(c["state"] for i in (1, 2) if args.outage != "stop" or i == 1
+                                for c in p.channels(i, 7500))
+                if not went or tx.poll() is not None or rx.poll() is not None:
+                    set_all_rails(p, True)
+                    check(False, f"outage {k + 1}: both ends take the link DOWN and the stream waits",
+                          f"link {p.state(1)}/{p.state(2)}, sender {tx.poll()}, receiver {rx.poll()}")
+                    break
+                time.sleep(max(0.0, down_s - (time.monotonic() - t0)))
                 set_all_rails(p, True)
-                check(False, f"outage {k + 1}: both ends take the link DOWN and the stream waits",
-                      f"link {p.state(1)}/{p.state(2)}, sender {tx.poll()}, receiver {rx.poll()}")
-                break
-            time.sleep(max(0.0, down_s - (time.monotonic() - t0)))
-            set_all_rails(p, True)
-            t1 = time.monotonic()
-            if not wait_until(p.up, args.up_timeout, 0.05):
-                check(False, f"outage {k + 1}: the link comes back UP", f"{p.state(1)}/{p.state(2)}")
-                break
-            t_back.append(time.monotonic() - t1)
-            # The failover figure: from the link UP again to the receiver's meshd placing new bytes.
-            base = (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0)
-            if wait_until(lambda: (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0) > base, 10, 0.01):
-                t_moving.append(time.monotonic() - t1)
-            # The bytes written again, while the channel is surely there (the stream may end before
-            # the last check below).
+                t1 = time.monotonic()
+                if not wait_until(p.up, args.up_timeout, 0.05):
+                    check(False, f"outage {k + 1}: the link comes back UP", f"{p.state(1)}/{p.state(2)}")
+                    break
+                t_back.append(time.monotonic() - t1)
+                # The failover figure: from the link UP again to the receiver's meshd placing new bytes.
+                base = (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0)
+                if wait_until(lambda: (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0) > base, 10, 0.01):
+                    t_moving.append(time.monotonic() - t1)
+                # The bytes written again, while the channel is surely there (the stream may end before
+                # the last check below).
+                for i in (1, 2):
+                    c = p.channels(i, 7500)
+                    if c:
+                        resumed[i] = max(resumed[i], c[0]["resumes"])
+                        rewritten[i] = max(rewritten[i], c[0]["rewritten_bytes"])
+            else:
+                how = "node 2's meshd stopped" if args.outage == "stop" else "every rail down"
+                check(True, f"{args.outages} whole-link outages of {down_s:.1f} s ({how}, past the keepalive "
+                      f"timeout): each time both ends took the link DOWN (median {sorted(t_down)[len(t_down) // 2]:.2f} s) "
+                      f"and it came back UP (median {sorted(t_back)[len(t_back) // 2]:.2f} s)")
+            if t_moving:
+                print(f"# failover: link UP again -> the channel's bytes move again: median "
+                      f"{sorted(t_moving)[len(t_moving) // 2] * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-"
+                      f"{max(t_moving) * 1000:.0f} ms over {len(t_moving)} outages (sampled every 10 ms)")
+            check("RESUMING" in seen, f"meshctl showed the channel RESUMING while the link was DOWN ({sorted(seen)})")
             for i in (1, 2):
                 c = p.channels(i, 7500)
                 if c:
                     resumed[i] = max(resumed[i], c[0]["resumes"])
                     rewritten[i] = max(rewritten[i], c[0]["rewritten_bytes"])
-        else:
-            how = "node 2's meshd stopped" if args.outage == "stop" else "every rail down"
-            check(True, f"{args.outages} whole-link outages of {down_s:.1f} s ({how}, past the keepalive "
-                  f"timeout): each time both ends took the link DOWN (median {sorted(t_down)[len(t_down) // 2]:.2f} s) "
-                  f"and it came back UP (median {sorted(t_back)[len(t_back) // 2]:.2f} s)")
-        if t_moving:
-            print(f"# failover: link UP again -> the channel's bytes move again: median "
-                  f"{sorted(t_moving)[len(t_moving) // 2] * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-"
-                  f"{max(t_moving) * 1000:.0f} ms over {len(t_moving)} outages (sampled every 10 ms)")
-        check("RESUMING" in seen, f"meshctl showed the channel RESUMING while the link was DOWN ({sorted(seen)})")
-        for i in (1, 2):
-            c = p.channels(i, 7500)
-            if c:
-                resumed[i] = max(resumed[i], c[0]["resumes"])
-                rewritten[i] = max(rewritten[i], c[0]["rewritten_bytes"])
-        nodes = {i: p.ctl(i, "node") or {} for i in (1, 2)}
-        # The channel's resumes, as each node counts them: its own count is gone with it when the
-        # stream ends first (in the sanitizer build an outage has taken 19 s with the way back, and
-        # the paced stream ended before the second resume could be read off the channel).
-        resumes = [max(resumed[i], nodes[i].get("channel_resumes", 0) - before[i].get("channel_resumes", 0))
-                   for i in (1, 2)]
-        # A rail that times out alone around an outage (its keepalives late on a loaded machine, or
-        # the other rail's cut seen first) moves the channel while the link stays UP: one more
-        # resume, counted by meshd as a rail failover. Every resume must be one or the other.
-        failovers = [nodes[i].get("rail_failovers", 0) - before[i].get("rail_failovers", 0) for i in (1, 2)]
-        check(all(args.outages <= resumes[i] <= args.outages + failovers[i] for i in (0, 1)),
-              f"the channel resumed after every outage, at both ends, and only then or after a rail failover "
-              f"(meshctl resumes {resumes}, rail failovers meanwhile {failovers}; rewritten bytes "
-              f"{[rewritten[1], rewritten[2]]})", events(p))
-        check(all(nodes[i].get("link_flaps", 0) >= args.outages and nodes[i].get("channel_resumes", 0) >= args.outages
-                  for i in (1, 2)),
-              f"meshctl node counts the link flaps and channel resumes "
-              f"({[(nodes[i].get('link_flaps'), nodes[i].get('channel_resumes')) for i in (1, 2)]})")
-        rc_tx, out_tx = finish(tx, total / args.rate + 60)
-        rc_rx, out_rx = finish(rx, 30)
-        check(rc_tx == 0 and rc_rx == 0 and "ok" in out_rx,
-              f"the stream is intact after {args.outages} outages: {total} bytes, every byte checked, "
-              f"none lost or duplicated", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
+            nodes = {i: p.ctl(i, "node") or {} for i in (1, 2)}
+            # The channel's resumes, as each node counts them: its own count is gone with it when the
+            # stream ends first (in the sanitizer build an outage has taken 19 s with the way back, and
+            # the paced stream ended before the second resume could be read off the channel).
+            resumes = [max(resumed[i], nodes[i].get("channel_resumes", 0) - before[i].get("channel_resumes", 0))
+                       for i in (1, 2)]
+            # A rail that times out alone around an outage (its keepalives late on a loaded machine, or
+            # the other rail's cut seen first) moves the channel while the link stays UP: one more
+            # resume, counted by meshd as a rail failover. Every resume must be one or the other.
+            failovers = [nodes[i].get("rail_failovers", 0) - before[i].get("rail_failovers", 0) for i in (1, 2)]
+            check(all(args.outages <= resumes[i] <= args.outages + failovers[i] for i in (0, 1)),
+                  f"the channel resumed after every outage, at both ends, and only then or after a rail failover "
+                  f"(meshctl resumes {resumes}, rail failovers meanwhile {failovers}; rewritten bytes "
+                  f"{[rewritten[1], rewritten[2]]})", events(p))
+            check(all(nodes[i].get("link_flaps", 0) >= args.outages and nodes[i].get("channel_resumes", 0) >= args.outages
+                      for i in (1, 2)),
+                  f"meshctl node counts the link flaps and channel resumes "
+                  f"({[(nodes[i].get('link_flaps'), nodes[i].get('channel_resumes')) for i in (1, 2)]})")
+            rc_tx, out_tx = finish(tx, total / args.rate + 60)
+            rc_rx, out_rx = finish(rx, 30)
+            check(rc_tx == 0 and rc_rx == 0 and "ok" in out_rx,
+                  f"the stream is intact after {args.outages} outages: {total} bytes, every byte checked, "
+                  f"none lost or duplicated", f"sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
 
         # 3. the peer's meshd killed and started again: the channel cannot resume, and says why
         rx = receiver(p, 2, 7501)
