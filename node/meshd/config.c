@@ -60,7 +60,8 @@ static const struct config_key config_keys[] = {
 	KEY_UINT(connect_timeout_ms, "5000", 100, 600000,
 		 "rdma_cm address and route resolution timeout (>= 2000 under emulation)"),
 	KEY_UINT(handshake_timeout_ms, "15000", 100, 600000,
-		 "a link attempt not UP within this time is abandoned and retried"),
+		 "a link attempt not UP within this time is abandoned and retried (a lost rail's rejoin: 1 s at "
+		 "first, doubled per failure up to this)"),
 	KEY_UINT(resume_timeout_ms, "30000", 0, 3600000,
 		 "open channels of a link that goes DOWN wait this long for it to come back UP to the same peer "
 		 "meshd, then resume where they stood (nothing lost); 0: they break at once (-ECONNRESET)"),
