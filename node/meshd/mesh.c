@@ -41,6 +41,14 @@ static uint64_t now_ms(void)
 	return util_now_ms();
 }
 
+/* v doubled n times, never past max: the backoffs and the rail join's time after failures. */
+static uint64_t doubled(uint64_t v, uint32_t n, uint64_t max)
+{
+	for (uint32_t i = 0; i < n && v < max; i++)
+		v *= 2;
+	return MIN(v, max);
+}
+
 static const char *const phase_names[] = {"IDLE", "QPS", "AUTH", "HELLO", "PROOF", "READY_WAIT", "UP"};
 
 static bool phase_in_handshake(enum link_phase p)
@@ -361,7 +369,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	l->rails_proof_sent = l->rails_peer_proved = 0;
 	link_set_phase(l, LINK_IDLE);
 	if (l->dialer) {
-		uint64_t backoff = m->cfg->backoff_initial_ms;
+		uint64_t backoff = doubled(m->cfg->backoff_initial_ms, l->failures, m->cfg->backoff_max_ms);
 
 		l->failed_tick = m->adm.ticks; /* a tick's own timeouts are judged before its dials */
 		/* Nobody answered over this provider: the peer may have only the other one (a mixed
@@ -369,9 +377,6 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 		if (unanswered && m->n_xports > 1)
 			l->xp = (uint8_t)((l->xp + 1) % m->n_xports);
 
-		for (uint32_t i = 0; i < l->failures && backoff < m->cfg->backoff_max_ms; i++)
-			backoff *= 2;
-		backoff = MIN(backoff, m->cfg->backoff_max_ms);
 		/* Full jitter over the upper half: restarts of many nodes do not re-dial in lockstep. */
 		l->next_dial_ms = now_ms() + backoff / 2 + util_rand_below(backoff / 2 + 1);
 		l->failures++;
@@ -822,7 +827,6 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 	struct mesh *m = l->mesh;
 	char why[LINK_ERR_MAX - 32];
 	bool was_up = l->rails_up & (1u << r);
-	uint64_t backoff = m->cfg->backoff_initial_ms;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -870,9 +874,8 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 		l->rail_failures[r]++;
 	}
 	if (l->dialer) {
-		for (uint32_t i = 0; i < l->rail_failures[r] && backoff < m->cfg->backoff_max_ms; i++)
-			backoff *= 2;
-		backoff = MIN(backoff, m->cfg->backoff_max_ms);
+		uint64_t backoff = doubled(m->cfg->backoff_initial_ms, l->rail_failures[r], m->cfg->backoff_max_ms);
+
 		l->rail_next_dial_ms[r] = now_ms() + backoff / 2 + util_rand_below(backoff / 2 + 1);
 	}
 }
@@ -888,13 +891,9 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 
 static uint64_t rail_join_timeout_ms(const struct link *l, uint32_t r)
 {
-	uint64_t t = RAIL_JOIN_FIRST_MS, max = l->mesh->cfg->handshake_timeout_ms;
+	uint64_t max = l->mesh->cfg->handshake_timeout_ms;
 
-	if (!l->dialer)
-		return max;
-	for (uint32_t i = 0; i < l->rail_failures[r] && t < max; i++)
-		t *= 2;
-	return MIN(t, max);
+	return l->dialer ? doubled(RAIL_JOIN_FIRST_MS, l->rail_failures[r], max) : max;
 }
 
 /* A transport failure on one QP: with rails failing over, only its rail is lost. */

@@ -374,13 +374,14 @@ static void rdma_set_ack_timeout(struct rdma_xport *rx, struct rdma_cm_id *id)
  * leaves it 0, which encodes the longest, 655.36 ms: one receive queue that ran dry would stall the
  * QP, and the keepalives and messages behind it, that long per RNR NAK. 12 encodes 0.64 ms (perftest's
  * value). It is an optional attribute of RTS to RTS, set once the connection is established; a
- * provider that refuses it keeps the CM's, said once. */
+ * provider that refuses it keeps the CM's, said once. At debug level the QP's attributes are logged. */
 #define RDMA_MIN_RNR_TIMER 12
 
-static void rdma_set_min_rnr_timer(struct rdma_conn *c)
+static void rdma_qp_established(struct rdma_conn *c)
 {
 	static bool warned;
 	struct ibv_qp_attr qa = {.min_rnr_timer = RDMA_MIN_RNR_TIMER};
+	struct ibv_qp_init_attr qi;
 	int ret = ibv_modify_qp(c->id->qp, &qa, IBV_QP_MIN_RNR_TIMER);
 
 	if (ret && !warned) {
@@ -389,6 +390,12 @@ static void rdma_set_min_rnr_timer(struct rdma_conn *c)
 			 "(655 ms), and a receive queue that runs dry stalls its QP that long",
 			 c->base.peer_addr, RDMA_MIN_RNR_TIMER, strerror(ret));
 	}
+	/* What the QP got of rdma_cm's attributes and ours (ack_timeout, min_rnr_timer). */
+	if (log_current_level >= LOG_LVL_DEBUG &&
+	    !ibv_query_qp(c->id->qp, &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER,
+			  &qi))
+		log_debug("%s: established: ACK timeout 2^%u x 4.096 us, retry %u, RNR retry %u, min RNR timer %u",
+			  c->base.peer_addr, qa.timeout, qa.retry_cnt, qa.rnr_retry, qa.min_rnr_timer);
 }
 
 static int rdma_create(const struct xport_attr *attr, xport_t **out)
@@ -816,18 +823,7 @@ static int rdma_cm_handle(struct rdma_xport *rx, struct rdma_cm_event *cme, stru
 		return 1;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (c && c->id && c->id->qp)
-			rdma_set_min_rnr_timer(c);
-		if (log_current_level >= LOG_LVL_DEBUG && c && c->id && c->id->qp) {
-			/* What the QP got of rdma_cm's attributes and ours (ack_timeout, min_rnr_timer). */
-			struct ibv_qp_attr qa;
-			struct ibv_qp_init_attr qi;
-
-			if (!ibv_query_qp(c->id->qp, &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					  IBV_QP_MIN_RNR_TIMER, &qi))
-				log_debug("%s: established: ACK timeout 2^%u x 4.096 us, retry %u, RNR retry %u, "
-					  "min RNR timer %u", c->base.peer_addr, qa.timeout, qa.retry_cnt, qa.rnr_retry,
-					  qa.min_rnr_timer);
-		}
+			rdma_qp_established(c);
 		ev_conn(ev, XPORT_EV_ESTABLISHED, c, 0, cme);
 		return 1;
 	case RDMA_CM_EVENT_DISCONNECTED:

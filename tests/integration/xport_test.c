@@ -67,6 +67,18 @@ static void pump_side(struct side *s)
 	assert_true(n >= 0);
 }
 
+/* Polls both sides for ms milliseconds, keeping what they report. */
+static void pump_for(struct pair *p, uint64_t ms)
+{
+	uint64_t start = util_now_ms();
+
+	do {
+		pump_side(&p->srv);
+		pump_side(&p->cli);
+		usleep(10000);
+	} while (util_now_ms() - start < ms);
+}
+
 /* Polls both sides until an event of `type` (and op, for completions) shows on `s`; returns it. */
 static struct xport_event *wait_ev(struct pair *p, struct side *s, enum xport_ev_type type, int op)
 {
@@ -261,11 +273,7 @@ static void xport_send__before_recv_posted__delivered_once_posted(void **state)
 	pair_connect(p, false);
 	fill(p->cbuf, 300, 2);
 	assert_int_equal(xport_post_send(p->cc, p->cmr, p->cbuf, 300, 1), 0);
-	for (int i = 0; i < 10; i++) {
-		pump_side(&p->srv);
-		pump_side(&p->cli);
-		usleep(20000);
-	}
+	pump_for(p, 200);
 	for (int i = 0; i < p->srv.n; i++)
 		assert_int_not_equal(p->srv.evs[i].type, XPORT_EV_DISCONNECTED);
 	assert_int_equal(xport_post_recv(p->sc, p->smr_local, p->sbuf, 4096, 9), 0);
@@ -282,17 +290,12 @@ static void xport_send__recv_posted_late__delivered_soon_after(void **state)
 {
 	struct pair *p = *state;
 	struct xport_event *ev;
-	uint64_t sent, posted, took;
+	uint64_t posted, took;
 
 	pair_connect(p, false);
 	fill(p->cbuf, 64, 3);
 	assert_int_equal(xport_post_send(p->cc, p->cmr, p->cbuf, 64, 1), 0);
-	sent = util_now_ms();
-	while (util_now_ms() - sent < 100) {
-		pump_side(&p->srv);
-		pump_side(&p->cli);
-		usleep(10000);
-	}
+	pump_for(p, 100);
 	assert_int_equal(xport_post_recv(p->sc, p->smr_local, p->sbuf, 4096, 9), 0);
 	posted = util_now_ms();
 	ev = wait_ev(p, &p->srv, XPORT_EV_COMPLETION, XPORT_OP_RECV);

@@ -1989,6 +1989,14 @@ static void peer_rail_msg(struct mt *t, struct link *l, uint32_t qp, PeerMsg__Bo
 	peer_send_on(t, l, qp, &m);
 }
 
+/* Ticks at now with rail 0 of the link having just heard the peer (its keepalive timeout is not
+ * what these tests are about). */
+static void tick_rail0_alive(struct mt *t, struct link *l, uint64_t now)
+{
+	l->last_rx_ms = l->rail_rx_ms[0] = now;
+	tick_at(t, now);
+}
+
 /* Rail 1 fails under an UP link: the link stays UP on rail 0, the peer hears RailDown (sequenced) on
  * rail 0, keepalives skip rail 1, and after the backoff the dialler dials rail 1 again (a join of
  * the link's epoch, gen 1), which is UP once both sides sent RailUp on it. A late RailDown about
@@ -2030,8 +2038,7 @@ static void mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin(void **stat
 	tick_at(t, util_now_ms() + 200);
 	assert_int_equal(t->fx->n_connects, nconn);
 	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, c0), 1);
-	l->last_rx_ms = l->rail_rx_ms[0] = l->rail_next_dial_ms[1]; /* rail 0 hears the peer meanwhile */
-	tick_at(t, l->rail_next_dial_ms[1]);
+	tick_rail0_alive(t, l, l->rail_next_dial_ms[1]); /* rail 0 hears the peer meanwhile */
 	assert_int_equal(t->fx->n_connects, nconn + QPS);
 	for (uint32_t i = 0; i < QPS; i++) {
 		const struct fake_cm_rec *r = &t->fx->connects[nconn + i];
@@ -2068,14 +2075,6 @@ static void mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin(void **stat
 	assert_int_equal(link_state(l), LINK_STATE_UP_);
 	assert_true(l->rail_failovers == 2);
 	mt_finish(t);
-}
-
-/* Ticks at now with rail 0 of the link having just heard the peer (its keepalive timeout is not
- * what these tests are about). */
-static void tick_rail0_alive(struct mt *t, struct link *l, uint64_t now)
-{
-	l->last_rx_ms = l->rail_rx_ms[0] = now;
-	tick_at(t, now);
 }
 
 /* The dialler's join of a lost rail that gets no answer (its connection requests lost to a cable
