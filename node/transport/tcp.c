@@ -33,6 +33,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -58,6 +59,15 @@ _Static_assert(TCP_FRAME_PDATA_MAX == XPORT_CONNECT_PDATA_MAX && TCP_FRAME_ACCEP
 /* READ responses queued for the socket: beyond this the requester's further input waits until
  * they drain (an RC responder has a bounded number of reads in flight too). */
 #define TCP_OUT_MAX (32u << 20)
+/* Payloads from this size on are written to the socket from where they were posted, not copied
+ * into the frame first (with the receiver's two copies, design.md "tcp provider": 7% of the
+ * machine's samples at 64 KiB); smaller ones are copied, so a small frame stays one piece. */
+#define TCP_SEND_IN_PLACE_MIN 1024u
+/* WRITE payloads from this size on are received straight into their region once their header
+ * is in (tcp_place_start); input is then read this much at a time until a small frame comes. */
+#define TCP_PLACE_MIN 8192u
+#define TCP_PLACE_READ 4096u
+#define TCP_FLUSH_IOV 64 /* pieces per sendmsg: 32 frames with their payloads in place at least */
 
 enum tcp_conn_state {
 	TC_CONNECTING,   /* active: TCP connect in progress */
@@ -70,10 +80,13 @@ enum tcp_conn_state {
 
 struct tcp_out {
 	struct tcp_out *next;
-	size_t len, off;
+	size_t len, off; /* of header and payload together */
 	uint64_t wr_id;
 	enum xport_op op; /* completion to raise once written; 0 = none */
-	uint8_t data[];   /* header + payload */
+	/* A large payload is sent from the caller's registered memory, which verbs' rules keep
+	 * unchanged until the completion (as the NIC reads it then): data holds the header alone. */
+	const uint8_t *ext;
+	uint8_t data[]; /* header (+ payload when copied) */
 };
 
 /* A SEND/WRITE/WRITE_IMM written to the socket, waiting for the peer's ACK. */
@@ -111,6 +124,10 @@ struct tcp_conn {
 	bool in_blocked;      /* a SEND waits for a posted receive, or a READ request for output room */
 	bool out_waiting;     /* that READ request: flushing below TCP_OUT_MAX / 2 lets it go on */
 	bool kicked;          /* buffered input to process in the next poll */
+	bool placing;         /* receiving the payload of `place` straight into its region */
+	bool read_small;      /* the last frame was a large WRITE: read TCP_PLACE_READ at a time */
+	struct tcp_frame place;
+	uint32_t place_done;
 	/* input */
 	uint8_t *in;
 	size_t in_len, in_cap;
@@ -406,16 +423,20 @@ static void tcp_conn_protocol_error(struct tcp_conn *c, const char *fmt, ...)
 		      "protocol error");
 }
 
+/* Queues a frame for the socket. A work request's payload (op set) of TCP_SEND_IN_PLACE_MIN bytes or
+ * more stays where the caller posted it; anything else is copied. */
 static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *payload, enum xport_op op,
 		     uint64_t wr_id)
 {
 	struct tcp_out *o;
+	bool ext;
 
 	if (c->state == TC_CLOSED || c->fd < 0)
 		return -ENOTCONN;
 	if (!payload && f->payload_len) /* a caller's bug: header-only frames pass NULL */
 		return -EINVAL;
-	o = malloc(sizeof(*o) + TCP_FRAME_HDR_LEN + f->payload_len);
+	ext = op && f->payload_len >= TCP_SEND_IN_PLACE_MIN;
+	o = malloc(sizeof(*o) + TCP_FRAME_HDR_LEN + (ext ? 0 : f->payload_len));
 	if (!o)
 		return -ENOMEM;
 	o->next = NULL;
@@ -423,8 +444,9 @@ static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *
 	o->off = 0;
 	o->wr_id = wr_id;
 	o->op = op;
+	o->ext = ext ? payload : NULL;
 	tcp_frame_header(f, o->data);
-	if (payload)
+	if (payload && !ext)
 		memcpy(o->data + TCP_FRAME_HDR_LEN, payload, f->payload_len);
 	c->out_bytes += o->len;
 	if (c->out_tail)
@@ -435,13 +457,72 @@ static int tcp_queue(struct tcp_conn *c, const struct tcp_frame *f, const void *
 	return tcp_conn_watch(c);
 }
 
-/* Writes what the socket takes; raises send-side completions of frames fully written. */
+/* The unwritten bytes of the queued frames from o on, as at most max pieces; returns the count. */
+static int tcp_out_iov(const struct tcp_out *o, struct iovec *iov, int max)
+{
+	int n = 0;
+
+	for (; o && n + 2 <= max; o = o->next) {
+		size_t hdr = o->ext ? TCP_FRAME_HDR_LEN : o->len;
+
+		if (o->off < hdr)
+			iov[n++] = (struct iovec){.iov_base = (void *)(o->data + o->off), .iov_len = hdr - o->off};
+		if (o->ext && o->len > hdr) {
+			size_t done = o->off > hdr ? o->off - hdr : 0;
+
+			iov[n++] = (struct iovec){.iov_base = (void *)(o->ext + done), .iov_len = o->len - hdr - done};
+		}
+	}
+	return n;
+}
+
+/* Retires the head frame, fully written: a work request waits for the peer's ACK. False when the
+ * connection failed (out of memory). */
+static bool tcp_out_retire(struct tcp_conn *c)
+{
+	struct tcp_out *o = c->out_head;
+
+	c->out_head = o->next;
+	if (!c->out_head)
+		c->out_tail = NULL;
+	c->out_bytes -= o->len;
+	if (o->op) {
+		struct tcp_unacked *u = malloc(sizeof(*u));
+
+		if (!u) {
+			free(o);
+			tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "out of memory");
+			return false;
+		}
+		u->next = NULL;
+		u->wr_id = o->wr_id;
+		u->op = o->op;
+		u->len = (uint32_t)(o->len - TCP_FRAME_HDR_LEN);
+		if (c->unacked_tail)
+			c->unacked_tail->next = u;
+		else
+			c->unacked_head = u;
+		c->unacked_tail = u;
+		c->n_unacked++;
+	}
+	free(o);
+	return true;
+}
+
+/* Writes what the socket takes, up to TCP_FLUSH_IOV pieces of the queued frames per system call;
+ * raises send-side completions of frames fully written. */
 static void tcp_conn_flush(struct tcp_conn *c)
 {
 	while (c->out_head && c->fd >= 0) {
-		struct tcp_out *o = c->out_head;
-		ssize_t n = send(c->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		struct iovec iov[TCP_FLUSH_IOV];
+		struct msghdr mh = {.msg_iov = iov};
+		size_t offered = 0, left;
+		ssize_t n;
 
+		mh.msg_iovlen = (size_t)tcp_out_iov(c->out_head, iov, TCP_FLUSH_IOV);
+		for (size_t i = 0; i < mh.msg_iovlen; i++)
+			offered += iov[i].iov_len;
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
@@ -451,33 +532,19 @@ static void tcp_conn_flush(struct tcp_conn *c)
 				      -errno, "send failed");
 			return;
 		}
-		o->off += (size_t)n;
-		if (o->off < o->len)
-			break;
-		c->out_head = o->next;
-		if (!c->out_head)
-			c->out_tail = NULL;
-		c->out_bytes -= o->len;
-		if (o->op) {
-			struct tcp_unacked *u = malloc(sizeof(*u));
+		for (left = (size_t)n; left;) {
+			struct tcp_out *o = c->out_head;
+			size_t take = MIN(left, o->len - o->off);
 
-			if (!u) {
-				free(o);
-				tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "out of memory");
+			o->off += take;
+			left -= take;
+			if (o->off < o->len)
+				break;
+			if (!tcp_out_retire(c))
 				return;
-			}
-			u->next = NULL;
-			u->wr_id = o->wr_id;
-			u->op = o->op;
-			u->len = (uint32_t)(o->len - TCP_FRAME_HDR_LEN);
-			if (c->unacked_tail)
-				c->unacked_tail->next = u;
-			else
-				c->unacked_head = u;
-			c->unacked_tail = u;
-			c->n_unacked++;
 		}
-		free(o);
+		if ((size_t)n < offered)
+			break; /* the socket is full */
 	}
 	if (c->out_waiting && c->out_bytes <= TCP_OUT_MAX / 2 && c->state == TC_ESTABLISHED) {
 		/* The READ request that waited for room goes on. */
@@ -582,6 +649,80 @@ static int tcp_send_ack(struct tcp_conn *c)
 
 /* Handles one complete frame; returns 1 when consumed, 0 when it must wait (no receive posted),
  * -1 when the connection ended. */
+static void tcp_conn_process(struct tcp_conn *c);
+
+/* A WRITE or WRITE_IMM whose payload is in its region: acknowledged, and a WRITE_IMM consumes
+ * the receive its sender's immediate completes (checked to be there before the bytes were placed).
+ * 1, or -1 after a protocol error. */
+static int tcp_write_applied(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct xport_event *ev;
+	struct tcp_recv r;
+
+	c->acks_owed++;
+	if (f->type == TCP_F_WRITE)
+		return 1;
+	if (tcp_take_recv(c, 0, &r) <= 0)
+		return -1;
+	ev = tcp_ev_push(c->tx, XPORT_EV_COMPLETION, c);
+	if (ev) {
+		ev->op = XPORT_OP_RECV_IMM;
+		ev->wr_id = r.wr_id;
+		ev->byte_len = f->payload_len;
+		ev->imm = f->arg;
+		ev->has_imm = true;
+	}
+	return 1;
+}
+
+/* Direct placement: a large WRITE or WRITE_IMM whose header arrived and whose payload has not is
+ * received straight into its region (as an RNIC places it), instead of through the input buffer
+ * and a copy; have bytes of it, already buffered, are copied first. Only when it can be applied
+ * now: its region checked, a WRITE_IMM's receive posted. Returns whether it started. */
+static bool tcp_place_start(struct tcp_conn *c, const struct tcp_frame *f, const uint8_t *have, size_t have_len)
+{
+	uint8_t *dst;
+
+	if ((f->type != TCP_F_WRITE && f->type != TCP_F_WRITE_IMM) || f->payload_len < TCP_PLACE_MIN ||
+	    (f->type == TCP_F_WRITE_IMM && !c->recv_count))
+		return false;
+	dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
+	if (!dst)
+		return false;
+	memcpy(dst, have, have_len);
+	c->place = *f;
+	c->place.payload = NULL;
+	c->place_done = (uint32_t)have_len;
+	c->placing = true;
+	c->read_small = true;
+	return true;
+}
+
+/* Receives more of the frame being placed; when it is complete, applies it. The region is looked
+ * up again before every receive: its owner may have released it meanwhile (on rdma the peer's
+ * write would then fail the QP; here the connection fails the same way, and nothing is written).
+ * Returns the recv's result (0: the peer closed). */
+static ssize_t tcp_place_more(struct tcp_conn *c)
+{
+	const struct tcp_frame *f = &c->place;
+	uint8_t *dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
+	ssize_t n;
+
+	if (!dst)
+		return -2; /* the protocol error closed it */
+	n = recv(c->fd, dst + c->place_done, f->payload_len - c->place_done, MSG_DONTWAIT);
+	if (n <= 0)
+		return n;
+	c->place_done += (uint32_t)n;
+	if (c->place_done == f->payload_len) {
+		c->placing = false;
+		if (tcp_write_applied(c, f) < 0)
+			return -2;
+		tcp_conn_process(c); /* what followed it in the buffer (nothing), and its ACK */
+	}
+	return n;
+}
+
 static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 {
 	struct tcp_xport *tx = c->tx;
@@ -672,21 +813,8 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 		if (!dst)
 			return -1;
 		memcpy(dst, f->payload, f->payload_len);
-		c->acks_owed++;
-		if (f->type == TCP_F_WRITE)
-			return 1;
-		ret = tcp_take_recv(c, 0, &r);
-		if (ret <= 0)
-			return -1;
-		ev = tcp_ev_push(tx, XPORT_EV_COMPLETION, c);
-		if (ev) {
-			ev->op = XPORT_OP_RECV_IMM;
-			ev->wr_id = r.wr_id;
-			ev->byte_len = f->payload_len;
-			ev->imm = f->arg;
-			ev->has_imm = true;
-		}
-		return 1;
+		c->read_small = f->payload_len >= TCP_PLACE_MIN;
+		return tcp_write_applied(c, f);
 	case TCP_F_READ_REQ: {
 		struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
 
@@ -762,10 +890,18 @@ static void tcp_conn_process(struct tcp_conn *c)
 			break;
 		}
 		if (n == 0) {
-			if (tcp_frame_peek(c->in + off, c->in_len - off, &f, &why) == 1 && !tcp_conn_check_header(c, &f))
-				c->in_blocked = true;
+			if (tcp_frame_peek(c->in + off, c->in_len - off, &f, &why) == 1) {
+				int ok = tcp_conn_check_header(c, &f);
+
+				if (ok == 0)
+					c->in_blocked = true;
+				else if (ok == 1 && tcp_place_start(c, &f, c->in + off + TCP_FRAME_HDR_LEN,
+								     c->in_len - off - TCP_FRAME_HDR_LEN))
+					off = c->in_len; /* all of it was that frame's */
+			}
 			break;
 		}
+		c->read_small = false; /* a large WRITE sets it again */
 		r = tcp_conn_frame(c, &f);
 		if (r == 0) {
 			c->in_blocked = true;
@@ -830,7 +966,26 @@ static void tcp_conn_readable(struct tcp_conn *c)
 			c->in = p;
 			c->in_cap = nc;
 		}
+		if (c->placing) {
+			n = tcp_place_more(c);
+			if (n == -2)
+				return;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				tcp_conn_fail(c, XPORT_EV_DISCONNECTED, n == 0 ? -ECONNRESET : -errno,
+					      n == 0 ? "peer closed the connection" : "recv failed");
+				return;
+			}
+			continue;
+		}
 		room = c->state == TC_ESTABLISHED ? c->in_cap - c->in_len : hs_max - c->in_len;
+		/* After a large WRITE the next is likely large too: a short read takes its header (and
+		 * the small frames before it) without swallowing its payload, which is then placed. */
+		if (c->read_small)
+			room = MIN(room, (size_t)TCP_PLACE_READ);
 		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
