@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh Debian 12 machine: installs what it needs (deploy/install-deps.sh),
 # then
 #   1. an AddressSanitizer + UBSan build (build-asan/): every ctest test, the rdma VM tests included;
-#   2. valgrind over the unit tests of the release build;
+#   2. valgrind over the unit tests of the release build and xport_test (the tcp provider on loopback);
 #   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails), two rails
@@ -37,9 +37,9 @@ step "release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESH_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
-step "valgrind, unit tests"
+step "valgrind, unit tests and the transports' test (tcp provider on loopback)"
 vg_fail=0
-for t in build/tests/unit/test_*; do
+for t in build/tests/unit/test_* build/tests/integration/xport_test; do
 	[ -x "$t" ] || continue
 	if valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=1 "$t" >/dev/null 2>"$t.valgrind"; then
 		echo "valgrind clean: ${t##*/}"
