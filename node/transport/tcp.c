@@ -647,8 +647,6 @@ static int tcp_send_ack(struct tcp_conn *c)
 	return ret;
 }
 
-/* Handles one complete frame; returns 1 when consumed, 0 when it must wait (no receive posted),
- * -1 when the connection ended. */
 static void tcp_conn_process(struct tcp_conn *c);
 
 /* A WRITE or WRITE_IMM whose payload is in its region: acknowledged, and a WRITE_IMM consumes
@@ -675,6 +673,12 @@ static int tcp_write_applied(struct tcp_conn *c, const struct tcp_frame *f)
 	return 1;
 }
 
+/* A WRITE or WRITE_IMM large enough to be received straight into its region. */
+static bool tcp_placeable(const struct tcp_frame *f)
+{
+	return (f->type == TCP_F_WRITE || f->type == TCP_F_WRITE_IMM) && f->payload_len >= TCP_PLACE_MIN;
+}
+
 /* Direct placement: a large WRITE or WRITE_IMM whose header arrived and whose payload has not is
  * received straight into its region (as an RNIC places it), instead of through the input buffer
  * and a copy; have bytes of it, already buffered, are copied first. Only when it can be applied
@@ -683,8 +687,7 @@ static bool tcp_place_start(struct tcp_conn *c, const struct tcp_frame *f, const
 {
 	uint8_t *dst;
 
-	if ((f->type != TCP_F_WRITE && f->type != TCP_F_WRITE_IMM) || f->payload_len < TCP_PLACE_MIN ||
-	    (f->type == TCP_F_WRITE_IMM && !c->recv_count))
+	if (!tcp_placeable(f) || (f->type == TCP_F_WRITE_IMM && !c->recv_count))
 		return false;
 	dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
 	if (!dst)
@@ -698,31 +701,34 @@ static bool tcp_place_start(struct tcp_conn *c, const struct tcp_frame *f, const
 	return true;
 }
 
-/* Receives more of the frame being placed; when it is complete, applies it. The region is looked
- * up again before every receive: its owner may have released it meanwhile (on rdma the peer's
- * write would then fail the QP; here the connection fails the same way, and nothing is written).
- * Returns the recv's result (0: the peer closed). */
-static ssize_t tcp_place_more(struct tcp_conn *c)
+/* Where the rest of the frame being placed goes, and how much of it there is (*room). The region
+ * is looked up again before every receive: its owner may have released it meanwhile (on rdma the
+ * peer's write would then fail the QP; here the connection fails the same way, and nothing is
+ * written). NULL after that protocol error. */
+static uint8_t *tcp_place_space(struct tcp_conn *c, size_t *room)
 {
 	const struct tcp_frame *f = &c->place;
 	uint8_t *dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
-	ssize_t n;
 
 	if (!dst)
-		return -2; /* the protocol error closed it */
-	n = recv(c->fd, dst + c->place_done, f->payload_len - c->place_done, MSG_DONTWAIT);
-	if (n <= 0)
-		return n;
-	c->place_done += (uint32_t)n;
-	if (c->place_done == f->payload_len) {
-		c->placing = false;
-		if (tcp_write_applied(c, f) < 0)
-			return -2;
-		tcp_conn_process(c); /* what followed it in the buffer (nothing), and its ACK */
-	}
-	return n;
+		return NULL;
+	*room = f->payload_len - c->place_done;
+	return dst + c->place_done;
 }
 
+/* n more bytes of the frame being placed arrived; once it is complete it is applied. */
+static void tcp_placed(struct tcp_conn *c, size_t n)
+{
+	c->place_done += (uint32_t)n;
+	if (c->place_done < c->place.payload_len)
+		return;
+	c->placing = false;
+	if (tcp_write_applied(c, &c->place) > 0)
+		tcp_conn_process(c); /* its ACK (nothing followed it into the buffer) */
+}
+
+/* Handles one complete frame; returns 1 when consumed, 0 when it must wait (no receive posted),
+ * -1 when the connection ended. */
 static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 {
 	struct tcp_xport *tx = c->tx;
@@ -813,7 +819,6 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 		if (!dst)
 			return -1;
 		memcpy(dst, f->payload, f->payload_len);
-		c->read_small = f->payload_len >= TCP_PLACE_MIN;
 		return tcp_write_applied(c, f);
 	case TCP_F_READ_REQ: {
 		struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
@@ -901,7 +906,7 @@ static void tcp_conn_process(struct tcp_conn *c)
 			}
 			break;
 		}
-		c->read_small = false; /* a large WRITE sets it again */
+		c->read_small = tcp_placeable(&f);
 		r = tcp_conn_frame(c, &f);
 		if (r == 0) {
 			c->in_blocked = true;
@@ -925,68 +930,65 @@ static void tcp_conn_process(struct tcp_conn *c)
 	tcp_conn_watch(c);
 }
 
+/* Where the next input goes in the buffer, grown as needed, and how much may come (*room); NULL
+ * when the connection failed. */
+static uint8_t *tcp_in_space(struct tcp_conn *c, size_t *room)
+{
+	size_t hs_max = c->state == TC_WAIT_ACCEPT ? TCP_DIAL_HANDSHAKE_MAX : TCP_HANDSHAKE_MAX;
+
+	if (c->state != TC_ESTABLISHED) {
+		/* Not accepted yet: one CONNECT (or ACCEPT) frame is all we hold for it. */
+		if (c->in_len >= hs_max) {
+			tcp_conn_protocol_error(c, "more than a handshake frame before the connection was accepted");
+			return NULL;
+		}
+		if (c->in_cap < hs_max) {
+			uint8_t *p = realloc(c->in, hs_max);
+
+			if (!p) {
+				tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -ENOMEM, "out of memory");
+				return NULL;
+			}
+			c->in = p;
+			c->in_cap = hs_max;
+		}
+	} else if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
+		/* Room for the frame being assembled, at most one maximal frame. */
+		size_t nc = c->in_len + TCP_READ_CHUNK;
+		uint8_t *p;
+
+		if (nc > TCP_FRAME_HDR_LEN + TCP_FRAME_PAYLOAD_MAX + TCP_READ_CHUNK) {
+			tcp_conn_protocol_error(c, "input buffer overflow");
+			return NULL;
+		}
+		p = realloc(c->in, nc);
+		if (!p) {
+			tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "out of memory");
+			return NULL;
+		}
+		c->in = p;
+		c->in_cap = nc;
+	}
+	*room = c->state == TC_ESTABLISHED ? c->in_cap - c->in_len : hs_max - c->in_len;
+	/* After a large WRITE the next is likely large too: a short read takes its header (and the
+	 * small frames before it) without swallowing its payload, which is then placed. */
+	if (c->read_small)
+		*room = MIN(*room, (size_t)TCP_PLACE_READ);
+	return c->in + c->in_len;
+}
+
 static void tcp_conn_readable(struct tcp_conn *c)
 {
 	for (int rounds = 0; rounds < 16 && c->state != TC_CLOSED && !c->in_blocked && c->state != TC_REQUESTED;
 	     rounds++) {
-		size_t hs_max = c->state == TC_WAIT_ACCEPT ? TCP_DIAL_HANDSHAKE_MAX : TCP_HANDSHAKE_MAX;
-		ssize_t n;
+		bool placing = c->placing;
 		size_t room;
+		uint8_t *dst = placing ? tcp_place_space(c, &room) : tcp_in_space(c, &room);
+		ssize_t n;
 
-		if (c->state != TC_ESTABLISHED) {
-			/* Not accepted yet: one CONNECT (or ACCEPT) frame is all we hold for it. */
-			if (c->in_len >= hs_max) {
-				tcp_conn_protocol_error(c, "more than a handshake frame before the connection was accepted");
-				return;
-			}
-			if (c->in_cap < hs_max) {
-				uint8_t *p = realloc(c->in, hs_max);
-
-				if (!p) {
-					tcp_conn_fail(c, XPORT_EV_CONNECT_ERROR, -ENOMEM, "out of memory");
-					return;
-				}
-				c->in = p;
-				c->in_cap = hs_max;
-			}
-		} else if (c->in_cap - c->in_len < TCP_READ_CHUNK) {
-			/* Room for the frame being assembled, at most one maximal frame. */
-			size_t nc = c->in_len + TCP_READ_CHUNK;
-			uint8_t *p;
-
-			if (nc > TCP_FRAME_HDR_LEN + TCP_FRAME_PAYLOAD_MAX + TCP_READ_CHUNK) {
-				tcp_conn_protocol_error(c, "input buffer overflow");
-				return;
-			}
-			p = realloc(c->in, nc);
-			if (!p) {
-				tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "out of memory");
-				return;
-			}
-			c->in = p;
-			c->in_cap = nc;
-		}
-		if (c->placing) {
-			n = tcp_place_more(c);
-			if (n == -2)
-				return;
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-				break;
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				tcp_conn_fail(c, XPORT_EV_DISCONNECTED, n == 0 ? -ECONNRESET : -errno,
-					      n == 0 ? "peer closed the connection" : "recv failed");
-				return;
-			}
-			continue;
-		}
-		room = c->state == TC_ESTABLISHED ? c->in_cap - c->in_len : hs_max - c->in_len;
-		/* After a large WRITE the next is likely large too: a short read takes its header (and
-		 * the small frames before it) without swallowing its payload, which is then placed. */
-		if (c->read_small)
-			room = MIN(room, (size_t)TCP_PLACE_READ);
-		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
+		if (!dst)
+			return;
+		n = recv(c->fd, dst, room, MSG_DONTWAIT);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
 		if (n < 0 && errno == EINTR)
@@ -995,6 +997,10 @@ static void tcp_conn_readable(struct tcp_conn *c)
 			tcp_conn_fail(c, c->state == TC_ESTABLISHED ? XPORT_EV_DISCONNECTED : XPORT_EV_CONNECT_ERROR,
 				      n == 0 ? -ECONNRESET : -errno, n == 0 ? "peer closed the connection" : "recv failed");
 			return;
+		}
+		if (placing) {
+			tcp_placed(c, (size_t)n);
+			continue;
 		}
 		c->in_len += (size_t)n;
 		tcp_conn_process(c);
