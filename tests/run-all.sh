@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: installs what it needs (deploy/install-deps.sh),
 # then
-#   1. an AddressSanitizer + UBSan build (build-asan/): every ctest test, the rdma VM tests included;
+#   1. an AddressSanitizer + UBSan build (build-asan/): every ctest test, the rdma VM tests included
+#      (some with lighter loads, and mesh_test over rdma on four addresses only: tests/integration);
 #   2. valgrind over the unit tests of the release build and xport_test (the tcp provider on loopback);
-#   3. libFuzzer, 60 s per fuzz target (tests/fuzz/run.sh, clang build in build-fuzz/);
+#   3. libFuzzer, 60 s per fuzz target, as many at once as CPUs (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails), two rails
 #      against one (VM), and link formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (build-fuzz/: ASan + UBSan + libFuzzer) and fuzzes each
-# for SECONDS (default 60), one after the other (for hours: tests/fuzz/run.sh 14400, or one target
-# alone: build-fuzz/tests/fuzz/fuzz_mesh_state -max_total_time=14400 CORPUS_DIR), on a copy of the committed corpus plus freshly
-# generated seeds, so that the tree stays clean. Fails on any crash, leak, timeout or out-of-memory,
-# and prints the reproducer.
+# for SECONDS (default 60), several at once (for hours: tests/fuzz/run.sh 14400, or one target
+# alone: build-fuzz/tests/fuzz/fuzz_mesh_state -max_total_time=14400 CORPUS_DIR), on a copy of the
+# committed corpus plus freshly generated seeds, so that the tree stays clean. Fails on any crash,
+# leak, timeout or out-of-memory, and prints the reproducer.
 #
 #   tests/fuzz/run.sh [--update-corpus] [SECONDS]
 #
@@ -12,7 +12,8 @@
 # other inputs are kept only if they add coverage.
 #
 # Environment: MESH_FUZZ_BUILD (build directory, default build-fuzz), MESH_JOBS (build jobs,
-# default nproc), MESH_FUZZ_MAX_LEN (largest input, default 4200: above MESH_CTL_REQ_MAX + 1).
+# default nproc), MESH_FUZZ_PARALLEL (targets fuzzing at once, default nproc), MESH_FUZZ_MAX_LEN
+# (largest input, default 4200: above MESH_CTL_REQ_MAX + 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -55,10 +56,19 @@ for t in "${targets[@]}"; do
 done
 "$bdir/tests/fuzz/fuzz_make_seeds" "$run/tcp_frame/seeds" "$run/peer_decoders/seeds"
 
-passed=0
-failed=0
+# The targets fuzz side by side, as many at once as there are CPUs (MESH_FUZZ_PARALLEL): each still
+# gets SECONDS of a whole CPU, and CI's fuzzing step takes a third of the time on two cores.
+parallel=${MESH_FUZZ_PARALLEL:-$(nproc)}
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || parallel=1
+fuzz_one() {
+	local t=$1 work="$run/$1" status=0
+	"$bdir/tests/fuzz/fuzz_$t" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len="$max_len" \
+		-artifact_prefix="$work/artifacts/" -print_final_stats=1 "$work/corpus" \
+		>"$work/fuzz.log" 2>&1 || status=$?
+	echo "$status" >"$work/status"
+}
+running=0
 for t in "${targets[@]}"; do
-	bin="$bdir/tests/fuzz/fuzz_$t"
 	work="$run/$t"
 	committed="$root/tests/fuzz/corpus/fuzz_$t"
 	cp "$committed"/* "$work/corpus/"
@@ -67,17 +77,28 @@ for t in "${targets[@]}"; do
 	find "$work/seeds" -maxdepth 1 -type f -exec cp {} "$work/corpus/" \;
 	n_in=$(find "$work/corpus" -type f | wc -l)
 	echo "fuzz: fuzz_$t for ${secs}s on $n_in inputs (log: ${work#"$root"/}/fuzz.log)"
+	if [ "$running" -ge "$parallel" ]; then
+		wait -n || true
+		running=$((running - 1))
+	fi
+	fuzz_one "$t" &
+	running=$((running + 1))
+done
+wait
 
-	status=0
-	"$bin" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len="$max_len" \
-		-artifact_prefix="$work/artifacts/" -print_final_stats=1 "$work/corpus" \
-		>"$work/fuzz.log" 2>&1 || status=$?
+passed=0
+failed=0
+for t in "${targets[@]}"; do
+	bin="$bdir/tests/fuzz/fuzz_$t"
+	work="$run/$t"
+	committed="$root/tests/fuzz/corpus/fuzz_$t"
+	status=$(cat "$work/status" 2>/dev/null || echo "unknown (no status written)")
 
 	# libFuzzer's last status line: "#runs DONE cov: ... ft: ... corp: n/size ... exec/s: ..."
 	last=$(grep -E '^#[0-9]+' "$work/fuzz.log" | tail -n 1 || true)
 	echo "fuzz: fuzz_$t: ${last:-no status line}"
 	artifacts=$(find "$work/artifacts" -type f | sort)
-	if [ "$status" -ne 0 ] || [ -n "$artifacts" ]; then
+	if [ "$status" != 0 ] || [ -n "$artifacts" ]; then
 		failed=$((failed + 1))
 		echo "fuzz: fuzz_$t FAILED (exit status $status); the end of its log:"
 		tail -n 60 "$work/fuzz.log" | sed 's/^/    /'
