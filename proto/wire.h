@@ -72,6 +72,16 @@
  * it cannot be under way while the sender reads this one. */
 #define MESH_CREDIT_SLOTS 8u
 #define MESH_CREDIT_AREA (MESH_CREDIT_SLOTS * MESH_CREDIT_LEN)
+/* Pairs on demand: a direct pair (ring.h) helps only a reader that polls its ring when the bytes
+ * land; one asleep in the kernel is woken by its meshd, which has the bytes' immediate by then, and
+ * the pair was a second write and acknowledgement per message for nothing. So the receiving meshd
+ * tells the sending one by a plain RDMA WRITE of {value, check} (check: ring.h's
+ * mesh_ring_direct_check(value); anything else, a pair read while it lands included, is ignored)
+ * into the MESH_PAIR_HINT_LEN bytes the sender announced (ChannelOpen/Accept/Resume hint_addr,
+ * hint_rkey; 0 from an older meshd: no hints, pairs as always). The words start zero: pairs wanted. */
+#define MESH_PAIR_HINT_LEN 16u
+#define MESH_PAIR_HINT_ON 1u  /* the reader took bytes through pairs: write them */
+#define MESH_PAIR_HINT_OFF 2u /* it slept through them: write none (until told otherwise) */
 #define MESH_CHANNEL_SLOTS 32768u
 #define MESH_IMM(credit, slot, seq) (((credit) ? MESH_IMM_CREDIT : 0u) | ((uint32_t)(slot) << 16) | ((uint32_t)(seq) & 0xffffu))
 #define MESH_IMM_SLOT(imm) (((imm) >> 16) & 0x7fffu)

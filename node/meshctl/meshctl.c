@@ -204,6 +204,8 @@ static const struct field channel_fields[] = {
 	CF("rewritten_bytes", "REWRITTEN", 10, F_U64, rewritten_bytes),
 	CF("rail_moves", NULL, 0, F_U64, rail_moves),
 	CF("direct_writes", NULL, 0, F_U64, direct_writes),
+	CF("direct_paused", NULL, 0, F_BOOL, direct_paused),
+	CF("pair_hints", NULL, 0, F_U64, pair_hints),
 	CF("numa_node", "NUMA", 6, F_NODE, numa_node),
 	CF("numa_want", NULL, 0, F_NODE, numa_want),
 	CF("tx_pending", NULL, 0, F_U64, tx_pending),

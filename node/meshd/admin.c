@@ -529,6 +529,8 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	/* The application may have read ahead of rx_bytes (a direct pair): nothing unread then. */
 	ci->rx_unread = ch->rx_bytes > ch->app_rx_cons ? ch->rx_bytes - ch->app_rx_cons : 0;
 	ci->direct_writes = ch->direct_writes;
+	ci->direct_paused = channel_pairs_paused(ch);
+	ci->pair_hints = ch->hint_writes;
 	ci->error = (char *)ch->why;
 	ci->numa_want = ch->numa_want;
 	ci->rail = ch->rail;

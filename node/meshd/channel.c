@@ -224,11 +224,11 @@ static int channel_write_imm(struct channel *ch, uint32_t qp, xport_mr_t *mr, co
 }
 
 /* The channel's registrations on the device of connection c, as struct channel names them. The
- * peer may write the RX ring, the credit slots and the 16 bytes of the direct pair, nothing else
- * of the control page. What was registered before a failure stays in mr, for the caller to
- * release. */
+ * peer may write the RX ring, the credit slots, the pair hint and the 16 bytes of the direct pair,
+ * nothing else of the control page. What was registered before a failure stays in mr, for the
+ * caller to release. */
 struct channel_mrs {
-	xport_mr_t *tx, *rx, *cin, *cout, *dir;
+	xport_mr_t *tx, *rx, *cin, *cout, *dir, *hin;
 };
 
 static int channel_mr_reg(struct channel *ch, xport_conn_t *c, struct channel_mrs *mr)
@@ -239,7 +239,9 @@ static int channel_mr_reg(struct channel *ch, xport_conn_t *c, struct channel_mr
 	if ((ret = xport_mr_reg(c, ch->tx, ch->size, XPORT_ACCESS_LOCAL, &mr->tx)) ||
 	    (ret = xport_mr_reg(c, ch->rx, ch->size, remote, &mr->rx)) ||
 	    (ret = xport_mr_reg(c, ch->credit, MESH_CREDIT_AREA, remote, &mr->cin)) ||
-	    (ret = xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, 2 * MESH_CREDIT_LEN, XPORT_ACCESS_LOCAL, &mr->cout)))
+	    (ret = xport_mr_reg(c, ch->credit + CH_CREDIT_OUT, 2 * MESH_CREDIT_LEN + MESH_PAIR_HINT_LEN,
+				XPORT_ACCESS_LOCAL, &mr->cout)) ||
+	    (ret = xport_mr_reg(c, ch->credit + CH_HINT_IN, MESH_PAIR_HINT_LEN, remote, &mr->hin)))
 		return ret;
 	if (strcmp(ch->mesh->cfg->direct_receive, "on"))
 		return 0; /* cluster.direct_receive = off: no key, so the peer writes no pair */
@@ -254,11 +256,12 @@ static void channel_mrs_bury(struct mesh *m, struct channel_mrs mr)
 	mesh_bury_mr(m, mr.cin);
 	mesh_bury_mr(m, mr.cout);
 	mesh_bury_mr(m, mr.dir);
+	mesh_bury_mr(m, mr.hin);
 }
 
 static struct channel_mrs channel_mrs(const struct channel *ch)
 {
-	return (struct channel_mrs){ch->mr_tx, ch->mr_rx, ch->mr_cin, ch->mr_cout, ch->mr_dir};
+	return (struct channel_mrs){ch->mr_tx, ch->mr_rx, ch->mr_cin, ch->mr_cout, ch->mr_dir, ch->mr_hin};
 }
 
 static void channel_mrs_set(struct channel *ch, const struct channel_mrs *mr)
@@ -268,6 +271,7 @@ static void channel_mrs_set(struct channel *ch, const struct channel_mrs *mr)
 	ch->mr_cin = mr->cin;
 	ch->mr_cout = mr->cout;
 	ch->mr_dir = mr->dir;
+	ch->mr_hin = mr->hin;
 }
 
 static uint32_t mr_key(const xport_mr_t *mr)
@@ -276,8 +280,8 @@ static uint32_t mr_key(const xport_mr_t *mr)
 }
 
 /* The keys a channel announces to its peer and takes from it, alike in ChannelOpen, ChannelAccept
- * and ChannelResume: its RX ring, credit slots and direct pair (key 0: none). The three messages
- * name the fields the same, so one macro serves their three types and a key is added once. */
+ * and ChannelResume: its RX ring, credit slots, direct pair and pair hint (key 0: none). The three
+ * messages name the fields the same, so one macro serves their three types and a key is added once. */
 #define CHANNEL_KEYS_PUT(m, ch)                                              \
 	do {                                                                 \
 		(m)->rx_addr = (uintptr_t)(ch)->rx;                          \
@@ -286,6 +290,8 @@ static uint32_t mr_key(const xport_mr_t *mr)
 		(m)->credit_rkey = mr_key((ch)->mr_cin);                     \
 		(m)->direct_addr = (uintptr_t)mesh_ring_direct((ch)->ctrl);  \
 		(m)->direct_rkey = mr_key((ch)->mr_dir);                     \
+		(m)->hint_addr = (uintptr_t)((ch)->credit + CH_HINT_IN);     \
+		(m)->hint_rkey = mr_key((ch)->mr_hin);                       \
 	} while (0)
 #define CHANNEL_KEYS_TAKE(ch, m)                        \
 	do {                                            \
@@ -295,6 +301,8 @@ static uint32_t mr_key(const xport_mr_t *mr)
 		(ch)->peer_credit_rkey = (m)->credit_rkey; \
 		(ch)->peer_direct_addr = (m)->direct_addr; \
 		(ch)->peer_direct_rkey = (m)->direct_rkey; \
+		(ch)->peer_hint_addr = (m)->hint_addr;     \
+		(ch)->peer_hint_rkey = (m)->hint_rkey;     \
 	} while (0)
 
 /* ---- creation and destruction ---- */
@@ -379,6 +387,8 @@ static struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, 
 	ch->chunk = (uint32_t)MIN((uint64_t)CH_CHUNK_MAX, size / 4);
 	ch->rx_window = channel_rx_window(qps);
 	ch->open_ms = now_ms();
+	ch->pairs_wanted = true;
+	ch->pairs_told = 1; /* the peer's hint words start zero, which means pairs wanted */
 	ch->peer_boot = l->peer_boot_epoch;
 	ch->xp = l->xp;
 	ch->id = ++m->next_channel_id;
@@ -727,6 +737,20 @@ static void channel_post_data(struct channel *ch)
 	}
 }
 
+/* Whether the peer's meshd said its reader sleeps through our direct pairs (wire.h
+ * MESH_PAIR_HINT_*), so that we write none: only a whole hint counts, a torn or foreign one leaves
+ * the pairs on. */
+bool channel_pairs_paused(const struct channel *ch)
+{
+	uint64_t v, c;
+
+	if (!ch->credit || !ch->peer_direct_rkey || ch->local)
+		return false;
+	v = __atomic_load_n(&ch->credit[CH_HINT_IN], __ATOMIC_ACQUIRE);
+	c = __atomic_load_n(&ch->credit[CH_HINT_IN + 1], __ATOMIC_ACQUIRE);
+	return v == MESH_PAIR_HINT_OFF && c == mesh_ring_direct_check(v);
+}
+
 /* Direct receive (ring.h): the pair {pos, check} into the peer's control page, on the QP of our
  * last chunk, pos covering every chunk that is on that QP before it or has completed. The verbs
  * execute one RC QP's writes in order, so the peer's application may read every byte below pos
@@ -739,7 +763,7 @@ static void channel_post_direct(struct channel *ch)
 	uint32_t q = ch->tx_qp[(uint16_t)(ch->tx_seq - 1) % CH_WINDOW];
 	int ret;
 
-	if (!ch->peer_direct_rkey || ch->direct_busy || ch->local || !channel_may_post(ch))
+	if (!ch->peer_direct_rkey || ch->direct_busy || ch->local || !channel_may_post(ch) || channel_pairs_paused(ch))
 		return;
 	if (ch->tx_seq == ch->tx_done_seq)
 		q = 0; /* all completed: any QP will do */
@@ -768,6 +792,59 @@ static void channel_post_direct(struct channel *ch)
 	ch->direct_busy = true;
 	ch->direct_sent = pos;
 	ch->direct_writes++;
+	ch->inflight++;
+}
+
+/* Pairs on demand, as the receiving side (wire.h MESH_PAIR_HINT_*): a chunk's immediate has just
+ * been taken. The peer's pairs were of use if our reader already read past what we had placed
+ * before it (it saw a pair); after CH_PAIRS_IDLE_MAX chunks in a row without that, the reader is
+ * one that sleeps until we wake it (or reads only when it is done with other work), and we ask
+ * for no more pairs; once CH_PAIRS_RETRY_CHUNKS chunks and CH_PAIRS_RETRY_MS have passed we ask
+ * for them again (by time alone, a channel carrying a request now and then had them on for most
+ * of its messages: redis in the VM gained nothing). rx_cons is the application's word: a hostile
+ * one changes only whether its own channel gets pairs. */
+static void channel_pairs_judge(struct channel *ch, uint64_t placed_before)
+{
+	uint64_t cons;
+
+	if (!ch->peer_hint_rkey || !ch->mr_dir || ch->local)
+		return; /* no pairs come (direct_receive = off), or the peer takes no hints */
+	if (!ch->pairs_wanted) {
+		if (++ch->pairs_idle >= CH_PAIRS_RETRY_CHUNKS && now_ms() >= ch->pairs_off_ms + CH_PAIRS_RETRY_MS) {
+			ch->pairs_wanted = true;
+			ch->pairs_idle = 0;
+		}
+		return;
+	}
+	cons = atomic_load_explicit(&ch->ctrl->rx_cons, memory_order_acquire);
+	if (cons > placed_before)
+		ch->pairs_idle = 0;
+	else if (++ch->pairs_idle >= CH_PAIRS_IDLE_MAX) {
+		ch->pairs_wanted = false;
+		ch->pairs_idle = 0;
+		ch->pairs_off_ms = now_ms();
+	}
+}
+
+/* The hint itself, when what we want differs from what the peer last heard: a plain WRITE on
+ * QP 0, one in flight at a time (its source words must not change under the NIC). A refused post
+ * is a connection going down, as for the direct pair: the resume that follows says it again. */
+static void channel_post_hint(struct channel *ch)
+{
+	uint64_t v = ch->pairs_wanted ? MESH_PAIR_HINT_ON : MESH_PAIR_HINT_OFF;
+
+	if (!ch->peer_hint_rkey || ch->hint_busy || ch->local || ch->pairs_told == (int8_t)ch->pairs_wanted ||
+	    !channel_may_post(ch) || !mesh_link_sq_room(ch->link, ch->qp0))
+		return;
+	ch->credit[CH_HINT_OUT] = v;
+	ch->credit[CH_HINT_OUT + 1] = mesh_ring_direct_check(v);
+	if (xport_post_write(ch->link->conns[ch->qp0], ch->mr_cout, &ch->credit[CH_HINT_OUT], MESH_PAIR_HINT_LEN,
+			     ch->peer_hint_addr, ch->peer_hint_rkey, WR_ID(WR_CH_HINT, ch->slot)))
+		return;
+	mesh_link_sq_take(ch->link, ch->qp0);
+	ch->hint_busy = true;
+	ch->pairs_told = (int8_t)ch->pairs_wanted;
+	ch->hint_writes++;
 	ch->inflight++;
 }
 
@@ -1009,6 +1086,7 @@ static void channel_pump(struct channel *ch)
 	if (ch->state == CH_OPEN) {
 		channel_post_data(ch);
 		channel_post_direct(ch);
+		channel_post_hint(ch);
 		channel_note_stall(ch);
 		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch)) {
 			PeerMsg msg = PEER_MSG__INIT;
@@ -1456,6 +1534,8 @@ static void channel_completed(struct channel *ch, uint32_t kind, uint32_t idx)
 	} else if (kind == WR_CH_CREDIT) {
 		ch->credit_busy = false;
 		ch->credit_sent = ch->credit_posting;
+	} else if (kind == WR_CH_HINT) {
+		ch->hint_busy = false;
 	} else {
 		ch->direct_busy = false;
 	}
@@ -1534,6 +1614,8 @@ static void channel_take_imm(struct channel *ch, struct link *l, uint32_t imm, u
 			else if (ch->eof_known && end > ch->eof_total)
 				channel_break(ch, -EPROTO, "peer sent data after its EOF");
 			else {
+				uint64_t before = ch->rx_bytes;
+
 				while (ch->rx_seq != s) {
 					ch->rx_len[ch->rx_seq % w] = 0;
 					ch->rx_seq++;
@@ -1541,6 +1623,7 @@ static void channel_take_imm(struct channel *ch, struct link *l, uint32_t imm, u
 				ch->rx_bytes_total += end - ch->rx_bytes;
 				__atomic_fetch_add(&l->metrics.rx_bytes, end - ch->rx_bytes, __ATOMIC_RELAXED);
 				ch->rx_bytes = end;
+				channel_pairs_judge(ch, before);
 			}
 		}
 	}
@@ -1588,6 +1671,7 @@ static void channel_pump_fast(struct channel *ch, uint32_t rail)
 	if (channel_fast_ok(ch, rail) && !channel_read_app(ch) && channel_fast_ok(ch, rail)) {
 		channel_post_data(ch);
 		channel_post_direct(ch);
+		channel_post_hint(ch);
 		channel_note_stall(ch);
 		channel_post_credit(ch);
 	}
@@ -1648,7 +1732,8 @@ static void channel_link_down(struct link *l, bool may_resume)
 			}
 			ch->resume_rx_sent = ch->resume_tx_done = false;
 			ch->inflight = 0;
-			ch->credit_busy = ch->direct_busy = false;
+			ch->credit_busy = ch->direct_busy = ch->hint_busy = false;
+			ch->pairs_told = -1; /* the last hint may have died with them: say it again */
 			ch->stalled = false;
 			ch->refused_ms = 0;
 			continue;
@@ -1680,7 +1765,8 @@ static void channel_rail_lost(struct channel *ch)
 	bool open = ch->state == CH_OPEN && !ch->error && !ch->close_sent && !ch->close_rcvd;
 
 	ch->inflight = 0;
-	ch->credit_busy = ch->direct_busy = false;
+	ch->credit_busy = ch->direct_busy = ch->hint_busy = false;
+	ch->pairs_told = -1; /* the last hint may have died with the rail: say it again */
 	ch->stalled = false;
 	ch->refused_ms = 0;
 	if (open && l->mesh->cfg->resume_timeout_ms && (l->features & MESH_FEAT_RESUME)) {

@@ -26,6 +26,15 @@
 #define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: the slots in (peer writes), then out */
 #define CH_CREDIT_OUT (2u * MESH_CREDIT_SLOTS) /* index of the out words (our credit, as posted) */
 #define CH_DIRECT_OUT (CH_CREDIT_OUT + 2u)     /* then the direct pair we write to the peer (ring.h) */
+#define CH_HINT_OUT (CH_DIRECT_OUT + 2u)       /* then the pair hint we write to the peer (wire.h) */
+#define CH_HINT_IN (CH_HINT_OUT + 2u)          /* then the pair hint the peer writes (remote write) */
+/* The receiving side asks for no more direct pairs once this many chunks in a row arrived while
+ * none of them had been read through a pair, and asks for them again once both CH_PAIRS_RETRY_MS
+ * and CH_PAIRS_RETRY_CHUNKS chunks have passed: a reader that starts to poll has them back within
+ * about a second on a busy channel, and one that still sleeps pays for at most one pair in 65. */
+#define CH_PAIRS_IDLE_MAX 16u
+#define CH_PAIRS_RETRY_MS 1000u
+#define CH_PAIRS_RETRY_CHUNKS 1024u
 
 struct mesh;
 struct link;
@@ -63,12 +72,16 @@ struct channel {
 	uint8_t *tx, *rx;
 	int memfd, kick_fd, wake_fd, life_fd, app_life_fd;
 
-	/* registered memory: TX (local), RX (peer writes), credit slots in (peer writes), credit and
-	 * direct pair out (local), our direct pair in the control page (peer writes) */
-	xport_mr_t *mr_tx, *mr_rx, *mr_cin, *mr_cout, *mr_dir;
-	uint64_t *credit; /* the slots the peer writes, then [CH_CREDIT_OUT..+1] ours, [CH_DIRECT_OUT..+1] */
-	uint64_t peer_rx_addr, peer_credit_addr, peer_direct_addr;
+	/* registered memory: TX (local), RX (peer writes), credit slots in (peer writes), credit,
+	 * direct pair and pair hint out (local), our direct pair in the control page (peer writes),
+	 * the pair hint in (peer writes) */
+	xport_mr_t *mr_tx, *mr_rx, *mr_cin, *mr_cout, *mr_dir, *mr_hin;
+	/* the slots the peer writes, then [CH_CREDIT_OUT..+1] ours, [CH_DIRECT_OUT..+1], [CH_HINT_OUT..+1],
+	 * [CH_HINT_IN..+1] the peer's */
+	uint64_t *credit;
+	uint64_t peer_rx_addr, peer_credit_addr, peer_direct_addr, peer_hint_addr;
 	uint32_t peer_rx_rkey, peer_credit_rkey, peer_direct_rkey; /* peer_direct_rkey 0: no direct pair */
+	uint32_t peer_hint_rkey;                                   /* 0: the peer takes no pair hint */
 
 	/* TX: app published app_tx_prod; we posted tx_sent; writes done up to tx_done */
 	uint64_t app_tx_prod, tx_sent, tx_done, peer_cons, peer_placed;
@@ -89,6 +102,15 @@ struct channel {
 	 * the largest position a pair was posted for. */
 	bool direct_busy;
 	uint64_t direct_sent, direct_writes;
+	/* Pairs on demand (wire.h MESH_PAIR_HINT_*), as the receiving side: whether our reader takes
+	 * the peer's pairs (pairs_wanted, judged from the last pairs_idle chunks; when off, asked
+	 * again after pairs_idle chunks and the time since pairs_off_ms reach CH_PAIRS_RETRY_*), what
+	 * we last told the peer (pairs_told: -1 not known, since a resume), one hint write in flight
+	 * at a time. */
+	bool pairs_wanted, hint_busy;
+	int8_t pairs_told;
+	uint32_t pairs_idle;
+	uint64_t pairs_off_ms, hint_writes;
 
 	/* RX: chunks in order up to rx_bytes; the app consumed app_rx_cons; we credited credit_sent.
 	 * rx_len holds rx_window chunk lengths (channel_rx_window: larger than the sender's window). */
@@ -213,10 +235,12 @@ bool channel_local_pending(const struct mesh *m);
 void channel_set_polling(struct mesh *m, uint32_t rail, bool on);
 struct channel *channel_find(struct mesh *m, uint32_t id);
 const char *channel_state_name(const struct channel *ch);
+bool channel_pairs_paused(const struct channel *ch);
 
 /* wr_id kinds of the data path (mesh.c owns 1..4). */
 #define WR_CH_DATA 5u
 #define WR_CH_CREDIT 6u
 #define WR_CH_DIRECT 9u /* mesh.c's 7 and 8 come between */
+#define WR_CH_HINT 10u
 
 #endif

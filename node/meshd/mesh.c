@@ -20,8 +20,9 @@ _Static_assert(MESH_CM_ACCEPT_PDATA_MAX <= XPORT_PDATA_MAX && MESH_CM_PDATA_MAX 
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
 enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
-	       WR_RECV_DATA = 7, WR_KA_WRITE /* channel.h: WR_CH_DIRECT (9) */ };
-_Static_assert(WR_CH_DATA == WR_PROOF_READ + 1 && WR_CH_CREDIT + 1 == WR_RECV_DATA && WR_CH_DIRECT == WR_KA_WRITE + 1,
+	       WR_RECV_DATA = 7, WR_KA_WRITE /* channel.h: WR_CH_DIRECT (9), WR_CH_HINT (10) */ };
+_Static_assert(WR_CH_DATA == WR_PROOF_READ + 1 && WR_CH_CREDIT + 1 == WR_RECV_DATA &&
+		       WR_CH_DIRECT == WR_KA_WRITE + 1 && WR_CH_HINT == WR_CH_DIRECT + 1,
 	       "wr_id kinds of mesh.c and channel.h overlap");
 #define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 #define WR_KIND(id) ((uint32_t)((id) >> 32))
@@ -1795,6 +1796,7 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	case WR_CH_DATA:
 	case WR_CH_CREDIT:
 	case WR_CH_DIRECT:
+	case WR_CH_HINT:
 		l->sq_used[ev->conn->index]--;
 		ret = l->mesh->upper ? l->mesh->upper->completion(l, kind, idx, 0) : -EPROTO;
 		if (ret)
@@ -1924,6 +1926,7 @@ bool mesh_fast_event(struct mesh *m, uint32_t rail, const struct xport_event *ev
 	case WR_CH_DATA:
 	case WR_CH_CREDIT:
 	case WR_CH_DIRECT:
+	case WR_CH_HINT:
 		/* As link_on_completion: the room first, the channel's pump may use it. */
 		if (!l->sq_used[c->index])
 			return false;

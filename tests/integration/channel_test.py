@@ -180,6 +180,47 @@ def main():
         srv.kill()
         srv.wait()
 
+        # 2c. pairs on demand: the same ping-pong with both applications asleep in the kernel until
+        # their meshd wakes them (MESH_SPIN_US=0). No byte is ever read through a pair, so each
+        # receiving meshd asks its peer for none (a hint: meshctl pair_hints), and the peer's
+        # channel shows it writes none (direct_paused); every round trip is still checked.
+        env0 = dict(os.environ, MESH_SPIN_US="0")
+        srv = subprocess.Popen([bench, "-s", c.nodes[2]["sock"], "-l", "7051"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env0)
+        procs.append(srv)
+        srv.stdout.readline()
+        cl = subprocess.Popen([bench, "-s", c.nodes[1]["sock"], "-j", "-t", "lat", "-m", "64", "-D", "2", "-c", "2",
+                               "7051"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env0)
+        procs.append(cl)
+        paused, hints = set(), {}
+
+        def pairs_paused():
+            for i in (1, 2):
+                for ch in channels(i):
+                    if 7051 in (ch["peer_port"], ch["local_port"]):
+                        hints[(i, ch["id"])] = ch.get("pair_hints", 0)
+                        if ch.get("direct_paused"):
+                            paused.add(i)
+            return paused == {1, 2} or cl.poll() is not None
+        wait_until(pairs_paused, 30, 0.01)
+        try:
+            rc = cl.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            cl.kill()
+            rc = "hung"
+        out = cl.stdout.read() if rc != "hung" else ""
+        trips = 0
+        for line in out.splitlines():
+            if line.startswith("{"):
+                trips = json.loads(line).get("iters", 0)
+        check(rc == 0 and trips > 0, f"{trips} round trips of 64 B with both readers asleep, every byte checked",
+              f"{rc} {out.strip()}"[-500:])
+        check(paused == {1, 2} and sum(hints.values()) >= 2,
+              f"readers asleep: each meshd asked its peer for no direct pairs, and each writes none "
+              f"(direct_paused seen on nodes {sorted(paused)}, pair_hints {hints})")
+        srv.kill()
+        srv.wait()
+
         # 3. errors at connect
         rep = meshring.connect_reply(c.nodes[1]["sock"], 999, 7000)
         check(rep.status == -2004, f"connect to an unknown node: {rep.status} ({rep.error})")

@@ -54,6 +54,7 @@
 #define PEER_RX_RKEY 0x5eed0001u
 #define PEER_CREDIT_RKEY 0x5eed0002u
 #define PEER_DIRECT_RKEY 0x5eed0003u
+#define PEER_HINT_RKEY 0x5eed0004u
 #define ACCESS_RW (XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE)
 #define MAX_APPS 64
 #define MAX_CHANS 6
@@ -101,6 +102,8 @@ struct chan {
 	/* our direct pair, from our Open or Accept */
 	struct mesh_ring_direct *our_dir;
 	uint32_t our_dir_rkey;
+	/* the peer's pair hint, when it announces one (open_out_hinted), and ours from our Open */
+	uint64_t *peer_hint, *our_hint;
 };
 
 struct ct {
@@ -356,6 +359,7 @@ static int ct_teardown(void **state)
 		free(c->chans[i].peer_rx);
 		free(c->chans[i].peer_credit);
 		free(c->chans[i].peer_dir);
+		free(c->chans[i].peer_hint);
 	}
 	free(c);
 	return 0;
@@ -519,7 +523,12 @@ static void complete_write(struct ct *c, struct chan *h, struct fake_post *p)
 	assert_non_null(fc);
 	assert_false(p->used);
 	p->used = true;
-	if (p->op == XPORT_OP_WRITE) {
+	if (p->op == XPORT_OP_WRITE && h->peer_hint && p->raddr == (uintptr_t)h->peer_hint) {
+		/* The pair hint: into the 16 bytes the peer announced for it. */
+		assert_int_equal(p->rkey, PEER_HINT_RKEY);
+		assert_int_equal(p->len, MESH_PAIR_HINT_LEN);
+		memcpy(h->peer_hint, p->buf, MESH_PAIR_HINT_LEN);
+	} else if (p->op == XPORT_OP_WRITE) {
 		/* The direct pair: into the 16 bytes the peer announced, nothing else. */
 		assert_non_null(h->peer_dir);
 		assert_int_equal(p->rkey, PEER_DIRECT_RKEY);
@@ -640,6 +649,10 @@ static void peer_open(struct ct *c, const struct chan *h, uint16_t src_port, uin
 		o.direct_addr = (uintptr_t)h->peer_dir;
 		o.direct_rkey = PEER_DIRECT_RKEY;
 	}
+	if (h->peer_hint) {
+		o.hint_addr = (uintptr_t)h->peer_hint;
+		o.hint_rkey = PEER_HINT_RKEY;
+	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_OPEN;
 	m.channel_open = &o;
 	peer_msg(c, &m);
@@ -659,6 +672,10 @@ static void peer_accept(struct ct *c, const struct chan *h)
 	if (h->peer_dir) {
 		a.direct_addr = (uintptr_t)h->peer_dir;
 		a.direct_rkey = PEER_DIRECT_RKEY;
+	}
+	if (h->peer_hint) {
+		a.hint_addr = (uintptr_t)h->peer_hint;
+		a.hint_rkey = PEER_HINT_RKEY;
 	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_ACCEPT;
 	m.channel_accept = &a;
@@ -759,6 +776,7 @@ static struct chan *connect_out(struct ct *c, uint16_t port, uint64_t size, uint
 	h->our_credit_rkey = m->channel_open->credit_rkey;
 	h->our_dir = (struct mesh_ring_direct *)(uintptr_t)m->channel_open->direct_addr;
 	h->our_dir_rkey = m->channel_open->direct_rkey;
+	h->our_hint = (uint64_t *)(uintptr_t)m->channel_open->hint_addr;
 	mesh_peer_msg_free(m);
 	assert_true(h->slot < c->l->ch_cap);
 	assert_non_null(c->l->ch_slots[h->slot]);
@@ -824,9 +842,10 @@ static struct chan *open_in(struct ct *c, uint16_t src_port, uint16_t dst_port, 
 	return h;
 }
 
-/* The channel's five registrations, the latest of each kind (access, length). */
+/* The channel's six registrations, the latest of each kind (access, length; the pair hint in and
+ * the direct pair have the same, the hint is in the credit page). */
 struct ch_regs {
-	const struct fake_reg *tx, *rx, *cin, *cout, *dir;
+	const struct fake_reg *tx, *rx, *cin, *cout, *dir, *hin;
 };
 
 static struct ch_regs find_regs(struct ct *c, uint64_t size)
@@ -843,8 +862,11 @@ static struct ch_regs find_regs(struct ct *c, uint64_t size)
 			r.rx = g;
 		else if (g->access == ACCESS_RW && g->len == MESH_CREDIT_AREA)
 			r.cin = g;
-		else if (g->access == XPORT_ACCESS_LOCAL && g->len == 2 * MESH_CREDIT_LEN)
+		else if (g->access == XPORT_ACCESS_LOCAL && g->len == 2 * MESH_CREDIT_LEN + MESH_PAIR_HINT_LEN)
 			r.cout = g;
+		else if (g->access == ACCESS_RW && g->len == MESH_PAIR_HINT_LEN && r.cin &&
+			 g->addr == (const uint8_t *)r.cin->addr + CH_HINT_IN * sizeof(uint64_t))
+			r.hin = g;
 		else if (g->access == ACCESS_RW && g->len == MESH_RING_DIRECT_LEN)
 			r.dir = g;
 	}
@@ -853,6 +875,7 @@ static struct ch_regs find_regs(struct ct *c, uint64_t size)
 	assert_non_null(r.cin);
 	assert_non_null(r.cout);
 	assert_non_null(r.dir);
+	assert_non_null(r.hin);
 	return r;
 }
 
@@ -890,11 +913,11 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	from = c->t.fx->n_posts;
 	regs = c->t.fx->n_regs;
 	assert_int_equal(channel_connect(&c->t.m, PEER, 80, RING, 9, -1, -1, -1, CLIENT_FD, ROOT, &why), 0);
-	/* TX (local), RX and the credit word in (remote write), the credit and direct words out (local),
-	 * the direct pair of the control page (remote write). */
-	assert_int_equal(c->t.fx->n_regs, regs + 5);
+	/* TX (local), RX and the credit word in (remote write), the credit, direct and hint words out
+	 * (local), the pair hint in (remote write), the direct pair of the control page (remote write). */
+	assert_int_equal(c->t.fx->n_regs, regs + 6);
 	r = find_regs(c, RING);
-	for (size_t i = regs; i < regs + 5; i++)
+	for (size_t i = regs; i < regs + 6; i++)
 		assert_int_equal(c->t.fx->regs[i].conn_id, conn_id(c->l->conns[0]));
 	assert_int_equal(fake_post_count(c->t.fx, from, XPORT_OP_SEND, 0), 1);
 	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
@@ -918,6 +941,10 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	assert_ptr_equal(r.dir->addr, (uint8_t *)ch->map + MESH_RING_DIRECT_OFF);
 	assert_true(o->direct_addr == (uintptr_t)r.dir->addr);
 	assert_int_equal(o->direct_rkey, r.dir->rkey);
+	/* The pair hint: its 16 bytes of the credit page. */
+	assert_ptr_equal(r.hin->addr, ch->credit + CH_HINT_IN);
+	assert_true(o->hint_addr == (uintptr_t)r.hin->addr);
+	assert_int_equal(o->hint_rkey, r.hin->rkey);
 	/* The rings registered are the ones in the memfd: TX then RX after the control page. */
 	assert_ptr_equal(r.tx->addr, ch->tx);
 	assert_ptr_equal(r.rx->addr, ch->rx);
@@ -1057,7 +1084,7 @@ static void channel_on_message__reject__reason_delivered_and_everything_freed(vo
 	h = connect_out(c, 80, RING, 2, PEER_SLOT);
 	id = h->id;
 	slot = h->slot;
-	assert_int_equal(c->t.fx->live_mrs, 2 + 5);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 6);
 	peer_reject(c, slot, -ECONNREFUSED);
 	assert_int_equal(c->n_apps, 1);
 	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
@@ -1070,8 +1097,8 @@ static void channel_on_message__reject__reason_delivered_and_everything_freed(vo
 	assert_int_equal(c->t.m.n_channels, 0);
 	assert_null(c->l->ch_slots[slot]);
 	assert_int_equal(c->t.fx->live_mrs, 2);
-	assert_int_equal(c->t.fx->n_deregs, 5);
-	assert_int_equal(c->t.fx->n_regs, regs + 5);
+	assert_int_equal(c->t.fx->n_deregs, 6);
+	assert_int_equal(c->t.fx->n_regs, regs + 6);
 	assert_true(c->watch_del[id] >= 1);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
 	/* The slot serves the next channel. */
@@ -1263,7 +1290,7 @@ static void channel_tick__no_answer__etimedout_then_closed_after_late_accept(voi
 	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
 	/* The peer may still accept and then write into our ring: the channel and its memory stay. */
 	assert_int_equal(c->t.m.n_channels, 1);
-	assert_int_equal(c->t.fx->live_mrs, 2 + 5);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 6);
 	assert_string_equal(channel_state_name(chn(c, h)), "OPENING");
 	complete_sends(c);
 	from = c->t.fx->n_posts;
@@ -2434,7 +2461,7 @@ static void channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack(v
 	check_peer_ring(h, 0, 2 * CHUNK);
 	/* The peer may still write until it acknowledges: everything stays registered. */
 	assert_int_equal(c->t.m.n_channels, 1);
-	assert_int_equal(c->t.fx->live_mrs, 2 + 5);
+	assert_int_equal(c->t.fx->live_mrs, 2 + 6);
 	complete_sends(c);
 	peer_close_ack(c, h);
 	assert_null(channel_find(&c->t.m, id));
@@ -2642,6 +2669,10 @@ static void peer_resume_on(struct ct *c, const struct chan *h, uint64_t rx_bytes
 	if (h->peer_dir) {
 		r.direct_addr = (uintptr_t)h->peer_dir;
 		r.direct_rkey = PEER_DIRECT_RKEY;
+	}
+	if (h->peer_hint) {
+		r.hint_addr = (uintptr_t)h->peer_hint;
+		r.hint_rkey = PEER_HINT_RKEY;
 	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_RESUME;
 	m.channel_resume = &r;
@@ -3667,10 +3698,10 @@ static void channel_connect__direct_receive_off__no_key_for_the_page(void **stat
 	snprintf(c->t.cfg.direct_receive, sizeof(c->t.cfg.direct_receive), "off");
 	regs = c->t.fx->n_regs;
 	h = connect_out(c, 80, RING, 1, PEER_SLOT);
-	assert_int_equal(c->t.fx->n_regs, regs + 4); /* no registration of the direct pair */
+	assert_int_equal(c->t.fx->n_regs, regs + 5); /* no registration of the direct pair */
 	assert_int_equal(h->our_dir_rkey, 0);
 	for (size_t i = regs; i < c->t.fx->n_regs; i++)
-		assert_int_not_equal(c->t.fx->regs[i].len, MESH_RING_DIRECT_LEN);
+		assert_ptr_not_equal(c->t.fx->regs[i].addr, (uint8_t *)chn(c, h)->map + MESH_RING_DIRECT_OFF);
 	mt_finish(&c->t);
 }
 
@@ -3729,6 +3760,235 @@ static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_posi
 	app_read(h, 100);
 	app_kick(c, h);
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	mt_finish(&c->t);
+}
+
+/* ---- pairs on demand (wire.h MESH_PAIR_HINT_*) ---------------------------------------------------- */
+
+/* An outgoing channel whose peer announces a direct pair and a pair hint in its Accept. */
+static struct chan *open_out_hinted(struct ct *c, uint32_t qps)
+{
+	struct chan *h = connect_out(c, 5000, RING, qps, PEER_SLOT);
+
+	h->peer_dir = aligned_alloc(64, 64);
+	h->peer_hint = aligned_alloc(64, 64);
+	assert_non_null(h->peer_dir);
+	assert_non_null(h->peer_hint);
+	memset(h->peer_dir, 0, 64);
+	memset(h->peer_hint, 0, 64);
+	accept_out(c, h);
+	return h;
+}
+
+/* The nth write of a pair hint to channel h's peer posted since from, or NULL. */
+static struct fake_post *hint_post(struct ct *c, const struct chan *h, size_t from, size_t nth)
+{
+	for (size_t i = from; i < c->t.fx->n_posts; i++) {
+		struct fake_post *p = &c->t.fx->posts[i];
+
+		if (p->op != XPORT_OP_WRITE || !h->peer_hint || p->raddr != (uintptr_t)h->peer_hint)
+			continue;
+		if (nth-- == 0)
+			return p;
+	}
+	return NULL;
+}
+
+/* The hint p carries, with its check. */
+static uint64_t hint_value(const struct fake_post *p)
+{
+	const uint64_t *w = p->buf;
+
+	assert_int_equal(p->len, MESH_PAIR_HINT_LEN);
+	assert_true(w[1] == mesh_ring_direct_check(w[0]));
+	return w[0];
+}
+
+/* The peer's 64 B chunk seq at pos: through_pair, its pair lands after it and our reader reads it
+ * before its immediate is polled; else the immediate comes first and the reader reads after it. */
+static void peer_small(struct ct *c, struct chan *h, uint16_t seq, uint64_t pos, bool through_pair)
+{
+	if (through_pair) {
+		peer_bytes(h, pos, 64);
+		peer_direct(h, pos + 64, true);
+		app_read(h, 64);
+		app_kick(c, h);
+		peer_imm(c, 0, MESH_IMM(0, h->slot, seq), 64);
+	} else {
+		peer_data(c, h, 0, seq, pos, 64);
+		app_read(h, 64);
+		app_kick(c, h);
+	}
+}
+
+/* A reader that sleeps until meshd wakes it never reads through the peer's pairs: after
+ * CH_PAIRS_IDLE_MAX such chunks in a row we ask the peer for none (a plain WRITE on QP 0 from our
+ * registered out words), say nothing more while that stands, and ask for them again once both
+ * CH_PAIRS_RETRY_CHUNKS chunks and CH_PAIRS_RETRY_MS have passed, neither alone. */
+static void channel_on_imm__reader_sleeps_through_the_pairs__peer_asked_for_none_then_again(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct ch_regs r;
+	struct chan *h;
+	uint16_t seq = 0;
+	size_t from;
+
+	ct_init(c, 1);
+	h = open_out_hinted(c, 1);
+	r = find_regs(c, RING);
+	from = c->t.fx->n_posts;
+	for (; seq < CH_PAIRS_IDLE_MAX - 1; seq++)
+		peer_small(c, h, seq, seq * 64u, false);
+	assert_null(hint_post(c, h, from, 0));
+	peer_small(c, h, seq, seq * 64u, false);
+	seq++;
+	p = hint_post(c, h, from, 0);
+	assert_non_null(p);
+	assert_true(hint_value(p) == MESH_PAIR_HINT_OFF);
+	assert_int_equal(p->conn_id, conn_id(c->l->conns[0]));
+	assert_ptr_equal(p->mr->addr, r.cout->addr);
+	assert_ptr_equal(p->buf, (const uint8_t *)r.cout->addr + 2 * MESH_CREDIT_LEN);
+	complete_write(c, h, p);
+	assert_true(h->peer_hint[0] == MESH_PAIR_HINT_OFF);
+	assert_true(chn(c, h)->hint_writes == 1);
+	/* The second has passed (the clock moved back instead), not the chunks: nothing said. */
+	chn(c, h)->pairs_off_ms -= CH_PAIRS_RETRY_MS;
+	for (uint32_t i = 0; i < CH_PAIRS_RETRY_CHUNKS - 1; i++, seq++)
+		peer_small(c, h, seq, seq * 64u, false);
+	assert_null(hint_post(c, h, from, 1));
+	/* Both: the next chunk asks for pairs again. */
+	peer_small(c, h, seq, seq * 64u, false);
+	seq++;
+	p = hint_post(c, h, from, 1);
+	assert_non_null(p);
+	assert_true(hint_value(p) == MESH_PAIR_HINT_ON);
+	complete_write(c, h, p);
+	assert_true(h->peer_hint[0] == MESH_PAIR_HINT_ON);
+	/* Still asleep: off again, and this time the chunks pass within the second (it started a
+	 * minute from now: this test's own pace must not matter): nothing said. */
+	for (uint32_t i = 0; i < CH_PAIRS_IDLE_MAX; i++, seq++)
+		peer_small(c, h, seq, seq * 64u, false);
+	p = hint_post(c, h, from, 2);
+	assert_non_null(p);
+	assert_true(hint_value(p) == MESH_PAIR_HINT_OFF);
+	complete_write(c, h, p);
+	chn(c, h)->pairs_off_ms += 60000;
+	for (uint32_t i = 0; i < CH_PAIRS_RETRY_CHUNKS + 10; i++, seq++)
+		peer_small(c, h, seq, seq * 64u, false);
+	assert_null(hint_post(c, h, from, 3));
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	assert_true(ring_rx_prod(h) == (uint64_t)seq * 64u);
+	mt_finish(&c->t);
+}
+
+/* A reader that polls and reads through the pairs keeps them: one chunk read so in
+ * CH_PAIRS_IDLE_MAX starts the count again. */
+static void channel_on_imm__reader_reads_through_pairs__no_hint(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	uint16_t seq = 0;
+	size_t from;
+
+	ct_init(c, 1);
+	h = open_out_hinted(c, 1);
+	from = c->t.fx->n_posts;
+	for (int round = 0; round < 3; round++) {
+		for (uint32_t i = 0; i < CH_PAIRS_IDLE_MAX - 1; i++, seq++)
+			peer_small(c, h, seq, seq * 64u, false);
+		peer_small(c, h, seq, seq * 64u, true);
+		seq++;
+	}
+	assert_null(hint_post(c, h, from, 0));
+	assert_true(chn(c, h)->pairs_wanted);
+	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
+	mt_finish(&c->t);
+}
+
+/* The sending side: while the peer's meshd asks for no pairs (a whole hint in our hint words) the
+ * data goes alone; a torn or foreign hint, or one asking for pairs, brings them back. */
+static void channel_on_kick__peer_asked_for_no_pairs__data_alone_until_asked_again(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 1);
+	h = open_out_direct(c, 1);
+	assert_non_null(h->our_hint);
+	assert_ptr_equal(h->our_hint, chn(c, h)->credit + CH_HINT_IN);
+	h->our_hint[0] = MESH_PAIR_HINT_OFF;
+	h->our_hint[1] = mesh_ring_direct_check(MESH_PAIR_HINT_OFF);
+	from = c->t.fx->n_posts;
+	app_write(h, 100);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 1);
+	complete_data(c, h, from);
+	assert_null(direct_post(c, h, from, 0));
+	assert_true(chn(c, h)->direct_writes == 0);
+	/* Torn (its check does not match): not a hint, the pairs go. */
+	h->our_hint[1] ^= 1;
+	app_write(h, 50);
+	app_kick(c, h);
+	p = direct_post(c, h, from, 0);
+	assert_non_null(p);
+	assert_true(direct_pos(p) == 150);
+	complete_data(c, h, from);
+	complete_write(c, h, p);
+	/* Off again, then asked for: */
+	h->our_hint[1] ^= 1;
+	app_write(h, 50);
+	app_kick(c, h);
+	complete_data(c, h, from);
+	assert_null(direct_post(c, h, from, 1));
+	h->our_hint[0] = MESH_PAIR_HINT_ON;
+	h->our_hint[1] = mesh_ring_direct_check(MESH_PAIR_HINT_ON);
+	app_write(h, 50);
+	app_kick(c, h);
+	p = direct_post(c, h, from, 1);
+	assert_non_null(p);
+	assert_true(direct_pos(p) == 250);
+	complete_data(c, h, from);
+	complete_write(c, h, p);
+	check_peer_ring(h, 0, 250);
+	mt_finish(&c->t);
+}
+
+/* The hint that asked for no pairs may have died with the link: after the resume it is written
+ * again, to the hint words the peer's ChannelResume names. */
+static void channel_link_down__pairs_unwanted__hint_written_again_after_the_resume(void **state)
+{
+	struct ct *c = *state;
+	struct fake_post *p;
+	struct chan *h;
+	uint16_t seq = 0;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_resume(c, 2);
+	h = open_out_hinted(c, 2);
+	from = c->t.fx->n_posts;
+	for (; seq < CH_PAIRS_IDLE_MAX; seq++)
+		peer_small(c, h, seq, seq * 64u, false);
+	p = hint_post(c, h, from, 0);
+	assert_non_null(p);
+	assert_true(hint_value(p) == MESH_PAIR_HINT_OFF);
+	from = c->t.fx->n_posts;
+	link_lost(c);
+	link_back(c, 5000);
+	m = sent_resume(c, h, from);
+	assert_true(m->channel_resume->hint_addr == (uintptr_t)h->our_hint);
+	assert_int_not_equal(m->channel_resume->hint_rkey, 0);
+	mesh_peer_msg_free(m);
+	complete_sends(c);
+	assert_null(hint_post(c, h, from, 0));
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	p = hint_post(c, h, from, 0);
+	assert_non_null(p);
+	assert_true(hint_value(p) == MESH_PAIR_HINT_OFF);
 	mt_finish(&c->t);
 }
 
@@ -3846,6 +4106,10 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_kick__app_read_past_rx_prod__accepted_up_to_a_valid_direct_pair),
 	T(channel_on_kick__direct_pair_beyond_a_ring__not_taken),
 	T(channel_on_kick__pair_torn_after_the_app_read_by_it__not_an_error),
+	T(channel_on_imm__reader_sleeps_through_the_pairs__peer_asked_for_none_then_again),
+	T(channel_on_imm__reader_reads_through_pairs__no_hint),
+	T(channel_on_kick__peer_asked_for_no_pairs__data_alone_until_asked_again),
+	T(channel_link_down__pairs_unwanted__hint_written_again_after_the_resume),
 	T(channel_connect__direct_receive_off__no_key_for_the_page),
 	T(channel_link_down__app_ahead_of_placed__resume_names_the_placed_position),
 	T(channel_connect__up_link__open_carries_slot_ports_ring_and_keys),
