@@ -3463,25 +3463,40 @@ static void channel_on_kick__write_after_peer_close__application_told(void **sta
 
 /* ---- direct receive ------------------------------------------------------------------------- */
 
-/* An outgoing channel whose peer announces a direct pair in its Accept. */
-static struct chan *open_out_direct(struct ct *c, uint32_t qps)
+/* 64 zeroed bytes, aligned: the peer's words our writes land in. */
+static uint64_t *peer_words(void)
+{
+	uint64_t *w = aligned_alloc(64, 64);
+
+	assert_non_null(w);
+	memset(w, 0, 64);
+	return w;
+}
+
+/* An outgoing channel whose peer announces a direct pair in its Accept, and a pair hint with hint. */
+static struct chan *open_out_paired(struct ct *c, uint32_t qps, bool hint)
 {
 	struct chan *h = connect_out(c, 5000, RING, qps, PEER_SLOT);
 
-	h->peer_dir = aligned_alloc(64, 64);
-	assert_non_null(h->peer_dir);
-	memset(h->peer_dir, 0, 64);
+	h->peer_dir = peer_words();
+	if (hint)
+		h->peer_hint = peer_words();
 	accept_out(c, h);
 	return h;
 }
 
-/* The nth write of a direct pair to channel h's peer posted since from, or NULL. */
-static struct fake_post *direct_post(struct ct *c, const struct chan *h, size_t from, size_t nth)
+static struct chan *open_out_direct(struct ct *c, uint32_t qps)
 {
-	for (size_t i = from; i < c->t.fx->n_posts; i++) {
+	return open_out_paired(c, qps, false);
+}
+
+/* The nth plain WRITE to raddr posted since from, or NULL. */
+static struct fake_post *plain_write(struct ct *c, const void *raddr, size_t from, size_t nth)
+{
+	for (size_t i = from; raddr && i < c->t.fx->n_posts; i++) {
 		struct fake_post *p = &c->t.fx->posts[i];
 
-		if (p->op != XPORT_OP_WRITE || p->raddr != (uintptr_t)h->peer_dir)
+		if (p->op != XPORT_OP_WRITE || p->raddr != (uintptr_t)raddr)
 			continue;
 		if (nth-- == 0)
 			return p;
@@ -3489,14 +3504,26 @@ static struct fake_post *direct_post(struct ct *c, const struct chan *h, size_t 
 	return NULL;
 }
 
-/* The pair p carries: pos, with its check. */
-static uint64_t direct_pos(const struct fake_post *p)
+/* The {value, check} of a plain WRITE p of len bytes (a direct pair, a pair hint): its value. */
+static uint64_t checked_word(const struct fake_post *p, uint32_t len)
 {
 	const uint64_t *w = p->buf;
 
-	assert_int_equal(p->len, MESH_RING_DIRECT_LEN);
+	assert_int_equal(p->len, len);
 	assert_true(w[1] == mesh_ring_direct_check(w[0]));
 	return w[0];
+}
+
+/* The nth write of a direct pair to channel h's peer posted since from, or NULL. */
+static struct fake_post *direct_post(struct ct *c, const struct chan *h, size_t from, size_t nth)
+{
+	return plain_write(c, h->peer_dir, from, nth);
+}
+
+/* The pair p carries: pos, with its check. */
+static uint64_t direct_pos(const struct fake_post *p)
+{
+	return checked_word(p, MESH_RING_DIRECT_LEN);
 }
 
 /* The peer's NIC lands {pos, check} in our direct pair (check_ok false: a pair read half landed). */
@@ -3765,43 +3792,21 @@ static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_posi
 
 /* ---- pairs on demand (wire.h MESH_PAIR_HINT_*) ---------------------------------------------------- */
 
-/* An outgoing channel whose peer announces a direct pair and a pair hint in its Accept. */
 static struct chan *open_out_hinted(struct ct *c, uint32_t qps)
 {
-	struct chan *h = connect_out(c, 5000, RING, qps, PEER_SLOT);
-
-	h->peer_dir = aligned_alloc(64, 64);
-	h->peer_hint = aligned_alloc(64, 64);
-	assert_non_null(h->peer_dir);
-	assert_non_null(h->peer_hint);
-	memset(h->peer_dir, 0, 64);
-	memset(h->peer_hint, 0, 64);
-	accept_out(c, h);
-	return h;
+	return open_out_paired(c, qps, true);
 }
 
 /* The nth write of a pair hint to channel h's peer posted since from, or NULL. */
 static struct fake_post *hint_post(struct ct *c, const struct chan *h, size_t from, size_t nth)
 {
-	for (size_t i = from; i < c->t.fx->n_posts; i++) {
-		struct fake_post *p = &c->t.fx->posts[i];
-
-		if (p->op != XPORT_OP_WRITE || !h->peer_hint || p->raddr != (uintptr_t)h->peer_hint)
-			continue;
-		if (nth-- == 0)
-			return p;
-	}
-	return NULL;
+	return plain_write(c, h->peer_hint, from, nth);
 }
 
 /* The hint p carries, with its check. */
 static uint64_t hint_value(const struct fake_post *p)
 {
-	const uint64_t *w = p->buf;
-
-	assert_int_equal(p->len, MESH_PAIR_HINT_LEN);
-	assert_true(w[1] == mesh_ring_direct_check(w[0]));
-	return w[0];
+	return checked_word(p, MESH_PAIR_HINT_LEN);
 }
 
 /* The peer's 64 B chunk seq at pos: through_pair, its pair lands after it and our reader reads it
