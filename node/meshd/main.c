@@ -114,7 +114,7 @@ struct daemon {
 	uint64_t wd_every_ms, wd_last_ms;
 	uint32_t status_up;
 	uint64_t tick_last_ms; /* the last tick: a late one is said (a stalled loop or machine) */
-	bool tick_deferred;    /* the last tick was late and judged nothing (slow_path) */
+	bool tick_deferred;    /* the last tick was late and judged no keepalives (slow_path) */
 	uint32_t tick_period_ms;
 	struct log_ratelimit late_rl; /* a loaded machine's late ticks: a few lines a minute */
 };
@@ -543,17 +543,18 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		 * look into its transports and their re-arming (or while it polled) raised no readiness
 		 * for it, so this batch holds the timer alone, and the peers' keepalives sit unread
 		 * (a meshd paused past its own keepalive timeout took three live links DOWN so, in
-		 * mesh_test's mixed cluster in the VM). Such a tick judges nothing: the loop takes a
-		 * full look first (polled: it looks again before it sleeps; the other rails' threads
-		 * look on their own), and the next tick, a period later, judges. Once only: a loop
-		 * late at every tick still judges at every other one. */
-		if (late && !d->tick_deferred) {
-			d->tick_deferred = true;
+		 * mesh_test's mixed cluster in the VM). Such a tick judges no link or rail by its
+		 * keepalives (everything else of the tick runs: skipping it all slowed a formation
+		 * storm, where ticks come late): the loop takes a full look first (polled: it looks
+		 * again before it sleeps; the other rails' threads look on their own), and the next
+		 * tick, a period later, judges. Once only: a loop late at every tick still judges at
+		 * every other one. */
+		m->tick_no_liveness = late && !d->tick_deferred;
+		d->tick_deferred = m->tick_no_liveness;
+		if (m->tick_no_liveness)
 			dp->polled = true;
-		} else {
-			d->tick_deferred = false;
-			mesh_tick(m, now);
-		}
+		mesh_tick(m, now);
+		m->tick_no_liveness = false;
 		mesh_reap(m);
 		admin_snapshot(&d->admin, util_now_ms());
 		metrics_http_run(&d->metrics); /* its connection timeouts */

@@ -2113,15 +2113,18 @@ static void link_tick(struct link *l, uint64_t t)
 	const struct mesh_config *cfg = m->cfg;
 
 	if (l->phase == LINK_UP) {
+		/* Without agreed keepalives the peer sends nothing periodic: only disconnects count; nor
+		 * does a tick after a stall judge (mesh.h tick_no_liveness). */
+		bool judge = (l->features & MESH_FEAT_KEEPALIVE) && !m->tick_no_liveness;
+
 		link_ka_look(l, t);
-		/* Without agreed keepalives the peer sends nothing periodic: only disconnects count. */
-		if ((l->features & MESH_FEAT_KEEPALIVE) && t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
+		if (judge && t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
 			link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u for %llu ms", l->peer->id,
 				  (unsigned long long)(t - l->last_rx_ms));
 			return;
 		}
 		/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
-		for (uint32_t r = 0; r < m->n_rails && (l->features & MESH_FEAT_KEEPALIVE) && m->n_rails > 1; r++) {
+		for (uint32_t r = 0; r < m->n_rails && judge && m->n_rails > 1; r++) {
 			if ((l->rails_up & (1u << r)) && t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
 				link_rail_fail(l, r, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms",
 					       l->peer->id, r, mesh_node_addr(l->peer, r),

@@ -334,6 +334,9 @@ struct mesh {
 	struct channel_ops ch_ops;
 	struct channel_local *local; /* channels to this node (channel.c), created on first use */
 	bool polling[MESH_RAILS_MAX]; /* the rail's data-path thread polls its rings now (MESH_DAEMON_POLLING) */
+	/* Set by the loop around one mesh_tick: judge no link or rail by its keepalives this time (the
+	 * tick came after a stall, and what arrived meanwhile may not be read yet). */
+	bool tick_no_liveness;
 	/* The fast path of each rail (struct mesh_locks), written by that rail's thread: a channel it
 	 * could not pump wants the usual pump (channel_pump_wanted), and it holds events it polled but
 	 * left to the usual way: connections they name must not be destroyed until it has handled
