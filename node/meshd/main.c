@@ -91,8 +91,8 @@ struct dp {
 	uint32_t hot_rounds;   /* rounds while polling, for HOT_EPOLL_EVERY */
 	int status;            /* run()'s result */
 	pthread_t thread;
-	/* Events of its transports the fast path left to the usual way, in order: the first it could
-	 * not take and everything polled after it (mesh_fast_event). */
+	/* Events of its transports the fast path left to the usual way, in order: those it could not
+	 * take, every later one of their work queues, everything after a connection event (deferrable). */
 	struct xport_event deferred[EVENT_BATCH * MESH_XPORTS_MAX];
 	int n_deferred;
 };
@@ -351,9 +351,35 @@ static bool dp_owns(const struct dp *dp, size_t i)
 	return i % dp->d->mesh.n_rails == dp->rail;
 }
 
+static bool ev_received(const struct xport_event *ev)
+{
+	return ev->op == XPORT_OP_RECV || ev->op == XPORT_OP_RECV_IMM;
+}
+
+/* Whether ev must wait for the usual way behind events already left to it: those of its work
+ * queue (RC completes a queue's work in order, and the usual way's handling of the earlier one,
+ * say a control message, may change what the later one means; a failed completion, whose opcode
+ * says nothing, holds its whole QP) and anything after a connection event. Other events may be
+ * taken first: RC orders nothing across QPs, nor a QP's sends against its receives, so nothing in
+ * mesh.c or channel.c may rely on that order (a stripe's immediates, a control message on QP 0
+ * and a chunk on QP 1, already come in any order). Before, everything polled after the first
+ * deferred event waited: in the slow VM's batches of 20, each rail keepalive took up to 20 of a
+ * stream's completions the usual way with it. */
+static bool deferrable(const struct dp *dp, const struct xport_event *ev)
+{
+	for (int k = 0; k < dp->n_deferred; k++) {
+		const struct xport_event *e = &dp->deferred[k];
+
+		if (e->type != XPORT_EV_COMPLETION ||
+		    (e->conn == ev->conn && (e->status || ev->status || ev_received(e) == ev_received(ev))))
+			return true;
+	}
+	return false;
+}
+
 /* The fast path's drain of transport i (mesh_fast_event), under the rail's lock alone: what it
- * cannot take goes to dp->deferred with everything after it, and no more is polled until the
- * usual way has handled them. Returns true when events may be left. */
+ * cannot take goes to dp->deferred (with what must follow it, deferrable), and no more is polled
+ * until the usual way has handled them. Returns true when events may be left. */
 static bool drain_fast(struct dp *dp, size_t i, bool all, int *got)
 {
 	struct daemon *d = dp->d;
@@ -373,7 +399,7 @@ static bool drain_fast(struct dp *dp, size_t i, bool all, int *got)
 		}
 		*got += n;
 		for (int k = 0; k < n; k++) {
-			if (!dp->n_deferred && mesh_fast_event(&d->mesh, dp->rail, &evs[k]))
+			if (!deferrable(dp, &evs[k]) && mesh_fast_event(&d->mesh, dp->rail, &evs[k]))
 				t->fast_events++;
 			else
 				dp->deferred[dp->n_deferred++] = evs[k];
