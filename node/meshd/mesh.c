@@ -2102,9 +2102,17 @@ static void link_rails_diag(const struct link *l, uint64_t t)
 					      (long long)(t - l->mesh->numa.threads[r].wake_seen_ms),
 					      l->mesh->polling[r] ? "polling" : "sleeps between events");
 	}
+	/* Rail 0's keepalive words: our last number out, and the peer's as last seen and as now in
+	 * the mailbox (one that moved since the last look was read too late; one that did not, the
+	 * peer's writes did not land). */
 	log_warn("link to node %u, its rails: %s; control on rail %u, %u slots held unacked (seq %llu, "
-		 "acked %llu)", l->peer->id, buf, l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked),
-		 (unsigned long long)l->ctl_seq, (unsigned long long)l->ctl_acked);
+		 "acked %llu); keepalive words: ours %llu, the peer's %llu when last seen, %llu now", l->peer->id, buf,
+		 l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked), (unsigned long long)l->ctl_seq,
+		 (unsigned long long)l->ctl_acked, (unsigned long long)l->ka_write_seq,
+		 (unsigned long long)l->ka_word_seen,
+		 l->mailbox ? (unsigned long long)__atomic_load_n((const uint64_t *)(const void *)(l->mailbox + MESH_KA_OFF),
+								 __ATOMIC_RELAXED)
+			    : 0ull);
 }
 
 static void link_tick(struct link *l, uint64_t t)
