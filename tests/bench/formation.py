@@ -104,7 +104,8 @@ class CtlProbe(threading.Thread):
                     c.settimeout(30)
                     c.connect(path)
                     c.send(self.REQ)
-                    c.settimeout(0.2)
+                    # The real-time probe looks sooner: its answers are short, a wait is rare.
+                    c.settimeout(0.05 if self.fifo else 0.2)
                     got = None
                     while got is None and time.monotonic() - t < 30:
                         try:
@@ -117,27 +118,32 @@ class CtlProbe(threading.Thread):
                         # control thread answered from its snapshot (a byte match, for the record).
                         self.snapshots += b"\xf0\x01\x01" in got
                         if self.lat[-1] > 0.1:
-                            self.slow.append((t - self.t0, self.lat[-1], path))
+                            self.slow.append((t - self.t0, self.lat[-1], path, t))
             except OSError:
                 self.errors += 1  # not listening yet at the start, or gone at the end
             self.stop.wait(0.1)
 
     def sample(self, path):
         """What the meshd behind path is doing while it keeps a request waiting: each thread's
-        state (R runnable, S sleeping, D in the kernel) and where it waits (its kernel stack)."""
+        state (R runnable, S sleeping, D in the kernel) and where it waits (its kernel stack). The
+        real-time probe looks at the control thread alone (meshd names it ctl), more deeply."""
         pid = self.pids.get(path) if self.pids else None
         if not pid:
             return
         try:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    st = f.read().rsplit(")", 1)[1].split()[0]
+                    name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+                    st = rest.split()[0]
+                if self.fifo and name != "ctl":
+                    continue
+                depth = 8 if self.fifo else 4
                 try:
                     with open(f"/proc/{pid}/task/{tid}/stack") as f:
-                        stack = [l.split()[1].split("+")[0] for l in f.read().splitlines()[:6]]
+                        stack = [l.split()[1].split("+")[0] for l in f.read().splitlines()[:depth]]
                 except OSError:
                     stack = []
-                key = st + " " + " < ".join(stack[:4])
+                key = (name + " " if self.fifo else "") + st + " " + " < ".join(stack)
                 self.states[key] = self.states.get(key, 0) + 1
         except OSError:
             pass
@@ -158,7 +164,7 @@ class CtlProbe(threading.Thread):
                 f"median {statistics.median(v) * 1000:.0f} ms, "
                 f"p90 {v[int(0.9 * (len(v) - 1))] * 1000:.0f} ms, max {v[-1] * 1000:.0f} ms, {over} over 100 ms"
                 + ("" if not self.slow else " (asked at " + ", ".join(
-                    f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, _ in self.slow[:12]) + ")")
+                    f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, *_ in self.slow[:12]) + ")")
                 + ("" if not self.states else "\n      meshd threads while a request waited (state, kernel stack): "
                    + "; ".join(f"{v}x {k}" for k, v in sorted(self.states.items(), key=lambda kv: -kv[1])[:8])))
 
@@ -166,27 +172,32 @@ class CtlProbe(threading.Thread):
 class ProcProbe:
     """A CtlProbe at SCHED_FIFO 1 in a process of its own: a thread of this script would share
     Python's lock with the threads that read logs and run meshctl, and wait for whichever of them
-    the kernel preempted while holding it."""
+    the kernel preempted while holding it. With pids, it samples the control thread of a meshd
+    that keeps it waiting."""
 
-    def __init__(self, socks):
+    def __init__(self, socks, pids=None):
         self.socks, self.stop = socks, multiprocessing.Event()
         self.rx, tx = multiprocessing.Pipe(duplex=False)
-        self.proc = multiprocessing.Process(target=ProcProbe.child, args=(socks, self.stop, tx), daemon=True)
+        self.proc = multiprocessing.Process(target=ProcProbe.child, args=(socks, self.stop, tx, pids), daemon=True)
+        self.cpus = sorted(os.sched_getaffinity(0))
 
     @staticmethod
-    def child(socks, stop, tx):
+    def child(socks, stop, tx, pids):
         p = CtlProbe(socks, fifo=True)
-        p.stop = stop
+        p.stop, p.pids = stop, pids
         p.run()
-        tx.send((p.lat, p.errors, p.snapshots, p.slow, p.fifo_err))
+        tx.send((p.lat, p.errors, p.snapshots, p.slow, p.fifo_err, p.states))
 
     @staticmethod
-    def canary(stop, tx):
-        """The machine's own floor: a SCHED_FIFO 1 process that only sleeps 10 ms at a time, and
-        when it woke over 100 ms late (cyclictest's measure, coarse). If the probe's slow answers
-        fall at the same moments, the machine (here: the emulator's vCPUs) stalled, not meshd."""
+    def canary(stop, tx, cpu):
+        """The machine's own floor: a SCHED_FIFO 1 process pinned to one CPU that only sleeps 10 ms
+        at a time, and when it woke over 100 ms late (cyclictest's measure, coarse), one per CPU: a
+        vCPU the emulator's host did not run stalls the threads on it alone, and one canary for
+        the machine saw only the stalls of the CPU it happened to be on. If the probe's slow
+        answers fall at the same moments, the machine stalled, not meshd."""
         err, late, t0, n = None, [], time.monotonic(), 0
         try:
+            os.sched_setaffinity(0, {cpu})
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
         except OSError as e:
             err = e.strerror
@@ -196,14 +207,17 @@ class ProcProbe:
             n += 1
             over = time.monotonic() - t - 0.01
             if over > 0.1:
-                late.append((t - t0, over))
+                late.append((t - t0, over, t + 0.01))
         tx.send((n, late, err))
 
     def start(self):
         self.proc.start()
-        self.crx, ctx = multiprocessing.Pipe(duplex=False)
-        self.cproc = multiprocessing.Process(target=ProcProbe.canary, args=(self.stop, ctx), daemon=True)
-        self.cproc.start()
+        self.canaries = []
+        for cpu in self.cpus:
+            crx, ctx = multiprocessing.Pipe(duplex=False)
+            cp = multiprocessing.Process(target=ProcProbe.canary, args=(self.stop, ctx, cpu), daemon=True)
+            cp.start()
+            self.canaries.append((cpu, crx, cp))
 
     def is_alive(self):
         return self.proc.is_alive()
@@ -212,16 +226,25 @@ class ProcProbe:
         self.stop.set()
         p = CtlProbe(self.socks, fifo=True)
         if self.rx.poll(40):
-            p.lat, p.errors, p.snapshots, p.slow, p.fifo_err = self.rx.recv()
+            p.lat, p.errors, p.snapshots, p.slow, p.fifo_err, p.states = self.rx.recv()
         self.proc.join(timeout=5)
-        canary = "canary: no report"
-        if self.crx.poll(10):
-            n, late, err = self.crx.recv()
-            canary = (f"canary (a process at {'SCHED_FIFO 1' if not err else 'normal priority: ' + err} sleeping "
-                      f"10 ms {n} times): {len(late)} wake-ups over 100 ms late"
-                      + ("" if not late else ", max " + f"{max(x for _, x in late) * 1000:.0f} ms (at " + ", ".join(
-                          f"{t:.1f} s: {x * 1000:.0f} ms" for t, x in late[:12]) + ")"))
-        self.cproc.join(timeout=5)
+        parts, stalls = [], []
+        for cpu, crx, cp in self.canaries:
+            if not crx.poll(10):
+                parts.append(f"CPU {cpu}: no report")
+                continue
+            n, late, err = crx.recv()
+            stalls += [(w, w + x) for _, x, w in late]
+            parts.append(f"CPU {cpu}: {len(late)} of {n}" + (f" ({err})" if err else "")
+                         + ("" if not late else ", max " + f"{max(x for _, x, _ in late) * 1000:.0f} ms (at " + ", ".join(
+                             f"{t:.1f} s: {x * 1000:.0f} ms" for t, x, _ in late[:8]) + ")"))
+            cp.join(timeout=5)
+        canary = ("canaries (a process per CPU at SCHED_FIFO 1 sleeping 10 ms): wake-ups over 100 ms late: "
+                  + "; ".join(parts))
+        if p.slow:
+            # A slow answer [asked, answered] during which some CPU was not running its canary.
+            both = sum(1 for _, lat, _, t in p.slow if any(s < t + lat and t < e for s, e in stalls))
+            canary += f"; {both} of the {len(p.slow)} answers over 100 ms overlap a CPU's stall"
         return p.report() + "; " + canary
 
 
@@ -323,12 +346,12 @@ def diagnose(a, procs, socks, logs):
 
 
 def start_probes(socks, procs=None):
-    """A CtlProbe and a ProcProbe on every eighth meshd's control socket, started; with procs, the
-    CtlProbe samples what a meshd keeping a request waiting is doing."""
+    """A CtlProbe and a ProcProbe on every eighth meshd's control socket, started; with procs, each
+    samples what a meshd keeping a request waiting is doing (the ProcProbe: its control thread)."""
     probe = CtlProbe([socks[i] for i in list(socks)[:: max(1, len(socks) // 8)]])
     if procs:
         probe.pids = {socks[i]: procs[i].pid for i in procs}
-    probe_rt = ProcProbe(probe.socks)
+    probe_rt = ProcProbe(probe.socks, probe.pids)
     probe.start()
     probe_rt.start()
     return probe, probe_rt
