@@ -21,7 +21,10 @@
 #include "wire.h"
 
 #define CH_WINDOW 256u          /* chunks in flight per direction (sender); < 2^16 for the sequence numbers */
-#define CH_CHUNK_MAX (64u << 10) /* largest WRITE_WITH_IMM of the data path */
+/* Largest WRITE_WITH_IMM of the data path (and a quarter of the default ring): every chunk costs
+ * a work request, a completion, an immediate and its receive at both ends, and over tcp a frame
+ * and two system calls, so streams move in chunks as large as the ring allows (docs/design.md). */
+#define CH_CHUNK_MAX (256u << 10)
 #define CH_PORT_PRIVILEGED 1024u /* ports below it: root's to listen on, as in TCP */
 #define CH_CREDIT_PAGE 4096u     /* the credit words' own mapping: the slots in (peer writes), then out */
 #define CH_CREDIT_OUT (2u * MESH_CREDIT_SLOTS) /* index of the out words (our credit, as posted) */

@@ -1687,10 +1687,12 @@ static void channel_on_kick__app_wrote__chunks_striped_round_robin(void **state)
 	mt_finish(&c->t);
 }
 
-static void channel_on_kick__large_ring__chunks_of_64k(void **state)
+/* A ring of four chunks or more: chunks of CH_CHUNK_MAX; a smaller one: of a quarter of it. */
+static void channel_on_kick__large_ring__chunks_of_chunk_max(void **state)
 {
 	struct ct *c = *state;
-	const uint64_t size = 512u << 10;
+	const uint64_t size = 8 * (uint64_t)CH_CHUNK_MAX;
+	const uint32_t n = 3 * CH_CHUNK_MAX + 3392;
 	struct chan *h;
 	size_t from;
 
@@ -1698,14 +1700,25 @@ static void channel_on_kick__large_ring__chunks_of_64k(void **state)
 	h = open_out(c, size, 2, PEER_SLOT);
 	assert_int_equal(chn(c, h)->chunk, CH_CHUNK_MAX);
 	from = c->t.fx->n_posts;
-	app_write(h, 200000);
+	app_write(h, n);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, false), 4);
-	assert_true(check_data_posts(c, h, from, 0, 0, 0, CH_CHUNK_MAX) == 200000);
+	assert_true(check_data_posts(c, h, from, 0, 0, 0, CH_CHUNK_MAX) == n);
 	for (size_t i = 0; i < 3; i++)
 		assert_int_equal(write_post(c, h, from, false, i)->len, CH_CHUNK_MAX);
 	complete_data(c, h, from);
-	check_peer_ring(h, 0, 200000);
+	check_peer_ring(h, 0, n);
+	mt_finish(&c->t);
+}
+
+static void channel_open__ring_under_four_chunks__chunk_of_a_quarter(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	h = open_out(c, 2 * (uint64_t)CH_CHUNK_MAX, 2, PEER_SLOT);
+	assert_int_equal(chn(c, h)->chunk, CH_CHUNK_MAX / 2);
 	mt_finish(&c->t);
 }
 
@@ -4141,7 +4154,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_message__open_beyond_the_peers_share__rejected_ebusy),
 	T(channel_on_kick__app_wrote__chunks_striped_round_robin),
 	T(channel_on_kick_fast__own_rail_pumps__shut_to_usual_way__other_rail_untouched),
-	T(channel_on_kick__large_ring__chunks_of_64k),
+	T(channel_on_kick__large_ring__chunks_of_chunk_max),
+	T(channel_open__ring_under_four_chunks__chunk_of_a_quarter),
 	T(channel_on_kick__peer_credit_exhausted__stops_exactly_at_credit),
 	T(channel_on_completion__out_of_order__tx_cons_over_completed_prefix),
 	T(channel_on_imm__credit_beyond_sent__channel_error_eproto),
