@@ -2056,6 +2056,12 @@ static int link_ka_write(struct link *l, uint64_t seq)
 	return 0;
 }
 
+/* The peer's keepalive word, as it is in our mailbox now (its NIC writes it at any time). */
+static uint64_t link_ka_word(const struct link *l)
+{
+	return __atomic_load_n((const uint64_t *)(const void *)(l->mailbox + MESH_KA_OFF), __ATOMIC_RELAXED);
+}
+
 /* The peer's keepalive word in our mailbox: changed since the last look, the peer (on rail 0) is
  * alive. Any value counts: the peer writes what it likes into its mailbox slot, and a word read
  * while a write lands may be half new, which is as much a sign of life. */
@@ -2065,7 +2071,7 @@ static void link_ka_look(struct link *l, uint64_t t)
 
 	if (!(l->features & MESH_FEAT_KA_WRITE) || !(l->rails_up & 1u))
 		return;
-	w = __atomic_load_n((const uint64_t *)(const void *)(l->mailbox + MESH_KA_OFF), __ATOMIC_RELAXED);
+	w = link_ka_word(l);
 	if (w != l->ka_word_seen) {
 		l->ka_word_seen = w;
 		l->last_rx_ms = t;
@@ -2109,10 +2115,7 @@ static void link_rails_diag(const struct link *l, uint64_t t)
 		 "acked %llu); keepalive words: ours %llu, the peer's %llu when last seen, %llu now", l->peer->id, buf,
 		 l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked), (unsigned long long)l->ctl_seq,
 		 (unsigned long long)l->ctl_acked, (unsigned long long)l->ka_write_seq,
-		 (unsigned long long)l->ka_word_seen,
-		 l->mailbox ? (unsigned long long)__atomic_load_n((const uint64_t *)(const void *)(l->mailbox + MESH_KA_OFF),
-								 __ATOMIC_RELAXED)
-			    : 0ull);
+		 (unsigned long long)l->ka_word_seen, l->mailbox ? (unsigned long long)link_ka_word(l) : 0ull);
 }
 
 static void link_tick(struct link *l, uint64_t t)

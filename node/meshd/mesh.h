@@ -227,8 +227,8 @@ struct mesh_numa {
  * mesh_fast_event, channel_poll_fast): completions and immediates of its transports, and the
  * pumps of channels that only move data (channel.c, channel_fast_ok), touching only its rail's
  * channels and QPs; anything else (a control message, a failed completion, a channel closing or
- * resuming) it leaves, in the order of each QP, to itself under every lock. So two rails carry two streams at
- * once, and the rest of the code stays single-threaded.
+ * resuming) it leaves, in the order of each work queue, to itself under every lock. So two rails
+ * carry two streams at once, and the rest of the code stays single-threaded.
  */
 struct mesh_locks {
 	pthread_mutex_t ctl;
