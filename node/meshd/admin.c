@@ -87,8 +87,8 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 	a->epfd = epfd;
 	a->mesh = m;
 	a->locks = locks;
-	pthread_mutex_init(&a->lock, NULL);
-	pthread_mutex_init(&a->snap_lock, NULL);
+	util_mutex_init_pi(&a->lock);
+	util_mutex_init_pi(&a->snap_lock);
 	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
 		a->clients[i] = -1;
 	a->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);

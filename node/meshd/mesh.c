@@ -1959,9 +1959,9 @@ bool mesh_fast_event(struct mesh *m, uint32_t rail, const struct xport_event *ev
 
 void mesh_locks_init(struct mesh_locks *k)
 {
-	pthread_mutex_init(&k->ctl, NULL);
+	util_mutex_init_pi(&k->ctl);
 	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
-		pthread_mutex_init(&k->rail[r], NULL);
+		util_mutex_init_pi(&k->rail[r]);
 	k->n_rails = 1;
 	atomic_init(&k->all_waiting, 0);
 }

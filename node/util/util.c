@@ -179,3 +179,19 @@ int util_parse_bytes(const char *s, uint64_t *out)
 	*out = v << shift;
 	return 0;
 }
+
+int util_mutex_init_pi(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t at;
+	int ret;
+
+	if (pthread_mutexattr_init(&at))
+		return pthread_mutex_init(m, NULL);
+	if (pthread_mutexattr_setprotocol(&at, PTHREAD_PRIO_INHERIT)) {
+		pthread_mutexattr_destroy(&at);
+		return pthread_mutex_init(m, NULL);
+	}
+	ret = pthread_mutex_init(m, &at);
+	pthread_mutexattr_destroy(&at);
+	return ret ? pthread_mutex_init(m, NULL) : 0;
+}

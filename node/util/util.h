@@ -2,6 +2,7 @@
 #ifndef MESH_UTIL_UTIL_H
 #define MESH_UTIL_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,5 +37,11 @@ size_t util_strlcpy(char *dst, const char *src, size_t size);
 /* "4096", "64K", "16G": decimal digits with an optional binary suffix K, M, G or T. 0, or -EINVAL
  * for anything else (no sign, no space, no overflow). */
 int util_parse_bytes(const char *s, uint64_t *out);
+
+/* A mutex with priority inheritance (PTHREAD_PRIO_INHERIT), for locks the control-socket thread
+ * (SCHED_FIFO) shares with normal threads: a holder preempted by the load would otherwise keep the
+ * real-time waiter waiting for its turn on a CPU (docs/design.md, "Threads"). A plain mutex where
+ * the system has no such protocol. 0 or a positive errno, as pthread_mutex_init. */
+int util_mutex_init_pi(pthread_mutex_t *m);
 
 #endif

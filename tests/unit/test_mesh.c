@@ -9,12 +9,14 @@
  * does. Every test ends in mesh_cleanup() and checks that no connection or registration is left.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -2338,7 +2340,78 @@ static void mesh_rail__acceptor__join_refused_while_rail_up_taken_after(void **s
 	mt_finish(t);
 }
 
+/* ---- the locks (struct mesh_locks) ---------------------------------------------------------- */
+
+struct held {
+	pthread_mutex_t *m;
+	int hold_fd[2]; /* the holder locks, says so on [1] of done_fd, waits for a byte on hold_fd[0] */
+	int done_fd[2];
+};
+
+static void *hold_lock(void *arg)
+{
+	struct held *h = arg;
+	char c = 0;
+
+	pthread_mutex_lock(h->m);
+	assert_int_equal(write(h->done_fd[1], &c, 1), 1);
+	assert_int_equal(read(h->hold_fd[0], &c, 1), 1);
+	pthread_mutex_unlock(h->m);
+	return NULL;
+}
+
+/* Whether m, held by another thread, refuses an unlock from this one: a mutex with priority
+ * inheritance knows its owner (the kernel must, to lend it the waiter's priority) and says EPERM;
+ * glibc's plain mutex would let this thread unlock it. */
+static bool knows_its_owner(pthread_mutex_t *m)
+{
+	struct held h = {.m = m};
+	pthread_t t;
+	char c = 0;
+	int ret;
+
+	assert_int_equal(pipe(h.hold_fd), 0);
+	assert_int_equal(pipe(h.done_fd), 0);
+	assert_int_equal(pthread_create(&t, NULL, hold_lock, &h), 0);
+	assert_int_equal(read(h.done_fd[0], &c, 1), 1);
+	ret = pthread_mutex_unlock(m);
+	assert_int_equal(write(h.hold_fd[1], &c, 1), 1);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		close(h.hold_fd[i]);
+		close(h.done_fd[i]);
+	}
+	return ret == EPERM;
+}
+
+/* The control-socket thread runs at SCHED_FIFO and waits for these locks (mesh_lock_all_by),
+ * which normal threads hold: each one lends the waiter's priority to its holder. */
+static void mesh_locks_init__every_lock__priority_inheritance(void **state)
+{
+	struct mesh_locks k;
+	pthread_mutex_t plain = PTHREAD_MUTEX_INITIALIZER, pi;
+	struct timespec by;
+
+	(void)state;
+	assert_false(knows_its_owner(&plain)); /* the check itself tells the two kinds apart */
+	assert_int_equal(util_mutex_init_pi(&pi), 0);
+	assert_true(knows_its_owner(&pi));
+	pthread_mutex_destroy(&pi);
+	mesh_locks_init(&k);
+	k.n_rails = MESH_RAILS_MAX;
+	assert_true(knows_its_owner(&k.ctl));
+	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
+		assert_true(knows_its_owner(&k.rail[r]));
+	/* the control socket's timed wait works on them (CLOCK_MONOTONIC: FUTEX_LOCK_PI2) */
+	clock_gettime(CLOCK_MONOTONIC, &by);
+	by.tv_sec += 5;
+	assert_int_equal(mesh_lock_all_by(&k, &by), 0);
+	mesh_unlock_all(&k);
+	mesh_locks_destroy(&k);
+}
+
 static const struct CMUnitTest tests[] = {
+	cmocka_unit_test(mesh_locks_init__every_lock__priority_inheritance),
 	T(mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin),
 	T(mesh_rail__join_unanswered__dropped_after_a_second_then_dialled_again),
 	T(mesh_rail__control_rail_lost__unacked_sent_again_in_order_on_next_rail),
