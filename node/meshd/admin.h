@@ -40,6 +40,14 @@
  * ends: a local client that floods the socket cannot take a CPU from the data path. */
 #define ADMIN_RT_WINDOW_US 100000
 #define ADMIN_RT_BUDGET_US 20000
+/* The control thread faults in this much of its stack and of its malloc arena before its first
+ * request, and meshd's allocator keeps what it frees (admin_start): a page fault waits for the
+ * process's mmap lock, which the data path holds while rxe maps and unmaps the queues of QPs it
+ * creates (sampled in the VM during a 64-node formation: the real-time control thread in
+ * lock_mm_and_find_vma in 4 of 5 answers over 100 ms). A reply is at most a page of a list plus
+ * its NodeInfo, well under either. */
+#define ADMIN_WARM_STACK (256u << 10)
+#define ADMIN_WARM_HEAP (1u << 20)
 
 /* What `meshctl node` and `meshctl links` show, as the data path last saw it: packed NodeInfo and
  * one packed LinkInfo per link, in the mesh's order. */
