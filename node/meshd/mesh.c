@@ -329,8 +329,10 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	else
 		log_debug("link to node %u: attempt epoch %llu failed: %s", l->peer->id,
 			  (unsigned long long)l->epoch, l->last_error);
-	if (was_up)
+	if (was_up) {
 		m->link_flaps++;
+		l->down_ms = now_ms();
+	}
 	else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
 		adm_on_congestion(m, now_ms());
 	link_metrics_failed(&l->metrics, was_up, err);
@@ -374,8 +376,10 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 
 		l->failed_tick = m->adm.ticks; /* a tick's own timeouts are judged before its dials */
 		/* Nobody answered over this provider: the peer may have only the other one (a mixed
-		 * cluster with transport "auto"). A link that was UP retries its provider first. */
-		if (unanswered && m->n_xports > 1)
+		 * cluster with transport "auto"). A link that was UP retries its provider for
+		 * LINK_XP_STICKY_MS first: its peer meshd is restarting, most likely. */
+		if (unanswered && m->n_xports > 1 &&
+		    !(l->xp_was_up && l->xp == l->xp_up && now_ms() - l->down_ms < LINK_XP_STICKY_MS))
 			l->xp = (uint8_t)((l->xp + 1) % m->n_xports);
 
 		/* Full jitter over the upper half: restarts of many nodes do not re-dial in lockstep. */
@@ -1131,6 +1135,8 @@ static void link_progress(struct link *l)
 
 		link_set_phase(l, LINK_UP);
 		l->ups++;
+		l->xp_was_up = true;
+		l->xp_up = l->xp;
 		l->failures = 0;
 		l->last_rx_ms = t;
 		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)

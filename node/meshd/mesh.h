@@ -58,6 +58,11 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define LINK_REJECTS_PENDING 32
 #define LINK_ERR_MAX 160
 #define LINK_EPOCH_AHEAD_US (600ull * 1000000) /* a connect's epoch may lead our clock by 10 minutes */
+/* With several providers (transport "auto"), a link that went DOWN re-dials over the provider it
+ * was UP on for this long before it alternates: a peer meshd restarting refuses connections for
+ * the second or so it takes to start, and the other provider's attempt to a peer without it (an
+ * rdma dial to a tcp-only node) waits out its whole connect timeout before tcp is tried again. */
+#define LINK_XP_STICKY_MS 10000u
 #define REJECT_LOG_BURST 20u           /* refusals logged per interval, at most */
 #define REJECT_LOG_INTERVAL_MS 10000u
 
@@ -68,6 +73,9 @@ struct link {
 	const struct config_node *peer;
 	bool dialer; /* our id is higher: we dial */
 	uint8_t xp;  /* index in mesh->xports of the current (or last) attempt's provider */
+	bool xp_was_up;  /* the link was UP over provider xp_up, until down_ms (LINK_XP_STICKY_MS) */
+	uint8_t xp_up;
+	uint64_t down_ms;
 	enum link_phase phase;
 	uint64_t epoch;
 	uint64_t epoch_proven; /* acceptor: the epoch before the attempt in progress (restored if it fails

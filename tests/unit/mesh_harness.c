@@ -109,7 +109,7 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 		xport_t *o = t->fx1 ? &t->fx1->base : &t->fx->base;
 		xport_t *x[MESH_RAILS_MAX] = {&t->fx->base, o, o, o};
 
-		assert_int_equal(mesh_init(&t->m, c, self, x, self->n_rails), 0);
+		assert_int_equal(mesh_init(&t->m, c, self, x, t->two_providers ? 2 : self->n_rails), 0);
 		t->m.upper = &channel_upper;
 	}
 	t->inited = true;

@@ -35,6 +35,7 @@ struct mt {
 	uint32_t rails; /* 0: one; more: every node has that many addresses, one fake instance serves all */
 	struct fake_xport *fx1; /* set before mt_init: the instance of rails 1.. (an acceptor tells rails
 				 * apart by the instance a request came to); freed by mt_close */
+	bool two_providers;     /* with fx1 and one rail: fx and fx1 are two providers (transport "auto") */
 	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
 	uint64_t peer_feat_off; /* feature bits the peer's Hello leaves out (an older peer) */
 	/* With keys (t->m.keys set after mt_init): the peer proves with peer_keys (its first key). */

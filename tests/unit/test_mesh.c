@@ -2410,8 +2410,62 @@ static void mesh_locks_init__every_lock__priority_inheritance(void **state)
 	mesh_locks_destroy(&k);
 }
 
+/* Transport "auto" (two providers): an attempt nobody answered tries the other provider next, but a
+ * link that was UP re-dials its own provider for LINK_XP_STICKY_MS after it went DOWN (its peer
+ * meshd restarting refuses connections), and only then alternates. */
+static void link_refused(struct mt *t, struct link *l)
+{
+	struct xport_event ev;
+
+	tick_at(t, util_now_ms() + 60 * 1000);
+	assert_int_equal(l->phase, LINK_QPS);
+	ev = cm_event(XPORT_EV_CONNECT_ERROR, l->conns[0], NULL, 0);
+	ev.status = -ECONNREFUSED;
+	deliver(t, &ev);
+	assert_int_equal(l->phase, LINK_IDLE);
+}
+
+static void mesh_auto__refused_after_up__own_provider_first_then_the_other(void **state)
+{
+	struct mt *t = *state;
+	struct xport_event ev;
+	struct link *l;
+
+	t->fx1 = fake_xport_new();
+	t->two_providers = true;
+	mt_init(t, 2, ids12, 2);
+	assert_int_equal(t->m.n_xports, 2);
+	l = lk(t, 1);
+	/* never UP: each unanswered attempt tries the other provider */
+	assert_int_equal(l->xp, 0);
+	link_refused(t, l);
+	assert_int_equal(l->xp, 1);
+	link_refused(t, l);
+	assert_int_equal(l->xp, 0);
+	/* UP over provider 0, then DOWN */
+	tick_at(t, util_now_ms() + 60 * 1000);
+	drive_to_up(t, l);
+	assert_int_equal(l->phase, LINK_UP);
+	ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[0], NULL, 0);
+	deliver(t, &ev);
+	assert_int_equal(l->phase, LINK_IDLE);
+	/* refused again and again within LINK_XP_STICKY_MS: provider 0 each time */
+	for (int i = 0; i < 5; i++) {
+		link_refused(t, l);
+		assert_int_equal(l->xp, 0);
+	}
+	/* past it: the other provider, and then alternating as before */
+	l->down_ms -= LINK_XP_STICKY_MS;
+	link_refused(t, l);
+	assert_int_equal(l->xp, 1);
+	link_refused(t, l);
+	assert_int_equal(l->xp, 0);
+	mt_finish(t);
+}
+
 static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_locks_init__every_lock__priority_inheritance),
+	T(mesh_auto__refused_after_up__own_provider_first_then_the_other),
 	T(mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin),
 	T(mesh_rail__join_unanswered__dropped_after_a_second_then_dialled_again),
 	T(mesh_rail__control_rail_lost__unacked_sent_again_in_order_on_next_rail),
