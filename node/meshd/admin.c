@@ -1176,8 +1176,8 @@ static void *admin_main(void *arg)
 	struct admin *a = arg;
 	struct epoll_event evs[16];
 
+	admin_warm(); /* first: 64 meshd starting at once need not fault pages in at SCHED_FIFO */
 	admin_rt_start(a);
-	admin_warm();
 	for (;;) {
 		int n, timeout, rt;
 
