@@ -3,6 +3,7 @@
 #include <libgen.h>
 #include <malloc.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -76,12 +77,13 @@ static int admin_watch_fd(int epfd, int fd, uint64_t tag)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee) ? -errno : 0;
 }
 
+static int admin_listen(struct admin *a, const char *path);
+static void *admin_main(void *arg);
+
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
 	       struct mesh_locks *locks)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	bool bound;
-	int fd, ret;
+	int ret;
 
 	memset(a, 0, sizeof(*a));
 	a->lfd = a->ctl_epfd = a->stop_fd = a->work_fd = -1;
@@ -102,6 +104,41 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 		log_error("control socket: cannot set up its thread's descriptors: %m");
 		return ret;
 	}
+	/* The thread starts now and warms its pages (ADMIN_WARM_*) while the socket is set up; it
+	 * serves once admin_start hands it the listening socket. Freed memory stays mapped (up to
+	 * 8 MiB atop each arena) and blocks up to 4 MiB come from the arenas, not from an mmap of
+	 * their own each time: what it warmed stays warm, and the data path's repeated allocations
+	 * (the snapshot's) stop faulting pages in again. A no-op under the sanitizers' allocators. */
+	mallopt(M_MMAP_THRESHOLD, 4 << 20);
+	mallopt(M_TRIM_THRESHOLD, 8 << 20);
+	if (sem_init(&a->warmed, 0, 0)) {
+		ret = -errno;
+		log_error("control socket: sem_init: %m");
+		return ret;
+	}
+	a->warm_sem = true;
+	ret = -pthread_create(&a->thread, NULL, admin_main, a);
+	if (ret) {
+		log_error("cannot start the control socket's thread: %s", strerror(-ret));
+		return ret;
+	}
+	pthread_setname_np(a->thread, "ctl");
+	a->started = true;
+	ret = admin_listen(a, path);
+	if (ret)
+		admin_stop(a);
+	return ret;
+}
+
+/* admin_open's socket: bound and listening once the control thread is warm; admin_start has the
+ * thread watch it. */
+static int admin_listen(struct admin *a, const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct mesh *m = a->mesh;
+	bool bound;
+	int fd, ret;
+
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		log_error("socket path %s is longer than %zu bytes", path, sizeof(sa.sun_path) - 1);
 		return -ENAMETOOLONG;
@@ -144,19 +181,15 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 	bound = !ret;
 	if (bound)
 		admin_set_access(path, m->cfg->socket_group);
+	/* A client that connects from now on waits for its answer, not for the warm-up. */
+	while (!ret && sem_wait(&a->warmed) && errno == EINTR)
+		;
 	if (ret || listen(fd, 64)) {
 		ret = ret ? ret : -errno;
 		log_error("cannot listen on %s: %s", path, strerror(-ret));
 		close(fd);
 		if (bound)
 			unlink(path);
-		return ret;
-	}
-	ret = admin_watch_fd(a->ctl_epfd, fd, ADMIN_TAG(ADMIN_EV_LISTEN));
-	if (ret) {
-		log_error("epoll_ctl: %s", strerror(-ret));
-		close(fd);
-		unlink(path);
 		return ret;
 	}
 	a->lfd = fd;
@@ -254,6 +287,9 @@ void admin_close(struct admin *a)
 	if (a->ctl_epfd >= 0)
 		close(a->ctl_epfd);
 	a->work_fd = a->stop_fd = a->ctl_epfd = -1;
+	if (a->warm_sem)
+		sem_destroy(&a->warmed);
+	a->warm_sem = false;
 }
 
 /* Control thread, under a->lock. */
@@ -1176,7 +1212,10 @@ static void *admin_main(void *arg)
 	struct admin *a = arg;
 	struct epoll_event evs[16];
 
-	admin_warm(); /* first: 64 meshd starting at once need not fault pages in at SCHED_FIFO */
+	/* First, before the socket listens (admin_open waits for it), and at normal priority: 64
+	 * meshd starting at once need not fault pages in at SCHED_FIFO. */
+	admin_warm();
+	sem_post(&a->warmed);
 	admin_rt_start(a);
 	for (;;) {
 		int n, timeout, rt;
@@ -1216,23 +1255,11 @@ static void *admin_main(void *arg)
 
 int admin_start(struct admin *a)
 {
-	int ret;
+	int ret = admin_watch_fd(a->ctl_epfd, a->lfd, ADMIN_TAG(ADMIN_EV_LISTEN));
 
-	/* Freed memory stays mapped (up to 8 MiB atop each arena) and blocks up to 4 MiB come from
-	 * the arenas, not from an mmap of their own each time: what the control thread warmed stays
-	 * warm (ADMIN_WARM_*), and the data path's repeated allocations (the snapshot's) stop
-	 * faulting pages in again. A no-op under the sanitizers' allocators. */
-	mallopt(M_MMAP_THRESHOLD, 4 << 20);
-	mallopt(M_TRIM_THRESHOLD, 8 << 20);
-	ret = -pthread_create(&a->thread, NULL, admin_main, a);
-
-	if (ret) {
-		log_error("cannot start the control socket's thread: %s", strerror(-ret));
-		return ret;
-	}
-	pthread_setname_np(a->thread, "ctl");
-	a->started = true;
-	return 0;
+	if (ret)
+		log_error("control socket: epoll_ctl: %s", strerror(-ret));
+	return ret;
 }
 
 void admin_stop(struct admin *a)

@@ -8,6 +8,7 @@
 #define MESH_MESHD_ADMIN_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,7 +42,7 @@
 #define ADMIN_RT_WINDOW_US 100000
 #define ADMIN_RT_BUDGET_US 20000
 /* The control thread faults in this much of its stack and of its malloc arena before its first
- * request, and meshd's allocator keeps what it frees (admin_start): a page fault waits for the
+ * request, and meshd's allocator keeps what it frees (admin_open): a page fault waits for the
  * process's mmap lock, which the data path holds while rxe maps and unmaps the queues of QPs it
  * creates (sampled in the VM during a 64-node formation: the real-time control thread in
  * lock_mm_and_find_vma in 4 of 5 answers over 100 ms). A reply is at most a page of a list plus
@@ -61,7 +62,7 @@ struct admin_snap {
 };
 
 /*
- * Threads: the control socket has its own thread (admin_start), so a request never waits behind
+ * Threads: the control socket has its own thread (admin_open), so a request never waits behind
  * link work: the data path holds the mesh's lock for whole batches, and under a handshake storm
  * on a loaded machine a batch has taken seconds. The control thread answers with the mesh's lock
  * when it gets it within ADMIN_LOCK_WAIT_MS; otherwise NODE and LINKS come from the snapshot the
@@ -84,7 +85,9 @@ struct admin {
 	int kick_epfd[MESH_RAILS_MAX];
 	uint32_t n_kick_epfd;
 	pthread_t thread;
-	bool started;
+	bool started;  /* the thread runs (from admin_open on): admin_stop joins it */
+	sem_t warmed;  /* posted by the thread once warm: the socket listens only then */
+	bool warm_sem;
 	struct mesh_locks *locks; /* the daemon's (mesh.h): "the mesh's lock" below is all of them */
 	pthread_mutex_t lock; /* clients[], client_uid[], client_pid[], queued[], gone[], the pause */
 	struct mesh *mesh;
@@ -117,13 +120,16 @@ struct admin {
 	struct admin_snap snap; /* written by the data path only, under snap_lock */
 };
 
-/* Binds path (creating its directory, replacing a stale socket, refusing a live one); the work
- * eventfd goes into epfd (the data path's) with tag_work. The socket is mode 0660 with group
- * cluster.socket_group, so applications run in that group; without the group (or with ""), 0600:
- * meshd's user only. locks are those the data path holds while it works on m (mesh_lock_all). */
+/* Starts the control thread (signals blocked as in the caller), which warms its pages
+ * (ADMIN_WARM_*), and binds path (creating its directory, replacing a stale socket, refusing a
+ * live one), listening once the thread is warm; the work eventfd goes into epfd (the data path's)
+ * with tag_work. The socket is mode 0660 with group cluster.socket_group, so applications run in
+ * that group; without the group (or with ""), 0600: meshd's user only. locks are those the data
+ * path holds while it works on m (mesh_lock_all). On failure the thread is stopped. */
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
 	       struct mesh_locks *locks);
-/* Starts the control thread (signals blocked as in the caller), and stops and joins it. */
+/* The control thread serves the socket from now on (connections made since admin_open waited in
+ * its backlog); admin_stop stops and joins the thread. */
 int admin_start(struct admin *a);
 void admin_stop(struct admin *a);
 /* After admin_stop (or without a start): every client dropped, the socket file removed. */

@@ -87,6 +87,9 @@ class CtlProbe(threading.Thread):
         self.snapshots = 0
         self.slow, self.t0 = [], time.monotonic()
         self.pids, self.states = None, {}
+        # The real-time probe also counts the page faults the answering control thread took
+        # during each request (a fault waits for the process's mmap lock, which QP creation holds).
+        self.ctl_tids, self.faulted, self.faults = {}, 0, 0
 
     def run(self):
         if self.fifo:
@@ -99,6 +102,7 @@ class CtlProbe(threading.Thread):
             path = self.socks[i % len(self.socks)]
             i += 1
             t = time.monotonic()
+            f0 = self.ctl_faults(path)
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
                     c.settimeout(30)
@@ -114,14 +118,41 @@ class CtlProbe(threading.Thread):
                             self.sample(path)
                     if got:
                         self.lat.append(time.monotonic() - t)
+                        f1 = self.ctl_faults(path)
+                        df = f1 - f0 if f0 is not None and f1 is not None else None
+                        if df:
+                            self.faulted += 1
+                            self.faults += df
                         # NodeInfo.from_snapshot (field 30, true): the data path was busy, the
                         # control thread answered from its snapshot (a byte match, for the record).
                         self.snapshots += b"\xf0\x01\x01" in got
                         if self.lat[-1] > 0.1:
-                            self.slow.append((t - self.t0, self.lat[-1], path, t))
+                            self.slow.append((t - self.t0, self.lat[-1], path, t, df))
             except OSError:
                 self.errors += 1  # not listening yet at the start, or gone at the end
             self.stop.wait(0.1)
+
+    def ctl_faults(self, path):
+        """Page faults (minor + major) the control thread of the meshd behind path has taken, or
+        None (no pids, not started yet, gone)."""
+        pid = self.pids.get(path) if self.fifo and self.pids else None
+        if not pid:
+            return None
+        try:
+            tid = self.ctl_tids.get(pid)
+            if tid is None:
+                for t in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{t}/comm") as f:
+                        if f.read().strip() == "ctl":
+                            tid = self.ctl_tids[pid] = t
+                            break
+            if tid is None:
+                return None
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            return int(rest[7]) + int(rest[9])
+        except (OSError, IndexError, ValueError):
+            return None
 
     def sample(self, path):
         """What the meshd behind path is doing while it keeps a request waiting: each thread's
@@ -164,7 +195,10 @@ class CtlProbe(threading.Thread):
                 f"median {statistics.median(v) * 1000:.0f} ms, "
                 f"p90 {v[int(0.9 * (len(v) - 1))] * 1000:.0f} ms, max {v[-1] * 1000:.0f} ms, {over} over 100 ms"
                 + ("" if not self.slow else " (asked at " + ", ".join(
-                    f"{t:.1f} s: {l * 1000:.0f} ms" for t, l, *_ in self.slow[:12]) + ")")
+                    f"{t:.1f} s: {l * 1000:.0f} ms" + (f", {df} page faults" if df else "")
+                    for t, l, _, _, df in self.slow[:12]) + ")")
+                + ("" if not self.fifo or not self.pids else
+                   f"; the control thread took page faults in {self.faulted} answers ({self.faults} in all)")
                 + ("" if not self.states else "\n      meshd threads while a request waited (state, kernel stack): "
                    + "; ".join(f"{v}x {k}" for k, v in sorted(self.states.items(), key=lambda kv: -kv[1])[:8])))
 
@@ -176,7 +210,7 @@ class ProcProbe:
     that keeps it waiting."""
 
     def __init__(self, socks, pids=None):
-        self.socks, self.stop = socks, multiprocessing.Event()
+        self.socks, self.stop, self.pids = socks, multiprocessing.Event(), pids
         self.rx, tx = multiprocessing.Pipe(duplex=False)
         self.proc = multiprocessing.Process(target=ProcProbe.child, args=(socks, self.stop, tx, pids), daemon=True)
         self.cpus = sorted(os.sched_getaffinity(0))
@@ -186,7 +220,7 @@ class ProcProbe:
         p = CtlProbe(socks, fifo=True)
         p.stop, p.pids = stop, pids
         p.run()
-        tx.send((p.lat, p.errors, p.snapshots, p.slow, p.fifo_err, p.states))
+        tx.send((p.lat, p.errors, p.snapshots, p.slow, p.fifo_err, p.states, p.faulted, p.faults))
 
     @staticmethod
     def canary(stop, tx, cpu):
@@ -225,8 +259,9 @@ class ProcProbe:
     def summary(self):
         self.stop.set()
         p = CtlProbe(self.socks, fifo=True)
+        p.pids = self.pids
         if self.rx.poll(40):
-            p.lat, p.errors, p.snapshots, p.slow, p.fifo_err, p.states = self.rx.recv()
+            p.lat, p.errors, p.snapshots, p.slow, p.fifo_err, p.states, p.faulted, p.faults = self.rx.recv()
         self.proc.join(timeout=5)
         parts, stalls = [], []
         for cpu, crx, cp in self.canaries:
@@ -243,7 +278,7 @@ class ProcProbe:
                   + "; ".join(parts))
         if p.slow:
             # A slow answer [asked, answered] during which some CPU was not running its canary.
-            both = sum(1 for _, lat, _, t in p.slow if any(s < t + lat and t < e for s, e in stalls))
+            both = sum(1 for _, lat, _, t, _ in p.slow if any(s < t + lat and t < e for s, e in stalls))
             canary += f"; {both} of the {len(p.slow)} answers over 100 ms overlap a CPU's stall"
         return p.report() + "; " + canary
 
