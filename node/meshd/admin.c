@@ -1194,7 +1194,7 @@ static int admin_rt_budget(struct admin *a)
 }
 
 /* At the thread's start: the pages answering will touch, faulted in now (ADMIN_WARM_*). The
- * arena keeps the freed block (admin_start's mallopt); the stack keeps its pages. */
+ * arena keeps the freed block (admin_open's mallopt); the stack keeps its pages. */
 static void admin_warm(void)
 {
 	char stack[ADMIN_WARM_STACK];

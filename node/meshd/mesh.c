@@ -332,8 +332,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	if (was_up) {
 		m->link_flaps++;
 		l->down_ms = now_ms();
-	}
-	else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
+	} else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
 		adm_on_congestion(m, now_ms());
 	link_metrics_failed(&l->metrics, was_up, err);
 	/* An attempt that did not prove the cluster key leaves no trace: the real dialler's next epoch,
