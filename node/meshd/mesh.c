@@ -378,7 +378,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 		 * cluster with transport "auto"). A link that was UP retries its provider for
 		 * LINK_XP_STICKY_MS first: its peer meshd is restarting, most likely. */
 		if (unanswered && m->n_xports > 1 &&
-		    !(l->xp_was_up && l->xp == l->xp_up && now_ms() - l->down_ms < LINK_XP_STICKY_MS))
+		    !(l->ups && l->xp == l->xp_up && now_ms() - l->down_ms < LINK_XP_STICKY_MS))
 			l->xp = (uint8_t)((l->xp + 1) % m->n_xports);
 
 		/* Full jitter over the upper half: restarts of many nodes do not re-dial in lockstep. */
@@ -1134,7 +1134,6 @@ static void link_progress(struct link *l)
 
 		link_set_phase(l, LINK_UP);
 		l->ups++;
-		l->xp_was_up = true;
 		l->xp_up = l->xp;
 		l->failures = 0;
 		l->last_rx_ms = t;

@@ -73,9 +73,8 @@ struct link {
 	const struct config_node *peer;
 	bool dialer; /* our id is higher: we dial */
 	uint8_t xp;  /* index in mesh->xports of the current (or last) attempt's provider */
-	bool xp_was_up;  /* the link was UP over provider xp_up, until down_ms (LINK_XP_STICKY_MS) */
-	uint8_t xp_up;
-	uint64_t down_ms;
+	uint8_t xp_up;    /* once UP (ups > 0): the provider it was last UP over, until down_ms */
+	uint64_t down_ms; /* (LINK_XP_STICKY_MS) */
 	enum link_phase phase;
 	uint64_t epoch;
 	uint64_t epoch_proven; /* acceptor: the epoch before the attempt in progress (restored if it fails

@@ -46,24 +46,26 @@ SCHED_OTHER, SCHED_FIFO = 0, 1
 CAP_SYS_NICE = 23
 
 
-def sched_of(pid, tid):
-    """(policy, rt_priority) of a thread, from /proc (fields 41 and 40 of stat)."""
+def stat_of(pid, tid, *fields):
+    """Numeric fields of a thread's /proc stat, numbered as proc(5) numbers them (from 1; fields
+    after the command name only), or None."""
     try:
         with open(f"/proc/{pid}/task/{tid}/stat") as f:
             rest = f.read().rsplit(")", 1)[1].split()
-        return int(rest[38]), int(rest[37])
+        return tuple(int(rest[k - 3]) for k in fields)
     except (OSError, IndexError, ValueError):
-        return None, None
+        return None
+
+
+def sched_of(pid, tid):
+    """(policy, rt_priority) of a thread (fields 41 and 40 of stat)."""
+    return stat_of(pid, tid, 41, 40) or (None, None)
 
 
 def faults_of(pid, tid):
     """Page faults a thread took (minor + major: fields 10 and 12 of stat)."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return int(rest[7]) + int(rest[9])
-    except (OSError, IndexError, ValueError):
-        return None
+    v = stat_of(pid, tid, 10, 12)
+    return sum(v) if v else None
 
 
 def ask_links(path, times):
