@@ -56,6 +56,26 @@
  * the ring before it sleeps on the wake eventfd (0: sleep at once). MESH_SPIN_US in the
  * application's environment overrides it. Both are hints; a zero page from an older meshd means
  * "no spinning, always kick", which is the version-1 behaviour.
+ *
+ * Application-posted writes (the AQ area at MESH_RING_AQ_OFF, cluster.app_send): the sending half
+ * of a channel has one owner at a time. meshd owns it by default. When meshd offers it (path_valid:
+ * the device, port and path of the channel's rail), the application may create an RC QP of its
+ * own on that device, register its TX area (local) and its RX area and direct pair (remote write),
+ * and publish them with app_state = MESH_AQ_OFFER; meshd checks them and carries them to the peer's
+ * meshd, which writes them into its application's peer_* words (peer_state = MESH_AQ_PEER_INFO).
+ * Each application connects its QP to the other's (INIT -> RTR -> RTS) and says MESH_AQ_READY;
+ * once both are ready and none of meshd's own writes of the channel is in flight, meshd grants the
+ * sending half (grant = MESH_AQ_APP from grant_pos) and posts no more data. The application then
+ * writes its bytes to the peer's RX area at the same offsets meshd would, each batch followed on
+ * the same QP by a direct pair (WRITE_WITH_IMM, whose immediate wakes a peer sleeping on its
+ * completion channel), and publishes tx_prod only after posting. tx_cons still comes from meshd
+ * (the peer's credits), and the application reuses TX bytes only once its own writes of them
+ * completed too. The receiving meshd takes the arrived bytes from the pair. meshd revokes the grant
+ * (MESH_AQ_REVOKED) when its link or rail goes down; the application then stops posting and says
+ * MESH_AQ_IDLE once nothing of its QP is in flight (also on its own when its QP fails), and meshd
+ * resumes the sending half from what the peer's reader has. A revoked channel is not granted again.
+ * Everything the application writes here is hostile to meshd, and everything meshd writes is
+ * hostile to the application: each side checks before use.
  */
 #ifndef MESH_PROTO_RING_H
 #define MESH_PROTO_RING_H
@@ -115,6 +135,50 @@ struct mesh_ring_direct {
 	_Atomic uint64_t pos;   /* stream position: every byte below it is in the RX area */
 	_Atomic uint64_t check; /* mesh_ring_direct_check(pos) */
 };
+/* Application-posted writes (above). */
+#define MESH_RING_AQ_OFF 2560u
+/* app_state (written by the application) */
+#define MESH_AQ_NONE 0  /* no QP of its own: meshd posts (an older libmesh, or MESH_APP_SEND=off) */
+#define MESH_AQ_OFFER 1 /* its QP is in INIT: qpn, psn, keys and addresses are valid */
+#define MESH_AQ_READY 2 /* its QP is in RTS with receives posted: the peer may write to it */
+#define MESH_AQ_IDLE 3  /* done with its QP (failed or revoked): nothing of it is in flight */
+/* peer_state (written by meshd) */
+#define MESH_AQ_PEER_NONE 0
+#define MESH_AQ_PEER_INFO 1  /* the peer application's QP and keys are valid */
+#define MESH_AQ_PEER_READY 2 /* and its QP is in RTS */
+/* grant (written by meshd) */
+#define MESH_AQ_MESHD 0   /* meshd posts the sending half */
+#define MESH_AQ_APP 1     /* the application posts every byte from grant_pos on */
+#define MESH_AQ_REVOKED 2 /* stop posting; say MESH_AQ_IDLE once nothing is in flight */
+#define MESH_AQ_DEV_LEN 32
+struct mesh_ring_aq {
+	/* set by meshd before the memfd is handed over, then read-only; path_valid 0: no offer */
+	alignas(MESH_CACHELINE) uint32_t path_valid;
+	uint8_t port, sgid_index, path_mtu, hop_limit; /* ibv port, GID index, enum ibv_mtu, GRH hop limit */
+	uint8_t traffic_class, ack_timeout, pad[2];
+	uint8_t dgid[16]; /* the peer's GID on the rail */
+	char dev[MESH_AQ_DEV_LEN]; /* the rail's device, NUL-terminated */
+	/* the application's */
+	alignas(MESH_CACHELINE) _Atomic uint32_t app_state;
+	uint32_t qpn, psn, rx_rkey, dir_rkey;
+	uint64_t rx_addr, dir_addr;
+	/* meshd's: the peer application's QP */
+	alignas(MESH_CACHELINE) _Atomic uint32_t peer_state;
+	uint32_t peer_qpn, peer_psn, peer_rx_rkey, peer_dir_rkey;
+	uint64_t peer_rx_addr, peer_dir_addr;
+	/* meshd's: who posts the sending half */
+	alignas(MESH_CACHELINE) _Atomic uint32_t grant;
+	_Atomic uint64_t grant_pos;
+};
+_Static_assert(MESH_RING_DIRECT_OFF + MESH_RING_DIRECT_LEN <= MESH_RING_AQ_OFF, "direct pair overlaps the AQ area");
+_Static_assert(MESH_RING_AQ_OFF + sizeof(struct mesh_ring_aq) <= MESH_RING_CTRL_SIZE, "AQ area overflows the page");
+_Static_assert(MESH_RING_AQ_OFF % MESH_CACHELINE == 0, "AQ area is cache-line aligned");
+
+static inline struct mesh_ring_aq *mesh_ring_aq(struct mesh_ring_ctrl *k)
+{
+	return (struct mesh_ring_aq *)(void *)((unsigned char *)k + MESH_RING_AQ_OFF);
+}
+
 _Static_assert(sizeof(struct mesh_ring_ctrl) <= MESH_RING_DIRECT_OFF, "ring control lines overlap the direct pair");
 _Static_assert(sizeof(struct mesh_ring_direct) == MESH_RING_DIRECT_LEN, "direct pair is 16 bytes");
 _Static_assert(MESH_RING_DIRECT_OFF + MESH_RING_DIRECT_LEN <= MESH_RING_CTRL_SIZE, "ring control page overflows");

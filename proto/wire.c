@@ -207,6 +207,19 @@ static const char *peer_msg_check(const PeerMsg *m)
 		return NULL;
 	case PEER_MSG__BODY_AUTH_PROOF:
 		return m->auth_proof->mac.len != MESH_AUTH_MAC_LEN ? "auth_proof.mac is not 32 bytes" : NULL;
+	case PEER_MSG__BODY_CHANNEL_APP_QP: {
+		const ChannelAppQp *a = m->channel_app_qp;
+
+		if (a->slot >= MESH_CHANNEL_SLOTS)
+			return "channel_app_qp.slot out of range";
+		if (a->state < 1 || a->state > 6)
+			return "channel_app_qp.state out of range 1..6";
+		if (a->qpn > 0xffffff || a->psn > 0xffffff)
+			return "channel_app_qp: QP number or PSN beyond 24 bits";
+		if (a->state == 1 && (!a->rx_addr || !a->rx_rkey || !direct_ok(a->dir_addr, a->dir_rkey) || !a->dir_rkey))
+			return "channel_app_qp: an offer without ring or direct pair keys";
+		return NULL;
+	}
 	default:
 		return "message has no known body";
 	}

@@ -49,9 +49,11 @@
  * messages sent and two received per interval and link: 64 idle meshd over rdma in the VM spent
  * both vCPUs on them. Other rails keep Keepalive messages (their mailbox is not registered there). */
 #define MESH_FEAT_KA_WRITE (1ull << 6)
+/* Application-posted writes: it relays ChannelAppQp (proto/ring.h's AQ area, cluster.app_send). */
+#define MESH_FEAT_APPQP (1ull << 7)
 #define MESH_FEAT_ALL \
 	(MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME | MESH_FEAT_RAILS | \
-	 MESH_FEAT_KA_WRITE)
+	 MESH_FEAT_KA_WRITE | MESH_FEAT_APPQP)
 
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update

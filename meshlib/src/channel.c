@@ -189,6 +189,7 @@ int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_
 	c->epfd = -1;
 	atomic_store_explicit(&c->ctrl->app_flags, 0, memory_order_release);
 	c->spin_us = spin_budget(c->ctrl->spin_us);
+	aq_open(c);
 	c->info.channel_id = setup->channel_id;
 	c->info.peer_node = setup->peer_node;
 	c->info.local_port = (uint16_t)setup->local_port;
@@ -292,6 +293,13 @@ static void rx_publish(mesh_channel_t *c, uint64_t len)
 static void tx_publish(mesh_channel_t *c, uint64_t len)
 {
 	c->tx_prod += len;
+	if (c->aq) {
+		aq_progress(c);
+		if (aq_owned(c)) {
+			aq_publish(c); /* posted by our QP, then published: meshd need not hear at once */
+			return;
+		}
+	}
 	atomic_store_explicit(&c->ctrl->tx_prod, c->tx_prod, memory_order_release);
 	chan_kick(c);
 }
@@ -322,17 +330,31 @@ static bool fd_exported(const mesh_channel_t *c)
 }
 
 /* Sleeps until meshd writes the wake eventfd or hangs up. 0 to re-check, or -EINTR / -errno. */
-static int chan_sleep(mesh_channel_t *c)
+static int chan_sleep(mesh_channel_t *c, int aq_fd)
 {
-	struct pollfd p[2] = {{.fd = c->wake, .events = POLLIN}, {.fd = c->lifeline, .events = 0}};
+	struct pollfd p[3] = {{.fd = c->wake, .events = POLLIN}, {.fd = c->lifeline, .events = 0},
+			      {.fd = aq_fd, .events = POLLIN}};
 
-	if (poll(p, 2, -1) < 0)
+	if (poll(p, aq_fd >= 0 ? 3 : 2, -1) < 0)
 		return -errno;
 	if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL))
 		c->meshd_gone = true;
 	if (p[0].revents & POLLIN)
 		wake_clear(c);
+	if (aq_fd >= 0 && (p[2].revents & POLLIN))
+		aq_event(c);
 	return 0;
+}
+
+/* Before the last look of a caller that waits on the channel fd: whatever changes after the look
+ * makes the fd readable again (meshd's wake, or our QP's next completion). */
+static void chan_arm(mesh_channel_t *c)
+{
+	wake_clear(c);
+	if (c->aq) {
+		aq_event(c);
+		aq_wait_fd(c);
+	}
 }
 
 static uint64_t mono_us(void)
@@ -365,7 +387,7 @@ static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg)
 static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *arg)
 {
 	ssize_t r;
-	int ret;
+	int ret, aq_fd;
 
 	for (;;) {
 		r = step(c, arg);
@@ -377,7 +399,7 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 			/* The caller polls the channel fd: clear it before the last look, so that it is
 			 * readable again only for a change after that look. */
 			if (fd_exported(c)) {
-				wake_clear(c);
+				chan_arm(c);
 				r = step(c, arg);
 				if (r != -EAGAIN)
 					return r;
@@ -397,8 +419,9 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 		}
 		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
 		atomic_thread_fence(memory_order_seq_cst);
+		aq_fd = c->aq ? aq_wait_fd(c) : -1; /* armed before the last look */
 		r = step(c, arg);
-		ret = r == -EAGAIN ? chan_sleep(c) : 0;
+		ret = r == -EAGAIN ? chan_sleep(c, aq_fd) : 0;
 		if (!fd_exported(c))
 			atomic_fetch_and_explicit(&c->ctrl->app_flags, ~MESH_APP_WAITING, memory_order_seq_cst);
 		if (r != -EAGAIN)
@@ -426,10 +449,12 @@ static ssize_t tx_space(mesh_channel_t *c)
 		return -EPIPE;
 	if (chan_state(c) & MESH_STATE_ERROR)
 		return chan_state_error(c);
+	if (c->aq)
+		aq_progress(c);
 	ret = tx_sync(c);
 	if (ret)
 		return ret;
-	return (ssize_t)(c->tx_cons + c->size - c->tx_prod);
+	return (ssize_t)((c->aq ? aq_reusable(c, c->tx_cons) : c->tx_cons) + c->size - c->tx_prod);
 }
 
 struct send_arg {
@@ -522,6 +547,8 @@ static ssize_t rx_avail(mesh_channel_t *c)
 
 	if (c->err)
 		return c->err;
+	if (c->aq)
+		aq_progress(c);
 	state = chan_state(c);
 	ret = rx_sync(c);
 	if (ret)
@@ -634,6 +661,12 @@ MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
 		ret = -errno;
 		goto err_close_epoll;
 	}
+	/* With a QP of our own, the peer's writes wake us through its completion channel. */
+	ev.events = EPOLLIN;
+	if (c->aq && aq_wait_fd(c) >= 0 && epoll_ctl(fd, EPOLL_CTL_ADD, aq_wait_fd(c), &ev)) {
+		ret = -errno;
+		goto err_close_epoll;
+	}
 	c->epfd = fd;
 	/* From now on meshd writes the wake eventfd on every change. */
 	atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
@@ -660,6 +693,8 @@ MESH_EXPORT int mesh_shutdown(mesh_channel_t *c)
 		return 0;
 	c->shut_wr = true;
 	c->reserved = 0;
+	if (c->aq)
+		aq_release(c); /* meshd sends the EOF after the bytes, so it must own them first */
 	atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_SHUT_WR, memory_order_release);
 	chan_kick(c);
 	return 0;
@@ -670,6 +705,7 @@ MESH_EXPORT int mesh_close(mesh_channel_t *c)
 	if (!c)
 		return -EINVAL;
 	mesh_shutdown(c);
+	aq_close(c); /* before the unmap: its registrations cover the rings */
 	munmap(c->map, c->map_len);
 	if (c->epfd >= 0)
 		close(c->epfd);
@@ -693,7 +729,7 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 	if (flags & MESH_STATUS_ARM) {
 		/* Cleared before the look: a change after it makes the fd readable again. */
 		if (fd_exported(c))
-			wake_clear(c);
+			chan_arm(c);
 	}
 	if (flags & (MESH_STATUS_ARM | MESH_STATUS_EDGE))
 		lifeline_gone(c);

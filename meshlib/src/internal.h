@@ -70,6 +70,7 @@ struct mesh_channel {
 	bool meshd_gone;  /* the lifeline hung up */
 	bool shut_wr;     /* mesh_shutdown was called */
 	uint32_t spin_us; /* a blocking call polls this long before it sleeps (ring.h spin_us) */
+	struct lib_aq *aq; /* our own QP for the sending half (aq.c), NULL when meshd posts it all */
 
 	struct mesh_channel_info info;
 };
@@ -109,5 +110,26 @@ void ctl_fds_close(int *fds, int nfds);
  * are closed on failure too); local_node is the node the reply named (or MESH_NODE_UNKNOWN).
  * -EPROTO when anything meshd sent is inconsistent. */
 int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_SETUP], mesh_channel_t **out);
+
+/* ---- aq.c: application-posted writes (ring.h AQ area) ---- */
+
+/* Offers a QP of our own when meshd's control page has a path for it (and MESH_APP_SEND is not
+ * off); on any failure c->aq stays NULL and meshd posts everything, as before. */
+void aq_open(mesh_channel_t *c);
+/* Connects, polls completions, follows meshd's grant, posts what is published: every step of a
+ * call that reads or writes the ring calls it first. */
+void aq_progress(mesh_channel_t *c);
+/* Whether our QP posts the sending half now: tx_publish then leaves publishing to aq_publish. */
+bool aq_owned(const mesh_channel_t *c);
+void aq_publish(mesh_channel_t *c);
+/* The TX position we may overwrite up to, given meshd's tx_cons. */
+uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons);
+/* Before sleeping: arms the CQ and returns its completion channel's fd (-1: none to wait on). */
+int aq_wait_fd(mesh_channel_t *c);
+/* After the fd was readable: takes its events. */
+void aq_event(mesh_channel_t *c);
+/* At shutdown: our posted writes out (within a bound), the half handed back to meshd. */
+void aq_release(mesh_channel_t *c);
+void aq_close(mesh_channel_t *c);
 
 #endif

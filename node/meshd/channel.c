@@ -506,6 +506,11 @@ static void channel_wake_app(struct channel *ch)
  * never goes back, even across a resume (it resumes from there or later), so neither does this. */
 static uint64_t channel_tx_freed(const struct channel *ch)
 {
+	/* Where the application may post its own writes (ring.h AQ area), nothing of ours bounds them
+	 * to the peer's credit: the TX space it sees must, so it ends where the peer's reader does (from
+	 * the start: the bound must never move back when the grant comes). */
+	if (ch->aq_offered)
+		return MIN(ch->tx_done, ch->peer_cons);
 	return MIN(ch->tx_done, ch->peer_placed);
 }
 
@@ -698,10 +703,19 @@ static void channel_refused(struct channel *ch, uint32_t qp, int err, const char
 		 "then resuming", ch->id, ch->link->peer->id, ch->peer_port, qp, what, mesh_strerror(err));
 }
 
+static bool channel_aq_sending(const struct channel *ch);
+static void channel_aq_account(struct channel *ch);
+
 static void channel_post_data(struct channel *ch)
 {
 	struct link *l = ch->link;
 
+	if (ch->aq_granted || ch->aq_wait_pos) {
+		/* The application posts (or did, and the peer is to say how far it got). */
+		if (channel_aq_sending(ch))
+			channel_aq_account(ch);
+		return;
+	}
 	while (channel_may_post(ch) && ch->tx_sent < ch->app_tx_prod) {
 		uint64_t credit_end = ch->peer_cons + ch->size;
 		uint64_t off = ch->tx_sent & (ch->size - 1);
@@ -763,7 +777,8 @@ static void channel_post_direct(struct channel *ch)
 	uint32_t q = ch->tx_qp[(uint16_t)(ch->tx_seq - 1) % CH_WINDOW];
 	int ret;
 
-	if (!ch->peer_direct_rkey || ch->direct_busy || ch->local || !channel_may_post(ch) || channel_pairs_paused(ch))
+	if (!ch->peer_direct_rkey || ch->direct_busy || ch->local || !channel_may_post(ch) || channel_pairs_paused(ch) ||
+	    ch->aq_granted || ch->aq_wait_pos)
 		return;
 	if (ch->tx_seq == ch->tx_done_seq)
 		q = 0; /* all completed: any QP will do */
@@ -895,6 +910,307 @@ static void channel_post_credit(struct channel *ch)
 	ch->credit_busy = true;
 	ch->credit_posting = cons;
 	ch->inflight++;
+}
+
+/* ---- application-posted writes (ring.h, the AQ area) ---- */
+
+static void channel_pump(struct channel *ch);
+
+/* ChannelAppQp states (proto/peer.proto). */
+enum { AQ_MSG_OFFER = 1, AQ_MSG_READY, AQ_MSG_SENDING, AQ_MSG_HANDBACK, AQ_MSG_PLACED, AQ_MSG_REVOKE };
+
+/* Offered to the application at hand-over: cluster.app_send and direct_receive on, a remote link
+ * over a provider with QP paths (rdma), whose peer relays ChannelAppQp. */
+static bool channel_aq_possible(const struct channel *ch)
+{
+	const struct mesh_config *cfg = ch->mesh->cfg;
+
+	return !ch->local && ch->link && ch->link->phase == LINK_UP && (ch->link->features & MESH_FEAT_APPQP) &&
+	       !strcmp(cfg->app_send, "on") && !strcmp(cfg->direct_receive, "on");
+}
+
+/* The path of the channel's rail into the control page, before the application maps it. */
+static void channel_aq_offer(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	struct xport_path p;
+	int ret;
+
+	if (!channel_aq_possible(ch))
+		return;
+	ret = xport_path(ch->link->conns[ch->qp0], &p);
+	if (ret) {
+		if (ret != -EOPNOTSUPP)
+			log_debug("channel %u: no path for application-posted writes: %s", ch->id, mesh_strerror(ret));
+		return;
+	}
+	memcpy(q->dev, p.dev, sizeof(q->dev));
+	q->dev[sizeof(q->dev) - 1] = '\0';
+	q->port = p.port;
+	q->sgid_index = p.sgid_index;
+	q->path_mtu = p.path_mtu;
+	q->hop_limit = p.hop_limit;
+	q->traffic_class = p.traffic_class;
+	q->ack_timeout = p.ack_timeout;
+	memcpy(q->dgid, p.dgid, sizeof(q->dgid));
+	q->path_valid = 1;
+	ch->aq_offered = true;
+}
+
+static int channel_aq_send(struct channel *ch, ChannelAppQp *a)
+{
+	PeerMsg msg = PEER_MSG__INIT;
+
+	a->slot = ch->peer_slot;
+	msg.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
+	msg.channel_app_qp = a;
+	return channel_send(ch, &msg);
+}
+
+/* Relays what our application did with its QP. Its words are hostile: a state that goes back or
+ * a QP number beyond 24 bits breaks its own channel, as any other breach of the ring contract. */
+static void channel_aq_app(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+	uint32_t st;
+
+	/* Even once the application is gone: its last word (IDLE, before its shutdown) still counts. */
+	if (!ch->aq_offered || ch->state != CH_OPEN || !ch->link || ch->link->phase != LINK_UP)
+		return;
+	st = atomic_load_explicit(&q->app_state, memory_order_acquire);
+	if (st == ch->aq_app)
+		return;
+	if (st > MESH_AQ_IDLE || st < ch->aq_app) {
+		channel_break(ch, -EPROTO, "application's own QP went from state %u to %u", ch->aq_app, st);
+		return;
+	}
+	if (ch->aq_app == MESH_AQ_NONE && st != MESH_AQ_IDLE) {
+		a.state = AQ_MSG_OFFER;
+		a.qpn = q->qpn;
+		a.psn = q->psn;
+		a.rx_addr = q->rx_addr;
+		a.rx_rkey = q->rx_rkey;
+		a.dir_addr = q->dir_addr;
+		a.dir_rkey = q->dir_rkey;
+		if (a.qpn > 0xffffff || a.psn > 0xffffff || !a.rx_rkey || !a.dir_rkey) {
+			channel_break(ch, -EPROTO, "application offered QP %u PSN %u with keys %u/%u", a.qpn, a.psn,
+				      a.rx_rkey, a.dir_rkey);
+			return;
+		}
+		if (channel_aq_send(ch, &a))
+			return; /* the next pump retries */
+		ch->aq_app = MESH_AQ_OFFER;
+	}
+	if (ch->aq_app == MESH_AQ_OFFER && st >= MESH_AQ_READY) {
+		channel_app_qp__init(&a);
+		a.state = AQ_MSG_READY;
+		if (st == MESH_AQ_READY && channel_aq_send(ch, &a))
+			return;
+		ch->aq_app = MESH_AQ_READY;
+	}
+	if (st == MESH_AQ_IDLE) {
+		ch->aq_app = MESH_AQ_IDLE;
+		ch->aq_done = true;
+		if (ch->aq_peer_sends) {
+			/* Its QP is done: the peer's application must stop writing to it and hand back too. */
+			channel_app_qp__init(&a);
+			a.state = AQ_MSG_REVOKE;
+			if (channel_aq_send(ch, &a))
+				log_debug("channel %u: cannot revoke the peer's writes now; its link's resume will", ch->id);
+		}
+		if (ch->aq_granted && !ch->aq_wait_pos) {
+			channel_aq_account(ch); /* its last publication, read by this pump */
+			if (ch->resuming) {
+				/* The resume rewinds our sending half to what the peer has. */
+				ch->aq_granted = false;
+			} else {
+				/* It gave the half back: the peer says where its reader's bytes end, and we
+				 * post from there. */
+				channel_app_qp__init(&a);
+				a.state = AQ_MSG_HANDBACK;
+				ch->aq_revoked = true;
+				ch->aq_wait_pos = true;
+				atomic_store_explicit(&q->grant, MESH_AQ_REVOKED, memory_order_release);
+				if (channel_aq_send(ch, &a))
+					ch->aq_wait_pos = false; /* the link is going: its resume rewinds instead */
+			}
+		}
+	}
+}
+
+/* The application posts our sending half from now on: once both applications are ready and none
+ * of our own data writes or pairs is in flight (the peer's meshd then has every byte below the
+ * position, or will have it by the immediates already on their way). The peer hears first. */
+static void channel_aq_grant(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+
+	if (!ch->aq_offered || ch->aq_granted || ch->aq_done || ch->aq_app != MESH_AQ_READY || !ch->aq_peer_ready ||
+	    ch->app_shut || !channel_may_post(ch) || ch->tx_sent != ch->app_tx_prod || ch->tx_done != ch->tx_sent ||
+	    ch->direct_busy)
+		return;
+	a.state = AQ_MSG_SENDING;
+	a.pos = ch->tx_sent;
+	if (channel_aq_send(ch, &a))
+		return;
+	ch->aq_granted = true;
+	ch->aq_grant_pos = ch->tx_sent;
+	atomic_store_explicit(&q->grant_pos, ch->tx_sent, memory_order_relaxed);
+	atomic_store_explicit(&q->grant, MESH_AQ_APP, memory_order_release);
+	log_debug("channel %u: the application posts its own writes from %llu", ch->id, (unsigned long long)ch->tx_sent);
+	channel_wake_app(ch);
+}
+
+/* Our application posts, or did until it says IDLE: what it published is on its way (it publishes
+ * only after posting; after a revocation, bytes it could not post count too, and the rewind that
+ * follows sends them). */
+static bool channel_aq_sending(const struct channel *ch)
+{
+	return ch->aq_granted;
+}
+
+static void channel_aq_account(struct channel *ch)
+{
+	uint64_t len = ch->app_tx_prod - ch->tx_sent;
+
+	if (!len)
+		return;
+	ch->tx_sent = ch->tx_done = ch->app_tx_prod;
+	ch->tx_bytes += len;
+	ch->tx_chunks++;
+	__atomic_fetch_add(&ch->link->metrics.tx_bytes, len, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&ch->link->metrics.tx_chunks, 1, __ATOMIC_RELAXED);
+}
+
+/* The peer's application posts its half: the bytes below a valid direct pair have arrived (RC
+ * order on its QP; the bytes below aq_peer_from came by our immediates, which must all be in).
+ * The pair is the peer application's word: within our reader's credit and the EOF, or ignored. */
+static void channel_aq_rx(struct channel *ch)
+{
+	uint64_t pos, len;
+
+	if (!ch->aq_peer_sends || ch->rx_bytes < ch->aq_peer_from || !mesh_ring_direct_read(ch->ctrl, &pos) ||
+	    pos <= ch->rx_bytes || pos > ch->app_rx_cons + ch->size || (ch->eof_known && pos > ch->eof_total))
+		return;
+	len = pos - ch->rx_bytes;
+	ch->rx_bytes = pos;
+	ch->rx_bytes_total += len;
+	ch->rx_chunks++;
+	if (ch->link) {
+		__atomic_fetch_add(&ch->link->metrics.rx_bytes, len, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ch->link->metrics.rx_chunks, 1, __ATOMIC_RELAXED);
+	}
+}
+
+/* The link or the rail is going: our application stops posting, and the resume rewinds our
+ * sending half to what the peer has once it says nothing of its QP is in flight. */
+static void channel_aq_revoke(struct channel *ch)
+{
+	if (ch->aq_granted)
+		channel_aq_account(ch);
+	if (ch->aq_offered && !ch->aq_done) {
+		ch->aq_done = true;
+		if (ch->aq_granted && !ch->aq_revoked) {
+			ch->aq_revoked = true;
+			atomic_store_explicit(&mesh_ring_aq(ch->ctrl)->grant, MESH_AQ_REVOKED, memory_order_release);
+			channel_wake_app(ch);
+		}
+	}
+	ch->aq_wait_pos = false;
+	if (ch->aq_peer_sends) {
+		channel_aq_rx(ch);
+		ch->aq_peer_sends = false; /* after the resume its bytes come by our immediates again */
+	}
+}
+
+/* The peer's ChannelAppQp. */
+static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
+{
+	struct channel *ch = link_channel(l, a->slot);
+	struct mesh_ring_aq *q;
+
+	if (!ch || ch->state != CH_OPEN)
+		return; /* closed meanwhile: nothing to relay */
+	q = mesh_ring_aq(ch->ctrl);
+	switch (a->state) {
+	case AQ_MSG_OFFER:
+		if (!ch->aq_offered || ch->aq_done || atomic_load_explicit(&q->peer_state, memory_order_relaxed))
+			return; /* ours has no offer, or this is not the first: the peer's stays unanswered */
+		if (a->qpn > 0xffffff || a->psn > 0xffffff) {
+			channel_break(ch, -EPROTO, "node %u offered an application QP %u PSN %u", l->peer->id, a->qpn, a->psn);
+			break;
+		}
+		q->peer_qpn = a->qpn;
+		q->peer_psn = a->psn;
+		q->peer_rx_addr = a->rx_addr;
+		q->peer_rx_rkey = a->rx_rkey;
+		q->peer_dir_addr = a->dir_addr;
+		q->peer_dir_rkey = a->dir_rkey;
+		atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_INFO, memory_order_release);
+		channel_wake_app(ch);
+		break;
+	case AQ_MSG_READY:
+		if (atomic_load_explicit(&q->peer_state, memory_order_relaxed) != MESH_AQ_PEER_INFO)
+			return;
+		ch->aq_peer_ready = true;
+		atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_READY, memory_order_release);
+		channel_wake_app(ch);
+		break;
+	case AQ_MSG_SENDING:
+		if (!ch->aq_peer_ready || ch->aq_peer_sends || a->pos < ch->rx_bytes || a->pos > ch->app_rx_cons + ch->size) {
+			channel_break(ch, -EPROTO, "node %u's application posts from %llu, which does not fit (%llu placed)",
+				      l->peer->id, (unsigned long long)a->pos, (unsigned long long)ch->rx_bytes);
+			break;
+		}
+		ch->aq_peer_sends = true;
+		ch->aq_peer_from = a->pos;
+		break;
+	case AQ_MSG_HANDBACK: {
+		ChannelAppQp r = CHANNEL_APP_QP__INIT;
+
+		/* Its application's writes all completed before it said so: the pair is final. */
+		channel_aq_rx(ch);
+		ch->aq_peer_sends = false;
+		r.state = AQ_MSG_PLACED;
+		r.pos = ch->rx_bytes;
+		if (channel_aq_send(ch, &r))
+			log_debug("channel %u: cannot answer node %u's hand-back now; its resume will", ch->id, l->peer->id);
+		break;
+	}
+	case AQ_MSG_REVOKE:
+		/* The peer's application is done with its QP: ours stops writing to it and says IDLE,
+		 * and its hand-back follows. */
+		ch->aq_done = true;
+		if (ch->aq_granted && !ch->aq_revoked) {
+			ch->aq_revoked = true;
+			atomic_store_explicit(&q->grant, MESH_AQ_REVOKED, memory_order_release);
+			channel_wake_app(ch);
+		}
+		break;
+	case AQ_MSG_PLACED:
+		if (!ch->aq_wait_pos)
+			return; /* a resume came between: it rewound already */
+		if (a->pos < ch->peer_placed || a->pos > ch->tx_sent) {
+			channel_break(ch, -EPROTO, "node %u placed %llu of our bytes, outside [%llu, %llu]", l->peer->id,
+				      (unsigned long long)a->pos, (unsigned long long)ch->peer_placed,
+				      (unsigned long long)ch->tx_sent);
+			break;
+		}
+		ch->rewritten_bytes += ch->tx_sent - a->pos;
+		ch->tx_sent = ch->tx_done = a->pos;
+		ch->peer_placed = a->pos;
+		ch->aq_wait_pos = false;
+		ch->aq_granted = false;
+		log_info("channel %u (node %u port %u): the application gave its writes back at %llu; meshd posts them",
+			 ch->id, l->peer->id, ch->peer_port, (unsigned long long)a->pos);
+		break;
+	default:
+		log_warn("node %u sent ChannelAppQp state %u for channel slot %u; ignored", l->peer->id, a->state, a->slot);
+		return;
+	}
+	channel_pump(ch);
 }
 
 static void channel_pump(struct channel *ch);
@@ -1067,8 +1383,10 @@ static void channel_pump(struct channel *ch)
 		if (channel_send_open(ch) == -ENOBUFS)
 			return;
 	}
+	channel_aq_rx(ch);
 	if (!ch->app_gone || ch->app_shut)
 		channel_read_app(ch);
+	channel_aq_app(ch);
 	/* Bytes published after the peer closed can never go: say so rather than let a sender wait. */
 	if (ch->close_rcvd && !ch->error && ch->app_tx_prod > ch->tx_sent)
 		channel_break(ch, -EPIPE, "application wrote after node %u closed the channel",
@@ -1088,7 +1406,9 @@ static void channel_pump(struct channel *ch)
 		channel_post_direct(ch);
 		channel_post_hint(ch);
 		channel_note_stall(ch);
-		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch)) {
+		channel_aq_grant(ch);
+		if (ch->app_shut && !ch->eof_sent && ch->tx_sent == ch->app_tx_prod && channel_may_post(ch) &&
+		    !ch->aq_granted && !ch->aq_wait_pos) {
 			PeerMsg msg = PEER_MSG__INIT;
 			ChannelEof e = CHANNEL_EOF__INIT;
 
@@ -1280,7 +1600,10 @@ static int channel_hand_over(struct channel *ch, int fd)
 {
 	struct mesh *m = ch->mesh;
 	int fds[4] = {ch->memfd, ch->app_life_fd, ch->kick_fd, ch->wake_fd};
-	int ret = m->ch_ops.deliver ? m->ch_ops.deliver(m->ch_ops.ctx, fd, 0, NULL, ch, fds) : -ENOTCONN;
+	int ret;
+
+	channel_aq_offer(ch);
+	ret = m->ch_ops.deliver ? m->ch_ops.deliver(m->ch_ops.ctx, fd, 0, NULL, ch, fds) : -ENOTCONN;
 
 	if (ret)
 		return ret;
@@ -1495,6 +1818,11 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 		}
 		channel_pump(ch);
 		return 0;
+	case PEER_MSG__BODY_CHANNEL_APP_QP:
+		if (!(l->features & MESH_FEAT_APPQP))
+			return -MESH_EPEERMSG;
+		channel_on_app_qp(l, msg->channel_app_qp);
+		return 0;
 	case PEER_MSG__BODY_CHANNEL_RESUME:
 		if (!(l->features & MESH_FEAT_RESUME))
 			return -MESH_EPEERMSG;
@@ -1579,6 +1907,11 @@ static void channel_take_imm(struct channel *ch, struct link *l, uint32_t imm, u
 		uint64_t c = __atomic_load_n(&w[0], __ATOMIC_ACQUIRE);
 		uint64_t placed = __atomic_load_n(&w[1], __ATOMIC_ACQUIRE);
 
+		/* Our application posts, publishing as it goes, and tells us nothing: what it published is
+		 * what the peer may have placed and credited. */
+		if (ch->aq_granted && !ch->app_gone && !channel_read_app(ch))
+			channel_aq_account(ch);
+
 		if (!mesh_ring_in_window(c, ch->peer_cons, ch->tx_sent))
 			channel_break(ch, -EPROTO, "peer credited %llu bytes, outside [%llu, %llu]", (unsigned long long)c,
 				      (unsigned long long)ch->peer_cons, (unsigned long long)ch->tx_sent);
@@ -1648,12 +1981,22 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
  * nothing of its open or accept pending, its application there and not shut, its link and rail
  * UP. Its pump then touches nothing but the channel, its rail's QPs and the link's counters (added
  * atomically), so the rail's thread may run it under its rail's lock alone. */
+/* Nothing of application-posted writes for the usual pump to do: none offered or no more, or
+ * granted and still the application's. */
+static bool channel_aq_settled(const struct channel *ch)
+{
+	if (!ch->aq_offered || ch->aq_done)
+		return true;
+	return ch->aq_granted &&
+	       atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != MESH_AQ_IDLE;
+}
+
 static bool channel_fast_ok(const struct channel *ch, uint32_t rail)
 {
 	return ch->rail == rail && !ch->local && ch->state == CH_OPEN && !ch->error && !ch->resuming &&
 	       !ch->refused_ms && !ch->open_pending && !ch->accept_pending && !ch->app_gone && !ch->app_shut &&
 	       !ch->close_rcvd && !ch->close_sent && !ch->peer_final && ch->link && ch->link->phase == LINK_UP &&
-	       mesh_link_rail_up(ch->link, rail);
+	       mesh_link_rail_up(ch->link, rail) && channel_aq_settled(ch);
 }
 
 /* The usual pump, under every lock, by the next channel_pump_wanted. */
@@ -1668,6 +2011,8 @@ static void channel_want_slow(struct channel *ch, uint32_t rail)
  * usual pump. */
 static void channel_pump_fast(struct channel *ch, uint32_t rail)
 {
+	if (channel_fast_ok(ch, rail))
+		channel_aq_rx(ch); /* the peer's application's bytes: what we credit follows them */
 	if (channel_fast_ok(ch, rail) && !channel_read_app(ch) && channel_fast_ok(ch, rail)) {
 		channel_post_data(ch);
 		channel_post_direct(ch);
@@ -1731,6 +2076,7 @@ static void channel_link_down(struct link *l, bool may_resume)
 					 l->peer->id, ch->peer_port, l->mesh->cfg->resume_timeout_ms);
 			}
 			ch->resume_rx_sent = ch->resume_tx_done = false;
+			channel_aq_revoke(ch);
 			ch->inflight = 0;
 			ch->credit_busy = ch->direct_busy = ch->hint_busy = false;
 			ch->pairs_told = -1; /* the last hint may have died with them: say it again */
@@ -1777,6 +2123,7 @@ static void channel_rail_lost(struct channel *ch)
 				 ch->peer_port, ch->rail);
 		}
 		ch->resume_rx_sent = ch->resume_tx_done = false;
+		channel_aq_revoke(ch);
 		return;
 	}
 	ch->imm_void = true;
@@ -2015,7 +2362,9 @@ static bool channel_app_moved(const struct channel *ch)
 
 	return atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->app_tx_prod ||
 	       atomic_load_explicit(&k->rx_cons, memory_order_relaxed) != ch->app_rx_cons ||
-	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut);
+	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut) ||
+	       (ch->aq_offered && !ch->aq_done &&
+		atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != ch->aq_app);
 }
 
 int channel_poll_fast(struct mesh *m, uint32_t rail)

@@ -62,6 +62,7 @@ struct mesh_config {
 	uint32_t app_spin_us;    /* hint to libmesh: poll a ring this long before sleeping */
 	uint32_t control_priority; /* SCHED_FIFO priority of the control socket's thread, 0 none */
 	char direct_receive[8];  /* on | off: peers may write our rings' direct pairs (ring.h) */
+	char app_send[8];        /* on | off: applications may post their own writes (ring.h AQ area) */
 	char numa[16];           /* "auto", "off" or a node number, as written */
 	int numa_mode;           /* the same: CONFIG_NUMA_AUTO, CONFIG_NUMA_OFF or the node */
 	char metrics_listen[CONFIG_LISTEN_MAX]; /* Prometheus /metrics over HTTP: "[ADDR]:PORT", "" off */

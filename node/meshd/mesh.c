@@ -481,7 +481,8 @@ static bool link_sequenced(const struct link *l)
 
 static bool msg_sequenced(PeerMsg__BodyCase k)
 {
-	return (k >= PEER_MSG__BODY_CHANNEL_OPEN && k <= PEER_MSG__BODY_CHANNEL_RESUME) || k == PEER_MSG__BODY_RAIL_DOWN;
+	return (k >= PEER_MSG__BODY_CHANNEL_OPEN && k <= PEER_MSG__BODY_CHANNEL_RESUME) || k == PEER_MSG__BODY_RAIL_DOWN ||
+	       k == PEER_MSG__BODY_CHANNEL_APP_QP;
 }
 
 bool mesh_link_rail_up(const struct link *l, uint32_t r)

@@ -956,6 +956,34 @@ static int rdma_device(xport_t *x, char *name, size_t len)
 	return 0;
 }
 
+/* What another process's QP on our device needs to reach the peer of c's QP: read off the QP that
+ * rdma_cm connected (its address vector carries the route it resolved). */
+static int rdma_path(xport_conn_t *xc, struct xport_path *out)
+{
+	struct rdma_conn *c = to_rc(xc);
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr init;
+	int ret;
+
+	if (!c->id || !c->id->qp || !c->id->verbs)
+		return -ENOTCONN;
+	ret = ibv_query_qp(c->id->qp, &a, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT, &init);
+	if (ret)
+		return -ret;
+	if (!a.ah_attr.is_global)
+		return -EOPNOTSUPP; /* InfiniBand without a GRH: LIDs, which the AQ area does not carry */
+	memset(out, 0, sizeof(*out));
+	util_strlcpy(out->dev, ibv_get_device_name(c->id->verbs->device), sizeof(out->dev));
+	out->port = a.ah_attr.port_num ? a.ah_attr.port_num : c->id->port_num;
+	out->sgid_index = a.ah_attr.grh.sgid_index;
+	out->path_mtu = (uint8_t)a.path_mtu;
+	out->hop_limit = a.ah_attr.grh.hop_limit;
+	out->traffic_class = a.ah_attr.grh.traffic_class;
+	out->ack_timeout = a.timeout;
+	memcpy(out->dgid, a.ah_attr.grh.dgid.raw, sizeof(out->dgid));
+	return 0;
+}
+
 /* The owner stops polling: every CQ notifies again. It polls once more after this (poll_all), so a
  * completion that came before the arm is not left unseen. */
 static void rdma_arm(xport_t *x)
@@ -1019,4 +1047,5 @@ const struct xport_ops xport_rdma_ops = {
 	.poll_all = rdma_poll_all,
 	.arm = rdma_arm,
 	.device = rdma_device,
+	.path = rdma_path,
 };

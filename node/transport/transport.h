@@ -111,6 +111,19 @@ struct xport_attr {
 	uint8_t ack_timeout;
 };
 
+/* The path of a connected RDMA QP (xport_ops.path): what a QP of another process, on the same
+ * device and port, needs to reach the same peer (proto/ring.h's AQ area). */
+struct xport_path {
+	char dev[32];      /* the device, NUL-terminated */
+	uint8_t port;      /* its port number */
+	uint8_t sgid_index;
+	uint8_t path_mtu;  /* enum ibv_mtu */
+	uint8_t hop_limit;
+	uint8_t traffic_class;
+	uint8_t ack_timeout; /* as struct xport_attr's */
+	uint8_t dgid[16];  /* the peer's GID */
+};
+
 struct xport_ops {
 	const char *name;
 	/* 1 if this provider can serve the local address addr (rdma: an RDMA device has it), else 0. */
@@ -156,6 +169,8 @@ struct xport_ops {
 	/* Optional: the owner stops busy polling and will sleep on event_fd; notifications poll_all
 	 * left unarmed are armed again. The owner calls poll_all once more afterwards. */
 	void (*arm)(xport_t *x);
+	/* Optional: the path of a connected conn's QP (struct xport_path); NULL: none (tcp). */
+	int (*path)(xport_conn_t *c, struct xport_path *out);
 };
 
 /* Providers. */
@@ -252,6 +267,12 @@ static inline int xport_device(xport_t *x, char *name, size_t len)
 {
 	return x->ops->device ? x->ops->device(x, name, len) : -ENODEV;
 }
+/* 0 and *out, or -EOPNOTSUPP for a provider without paths, or another negative errno. */
+static inline int xport_path(xport_conn_t *c, struct xport_path *out)
+{
+	return c->xport->ops->path ? c->xport->ops->path(c, out) : -EOPNOTSUPP;
+}
+
 static inline void xport_arm(xport_t *x)
 {
 	if (x->ops->arm)

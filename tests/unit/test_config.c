@@ -227,6 +227,7 @@ static void config_load__minimal_file__all_defaults(void **state)
 	assert_int_equal(c->poll_budget_us, 200);
 	assert_int_equal(c->app_spin_us, 50);
 	assert_string_equal(c->direct_receive, "on");
+	assert_string_equal(c->app_send, "off");
 	assert_string_equal(c->numa, "auto");
 	assert_int_equal(c->numa_mode, CONFIG_NUMA_AUTO);
 	assert_int_equal(c->n_nodes, 1);
@@ -890,7 +891,8 @@ static const char *const cluster_keys[] = {
 	"name", "transport", "qps_per_link", "keepalive_interval_ms", "keepalive_timeout_ms", "connect_timeout_ms",
 	"handshake_timeout_ms", "resume_timeout_ms", "backoff_initial_ms", "backoff_max_ms", "max_handshakes", "mailbox_size",
 	"max_channels_per_link", "max_ring_mib_per_link", "max_channels_per_uid", "max_ring_bytes_per_uid", "socket_group",
-	"polling", "poll_budget_us", "app_spin_us", "control_priority", "direct_receive", "numa", "key_file", "metrics_listen", "log_level",
+	"polling", "poll_budget_us", "app_spin_us", "control_priority", "direct_receive", "app_send", "numa", "key_file",
+	"metrics_listen", "log_level",
 };
 
 static void config_dump__no_config__names_every_key(void **state)

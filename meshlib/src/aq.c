@@ -1,0 +1,536 @@
+/*
+ * Application-posted writes (proto/ring.h, the AQ area): the channel's sending half posted by the
+ * application itself, on an RC QP of its own connected to the peer application's, so that no meshd
+ * stands between a message and the wire. meshd offers it (the rail's device and path in the control
+ * page), relays the two QPs' numbers and keys, grants the half once both QPs are connected and its
+ * own writes are done, and revokes it when its link or rail goes; everything else (credits, the
+ * stream's accounting, resuming) stays meshd's.
+ *
+ * What we post for bytes [posted, tx_prod): one RDMA WRITE per contiguous run of the TX area into
+ * the same offsets of the peer's RX area, then the direct pair {pos, check} into the peer's control
+ * page by WRITE_WITH_IMM (inline, signalled): RC executes one QP's messages in order, so a reader
+ * that sees the pair has the bytes below it, and its immediate wakes a reader that sleeps on its
+ * completion channel. tx_prod is published to meshd with the post, never before bytes are posted
+ * by us or given back to meshd. TX bytes are reused only
+ * once meshd's tx_cons (the peer's reader) and our own completions both passed them.
+ *
+ * Receiving, the peer's pairs land in our control page, where rx_sync reads them as any direct
+ * pair; each one consumes one of our posted receives (refilled as completions are polled).
+ *
+ * Everything meshd wrote into the AQ area is hostile: checked before use. Any failure of ours (no
+ * device access, a QP that errs, a forked child) makes us say MESH_AQ_IDLE once nothing of our QP is
+ * in flight: meshd then posts the half again from what the peer's reader has. MESH_APP_SEND=off in
+ * the environment keeps libmesh from offering at all.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "internal.h"
+
+#define AQ_SQ 128      /* send work requests: up to 3 per flush (two runs of the ring and the pair) */
+#define AQ_RQ 128      /* receives for the peer's pairs */
+#define AQ_CQ (AQ_SQ + AQ_RQ)
+#define AQ_WR_RECV 0ull /* wr_id of a receive; a pair's is (pos << 1) | 1 */
+#define AQ_WR_DATA 2ull /* of a data write: unsignalled, seen only when flushed in error */
+#define AQ_RELEASE_MS 1000 /* how long a shutdown waits for our writes to complete */
+
+struct lib_aq {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cch;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr_tx, *mr_rx, *mr_dir;
+	unsigned gen;       /* aq_forks when it was made: a forked child must not use it */
+	uint32_t state;     /* what we said in app_state */
+	bool owned;         /* meshd granted us the sending half */
+	bool failed;        /* our QP erred (or we gave up): IDLE once nothing is in flight */
+	bool armed;         /* the CQ will raise an event on its next completion */
+	bool connected;     /* in RTS: the peer's pairs land, consume receives and raise events */
+	bool qp_err;        /* a completion failed: the QP is in error, nothing more goes or comes */
+	uint64_t posted;    /* stream position our writes cover */
+	uint64_t done;      /* position covered by completed pairs (all writes before them completed) */
+	uint32_t sq_out;    /* send work requests not completed */
+	uint32_t rq_posted; /* receives posted */
+	uint8_t fifo[AQ_SQ]; /* work requests per signalled pair, oldest first */
+	uint32_t fifo_head, fifo_len;
+	uint64_t peer_rx_addr, peer_dir_addr;
+	uint32_t peer_rx_rkey, peer_dir_rkey;
+};
+
+/* Forks of this process so far, counted in the child (pthread_atfork): cheaper than getpid() on
+ * every look at the ring, and a child sees at once that its QPs are its parent's. */
+static _Atomic unsigned aq_forks;
+static pthread_once_t aq_once = PTHREAD_ONCE_INIT;
+
+static void aq_in_child(void)
+{
+	atomic_fetch_add_explicit(&aq_forks, 1, memory_order_relaxed);
+}
+
+static void aq_register_fork(void)
+{
+	if (pthread_atfork(NULL, NULL, aq_in_child))
+		lib_debug("pthread_atfork failed: a forked child would not know its QPs are its parent's");
+}
+
+static bool aq_mine(const struct lib_aq *q)
+{
+	return q->gen == atomic_load_explicit(&aq_forks, memory_order_relaxed);
+}
+
+static bool aq_env_off(void)
+{
+	const char *e = getenv("MESH_APP_SEND");
+
+	return e && (!strcmp(e, "off") || !strcmp(e, "0"));
+}
+
+static void aq_destroy(struct lib_aq *q)
+{
+	if (q->qp)
+		ibv_destroy_qp(q->qp);
+	if (q->mr_tx)
+		ibv_dereg_mr(q->mr_tx);
+	if (q->mr_rx)
+		ibv_dereg_mr(q->mr_rx);
+	if (q->mr_dir)
+		ibv_dereg_mr(q->mr_dir);
+	if (q->cq)
+		ibv_destroy_cq(q->cq);
+	if (q->cch)
+		ibv_destroy_comp_channel(q->cch);
+	if (q->pd)
+		ibv_dealloc_pd(q->pd);
+	if (q->ctx)
+		ibv_close_device(q->ctx);
+	free(q);
+}
+
+static struct ibv_context *aq_device(const char *name)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+
+	if (!list)
+		return NULL;
+	for (int i = 0; list[i]; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), name)) {
+			ctx = ibv_open_device(list[i]);
+			break;
+		}
+	ibv_free_device_list(list);
+	return ctx;
+}
+
+static void aq_say(mesh_channel_t *c, uint32_t state)
+{
+	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
+
+	c->aq->state = state;
+	atomic_store_explicit(&a->app_state, state, memory_order_release);
+	/* meshd relays it: it must hear even while it sleeps. */
+	atomic_thread_fence(memory_order_seq_cst);
+	{
+		uint64_t one = 1;
+
+		if (write(c->kick, &one, sizeof(one)) < 0)
+			return;
+	}
+}
+
+void aq_open(mesh_channel_t *c)
+{
+	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
+	struct ibv_qp_init_attr qi = {0};
+	struct ibv_qp_attr qa = {0};
+	struct lib_aq *q;
+	char dev[MESH_AQ_DEV_LEN];
+	uint32_t psn;
+
+	if (!a->path_valid || aq_env_off())
+		return;
+	memcpy(dev, a->dev, sizeof(dev));
+	if (!memchr(dev, '\0', sizeof(dev)) || !a->port || a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096) {
+		lib_debug("channel %u: meshd's path for application-posted writes is not valid", c->info.channel_id);
+		return;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return;
+	pthread_once(&aq_once, aq_register_fork);
+	q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
+	q->ctx = aq_device(dev);
+	if (!q->ctx) {
+		lib_debug("channel %u: cannot open RDMA device %s (%s): meshd posts our writes", c->info.channel_id, dev,
+			  strerror(errno));
+		goto err;
+	}
+	q->pd = ibv_alloc_pd(q->ctx);
+	q->cch = q->pd ? ibv_create_comp_channel(q->ctx) : NULL;
+	q->cq = q->cch ? ibv_create_cq(q->ctx, AQ_CQ, NULL, q->cch, 0) : NULL;
+	if (!q->cq)
+		goto err_verbs;
+	if (fcntl(q->cch->fd, F_SETFL, fcntl(q->cch->fd, F_GETFL) | O_NONBLOCK))
+		goto err_verbs;
+	q->mr_tx = ibv_reg_mr(q->pd, c->tx, c->size, IBV_ACCESS_LOCAL_WRITE);
+	q->mr_rx = ibv_reg_mr(q->pd, c->rx, c->size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	q->mr_dir = ibv_reg_mr(q->pd, mesh_ring_direct(c->ctrl), MESH_RING_DIRECT_LEN,
+			       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!q->mr_tx || !q->mr_rx || !q->mr_dir)
+		goto err_verbs;
+	qi.send_cq = qi.recv_cq = q->cq;
+	qi.qp_type = IBV_QPT_RC;
+	qi.cap.max_send_wr = AQ_SQ;
+	qi.cap.max_recv_wr = AQ_RQ;
+	qi.cap.max_send_sge = qi.cap.max_recv_sge = 1;
+	qi.cap.max_inline_data = MESH_RING_DIRECT_LEN;
+	q->qp = ibv_create_qp(q->pd, &qi);
+	if (!q->qp)
+		goto err_verbs;
+	qa.qp_state = IBV_QPS_INIT;
+	qa.port_num = a->port;
+	qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_modify_qp(q->qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		goto err_verbs;
+	if (getrandom(&psn, sizeof(psn), 0) != sizeof(psn))
+		psn = (uint32_t)getpid() * 2654435761u;
+	a->qpn = q->qp->qp_num;
+	a->psn = psn & 0xffffff;
+	a->rx_addr = (uintptr_t)c->rx;
+	a->rx_rkey = q->mr_rx->rkey;
+	a->dir_addr = (uintptr_t)mesh_ring_direct(c->ctrl);
+	a->dir_rkey = q->mr_dir->rkey;
+	c->aq = q;
+	aq_say(c, MESH_AQ_OFFER);
+	return;
+err_verbs:
+	lib_debug("channel %u: cannot set up a QP of our own on %s (%s): meshd posts our writes", c->info.channel_id,
+		  dev, strerror(errno));
+err:
+	aq_destroy(q);
+}
+
+/* The peer's QP is known: ours goes to RTS, with the receives its pairs consume. */
+static int aq_connect(mesh_channel_t *c)
+{
+	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
+	struct lib_aq *q = c->aq;
+	struct ibv_qp_attr qa = {0};
+	uint32_t qpn = a->peer_qpn, psn = a->peer_psn;
+
+	if (qpn > 0xffffff || psn > 0xffffff || !a->peer_rx_rkey || !a->peer_dir_rkey) {
+		lib_debug("channel %u: meshd's peer QP %u PSN %u keys %u/%u are not valid", c->info.channel_id, qpn, psn,
+			  a->peer_rx_rkey, a->peer_dir_rkey);
+		return -EPROTO;
+	}
+	q->peer_rx_addr = a->peer_rx_addr;
+	q->peer_rx_rkey = a->peer_rx_rkey;
+	q->peer_dir_addr = a->peer_dir_addr;
+	q->peer_dir_rkey = a->peer_dir_rkey;
+	qa.qp_state = IBV_QPS_RTR;
+	qa.path_mtu = (enum ibv_mtu)a->path_mtu;
+	qa.dest_qp_num = qpn;
+	qa.rq_psn = psn;
+	qa.max_dest_rd_atomic = 1;
+	qa.min_rnr_timer = 1; /* 0.01 ms: a receive is refilled within a poll */
+	qa.ah_attr.is_global = 1;
+	memcpy(qa.ah_attr.grh.dgid.raw, a->dgid, sizeof(a->dgid));
+	qa.ah_attr.grh.sgid_index = a->sgid_index;
+	qa.ah_attr.grh.hop_limit = a->hop_limit ? a->hop_limit : 64;
+	qa.ah_attr.grh.traffic_class = a->traffic_class;
+	qa.ah_attr.port_num = a->port;
+	if (ibv_modify_qp(q->qp, &qa, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return -errno;
+	memset(&qa, 0, sizeof(qa));
+	qa.qp_state = IBV_QPS_RTS;
+	qa.timeout = a->ack_timeout ? a->ack_timeout : 14;
+	qa.retry_cnt = 7;
+	qa.rnr_retry = 7; /* a reader slow to refill its receives holds our writes back, never fails them */
+	qa.sq_psn = a->psn;
+	qa.max_rd_atomic = 1;
+	if (ibv_modify_qp(q->qp, &qa, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		return -errno;
+	return 0;
+}
+
+static void aq_refill(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+
+	while (q->rq_posted < AQ_RQ) {
+		struct ibv_recv_wr wr = {.wr_id = AQ_WR_RECV}, *bad;
+
+		if (ibv_post_recv(q->qp, &wr, &bad))
+			return;
+		q->rq_posted++;
+	}
+}
+
+/* Drains the CQ: pairs completed (their writes with them), receives consumed. */
+static void aq_poll(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	struct ibv_wc wc[16];
+	int n;
+
+	while ((n = ibv_poll_cq(q->cq, 16, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS && !q->qp_err) {
+				lib_debug("channel %u: our QP failed: %s", c->info.channel_id, ibv_wc_status_str(wc[i].status));
+				q->failed = q->qp_err = true;
+			}
+			if (wc[i].wr_id == AQ_WR_RECV) {
+				q->rq_posted--;
+				continue;
+			}
+			if (wc[i].wr_id == AQ_WR_DATA) {
+				/* A flushed data write of the oldest batch: its pair comes next. */
+				q->sq_out--;
+				if (q->fifo_len && q->fifo[q->fifo_head] > 1)
+					q->fifo[q->fifo_head]--;
+				continue;
+			}
+			if (wc[i].status == IBV_WC_SUCCESS && (wc[i].wr_id >> 1) > q->done)
+				q->done = wc[i].wr_id >> 1;
+			if (q->fifo_len) {
+				q->sq_out -= q->fifo[q->fifo_head];
+				q->fifo_head = (q->fifo_head + 1) % AQ_SQ;
+				q->fifo_len--;
+			}
+		}
+	}
+	if (n < 0)
+		q->failed = q->qp_err = true;
+	/* Also after we gave our half back: the peer's writes may still come until it hears. */
+	if (!q->qp_err)
+		aq_refill(c);
+}
+
+/* Posts [posted, tx_prod) and its pair as one chain; publishes what went. */
+static void aq_flush(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	struct ibv_send_wr wr[3], *bad;
+	struct ibv_sge sg[3];
+	uint64_t pair[2];
+	uint64_t pos = q->posted;
+	int n = 0;
+
+	if (!q->owned || q->failed || pos == c->tx_prod)
+		return;
+	if (q->sq_out + 3 > AQ_SQ || q->fifo_len == AQ_SQ)
+		return; /* the next poll makes room: every caller polls before it waits */
+	memset(wr, 0, sizeof(wr));
+	while (pos < c->tx_prod) {
+		uint64_t off = pos & (c->size - 1);
+		uint64_t len = c->tx_prod - pos;
+
+		if (len > mesh_ring_contig(pos, c->size))
+			len = mesh_ring_contig(pos, c->size);
+		sg[n] = (struct ibv_sge){.addr = (uintptr_t)(c->tx + off), .length = (uint32_t)len, .lkey = q->mr_tx->lkey};
+		wr[n].wr_id = AQ_WR_DATA;
+		wr[n].opcode = IBV_WR_RDMA_WRITE;
+		wr[n].sg_list = &sg[n];
+		wr[n].num_sge = 1;
+		wr[n].wr.rdma.remote_addr = q->peer_rx_addr + off;
+		wr[n].wr.rdma.rkey = q->peer_rx_rkey;
+		wr[n].next = &wr[n + 1];
+		pos += len;
+		n++;
+	}
+	pair[0] = pos;
+	pair[1] = mesh_ring_direct_check(pos);
+	sg[n] = (struct ibv_sge){.addr = (uintptr_t)pair, .length = MESH_RING_DIRECT_LEN};
+	wr[n].wr_id = (pos << 1) | 1;
+	wr[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr[n].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	wr[n].sg_list = &sg[n];
+	wr[n].num_sge = 1;
+	wr[n].imm_data = 0;
+	wr[n].wr.rdma.remote_addr = q->peer_dir_addr;
+	wr[n].wr.rdma.rkey = q->peer_dir_rkey;
+	wr[n].next = NULL;
+	n++;
+	/* Published before the post: rxe does the NIC's work inside ibv_post_send, so the peer may have
+	 * the bytes, read them and credited them to meshd before the post returns, and meshd takes a
+	 * credit only for what it knows was published. A post that fails hands the half back, and
+	 * meshd then writes from what the peer has. */
+	atomic_store_explicit(&c->ctrl->tx_prod, pos, memory_order_release);
+	if (ibv_post_send(q->qp, wr, &bad)) {
+		lib_debug("channel %u: posting our writes failed: %s", c->info.channel_id, strerror(errno));
+		q->failed = true;
+		return;
+	}
+	q->sq_out += (uint32_t)n;
+	q->fifo[(q->fifo_head + q->fifo_len) % AQ_SQ] = (uint8_t)n;
+	q->fifo_len++;
+	q->posted = pos;
+}
+
+/* Done with our QP: whatever we published but could not post is meshd's to post now, and meshd
+ * hears that the half is its own again. */
+static void aq_give_back(mesh_channel_t *c)
+{
+	c->aq->owned = false;
+	c->aq->failed = true;
+	atomic_store_explicit(&c->ctrl->tx_prod, c->tx_prod, memory_order_release);
+	aq_say(c, MESH_AQ_IDLE);
+}
+
+bool aq_owned(const mesh_channel_t *c)
+{
+	return c->aq && c->aq->owned && !c->aq->failed;
+}
+
+uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons)
+{
+	const struct lib_aq *q = c->aq;
+
+	/* Bytes still on the wire are read again by a retransmission: not ours to overwrite. */
+	if (q && q->posted > q->done && q->done < tx_cons)
+		return q->done;
+	return tx_cons;
+}
+
+void aq_progress(mesh_channel_t *c)
+{
+	struct mesh_ring_aq *a;
+	struct lib_aq *q = c->aq;
+	uint32_t v;
+
+	if (!q || (q->state == MESH_AQ_IDLE && (!q->connected || !aq_mine(q))))
+		return;
+	a = mesh_ring_aq(c->ctrl);
+	if (q->state == MESH_AQ_IDLE) {
+		aq_poll(c); /* our half is meshd's; the peer's pairs may still come until it hears */
+		return;
+	}
+	if (!aq_mine(q)) {
+		/* A forked child: the QP is its parent's. It hands the half back (its parent, if it
+		 * still sends, is revoked with it); meshd posts for both from then on. */
+		q->sq_out = 0;
+		aq_give_back(c);
+		return;
+	}
+	if (q->state == MESH_AQ_OFFER && atomic_load_explicit(&a->peer_state, memory_order_acquire) >= MESH_AQ_PEER_INFO) {
+		int ret = aq_connect(c);
+
+		if (ret) {
+			lib_debug("channel %u: connecting our QP failed: %s", c->info.channel_id, strerror(-ret));
+			q->failed = true;
+		} else {
+			q->connected = true;
+			aq_refill(c);
+			aq_say(c, MESH_AQ_READY);
+		}
+	}
+	if (q->connected)
+		aq_poll(c);
+	v = atomic_load_explicit(&a->grant, memory_order_acquire);
+	if (v == MESH_AQ_APP && !q->owned && !q->failed && q->state == MESH_AQ_READY) {
+		uint64_t from = atomic_load_explicit(&a->grant_pos, memory_order_acquire);
+
+		if (from < c->tx_cons || from > c->tx_prod) {
+			lib_debug("channel %u: meshd granted our writes from %" PRIu64 ", outside [%" PRIu64 ", %" PRIu64 "]",
+				  c->info.channel_id, from, c->tx_cons, c->tx_prod);
+			q->failed = true;
+		} else {
+			q->owned = true;
+			q->posted = q->done = from;
+		}
+	} else if (v == MESH_AQ_REVOKED && q->owned) {
+		q->owned = false;
+		q->failed = true; /* not granted again: say IDLE once our writes are out */
+	}
+	if (q->owned)
+		aq_flush(c);
+	if (q->failed && q->state != MESH_AQ_IDLE && (q->sq_out == 0 || q->state == MESH_AQ_OFFER))
+		aq_give_back(c);
+}
+
+/* Publishing in tx_publish: ours to post, and published once posted. */
+void aq_publish(mesh_channel_t *c)
+{
+	aq_flush(c);
+}
+
+int aq_wait_fd(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+
+	if (!q || !q->connected || q->qp_err || !aq_mine(q))
+		return -1;
+	if (!q->armed) {
+		if (ibv_req_notify_cq(q->cq, 0))
+			return -1;
+		q->armed = true;
+	}
+	return q->cch->fd;
+}
+
+void aq_event(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if (!q || !aq_mine(q))
+		return;
+	while (!ibv_get_cq_event(q->cch, &cq, &ctx)) {
+		ibv_ack_cq_events(cq, 1);
+		q->armed = false;
+	}
+}
+
+static uint64_t aq_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void aq_release(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	uint64_t until = aq_now_ms() + AQ_RELEASE_MS;
+
+	if (!q || q->state == MESH_AQ_IDLE || !aq_mine(q))
+		return;
+	/* A clean shutdown: the rest posted, and what we posted out, usually within a poll or two.
+	 * A QP that does not finish in AQ_RELEASE_MS (a peer gone quiet) is left behind: meshd writes
+	 * those bytes again from what the peer's reader has, the same bytes at the same places, and
+	 * nothing more goes our way on this channel to be overwritten by a late one. */
+	aq_flush(c);
+	while ((q->sq_out || (q->owned && q->posted != c->tx_prod)) && q->connected && !q->qp_err &&
+	       aq_now_ms() < until) {
+		sched_yield();
+		aq_poll(c);
+		aq_flush(c);
+	}
+	aq_give_back(c);
+}
+
+void aq_close(mesh_channel_t *c)
+{
+	if (!c->aq)
+		return;
+	if (aq_mine(c->aq))
+		aq_destroy(c->aq);
+	else
+		free(c->aq); /* the parent's verbs objects: not ours to destroy */
+	c->aq = NULL;
+}
