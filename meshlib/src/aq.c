@@ -380,6 +380,23 @@ static void aq_flush(mesh_channel_t *c)
 	q->posted = pos;
 }
 
+/* Stops our QP for good: in the error state it sends nothing more (no retransmission of an old
+ * write can land in the peer's ring after meshd wrote there again, however long the QP's own
+ * retries would have lasted) and every work request still queued completes at once, flushed. */
+static void aq_stop(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	struct ibv_qp_attr qa = {.qp_state = IBV_QPS_ERR};
+
+	q->owned = false;
+	q->failed = true;
+	if (q->connected && !q->qp_err && aq_mine(q)) {
+		if (ibv_modify_qp(q->qp, &qa, IBV_QP_STATE))
+			lib_debug("channel %u: cannot stop our QP: %s", c->info.channel_id, strerror(errno));
+		q->qp_err = true;
+	}
+}
+
 /* Done with our QP: whatever we published but could not post is meshd's to post now, and meshd
  * hears that the half is its own again. */
 static void aq_give_back(mesh_channel_t *c)
@@ -399,8 +416,9 @@ uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons)
 {
 	const struct lib_aq *q = c->aq;
 
-	/* Bytes still on the wire are read again by a retransmission: not ours to overwrite. */
-	if (q && q->posted > q->done && q->done < tx_cons)
+	/* Bytes still on the wire are read again by a retransmission: not ours to overwrite. Once
+	 * nothing is outstanding (all completed, or flushed by a stopped QP) meshd's word stands. */
+	if (q && q->sq_out && q->done < tx_cons)
 		return q->done;
 	return tx_cons;
 }
@@ -451,12 +469,14 @@ void aq_progress(mesh_channel_t *c)
 			q->owned = true;
 			q->posted = q->done = from;
 		}
-	} else if (v == MESH_AQ_REVOKED && q->owned) {
-		q->owned = false;
-		q->failed = true; /* not granted again: say IDLE once our writes are out */
+	} else if (v == MESH_AQ_REVOKED && (q->owned || !q->failed)) {
+		aq_stop(c); /* not granted again: IDLE once its queue is flushed */
+		aq_poll(c);
 	}
 	if (q->owned)
 		aq_flush(c);
+	if (q->failed && !q->qp_err && q->sq_out)
+		aq_stop(c); /* failed otherwise (a post): nothing of it may land later either */
 	if (q->failed && q->state != MESH_AQ_IDLE && (q->sq_out == 0 || q->state == MESH_AQ_OFFER))
 		aq_give_back(c);
 }
@@ -511,9 +531,9 @@ void aq_release(mesh_channel_t *c)
 	if (!q || q->state == MESH_AQ_IDLE || !aq_mine(q))
 		return;
 	/* A clean shutdown: the rest posted, and what we posted out, usually within a poll or two.
-	 * A QP that does not finish in AQ_RELEASE_MS (a peer gone quiet) is left behind: meshd writes
-	 * those bytes again from what the peer's reader has, the same bytes at the same places, and
-	 * nothing more goes our way on this channel to be overwritten by a late one. */
+	 * Then the QP stops (a peer gone quiet: within AQ_RELEASE_MS), and meshd writes whatever did
+	 * not arrive again, from what the peer's reader has. The peer's own writes to us fail from then
+	 * on, and its meshd takes its half back too. */
 	aq_flush(c);
 	while ((q->sq_out || (q->owned && q->posted != c->tx_prod)) && q->connected && !q->qp_err &&
 	       aq_now_ms() < until) {
@@ -521,6 +541,10 @@ void aq_release(mesh_channel_t *c)
 		aq_poll(c);
 		aq_flush(c);
 	}
+	aq_stop(c);
+	for (int i = 0; i < 1000 && q->sq_out && q->connected; i++)
+		aq_poll(c); /* the flushed ones: immediate */
+	q->sq_out = 0;
 	aq_give_back(c);
 }
 

@@ -40,7 +40,8 @@ static void usage(FILE *out)
 		"  channels  one row per open channel: ports, role, its user (the uid it counts against),\n"
 		"            QPs, rail and device, ring, bytes and chunks\n"
 		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
-		"            again, NUMA node of the ring pages (JSON also: rail_moves)\n"
+		"            again, NUMA node of the ring pages (JSON also: rail_moves, writer: who posts\n"
+		"            this side's writes, meshd or app, cluster.app_send)\n"
 		"  ports   one row per listening port: its user and process, channels accepted there\n"
 		"  metrics the node's metrics in Prometheus text format, the same as meshd serves at\n"
 		"          /metrics (cluster.metrics_listen); for node_exporter's textfile collector:\n"
@@ -206,6 +207,8 @@ static const struct field channel_fields[] = {
 	CF("direct_writes", NULL, 0, F_U64, direct_writes),
 	CF("direct_paused", NULL, 0, F_BOOL, direct_paused),
 	CF("pair_hints", NULL, 0, F_U64, pair_hints),
+	CF("writer", NULL, 0, F_STR, writer),
+	CF("peer_app_writes", NULL, 0, F_BOOL, peer_app_writes),
 	CF("numa_node", "NUMA", 6, F_NODE, numa_node),
 	CF("numa_want", NULL, 0, F_NODE, numa_want),
 	CF("tx_pending", NULL, 0, F_U64, tx_pending),

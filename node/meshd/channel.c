@@ -1010,6 +1010,9 @@ static void channel_aq_app(struct channel *ch)
 		ch->aq_app = MESH_AQ_READY;
 	}
 	if (st == MESH_AQ_IDLE) {
+		log_debug("channel %u: the application is done with its own QP (%s, peer's writes %s)", ch->id,
+			  !ch->aq_granted ? "not granted" : ch->resuming ? "resuming" : "granted",
+			  ch->aq_peer_sends ? "its own" : "ours");
 		ch->aq_app = MESH_AQ_IDLE;
 		ch->aq_done = true;
 		if (ch->aq_peer_sends) {
@@ -1985,9 +1988,9 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
  * granted and still the application's. */
 static bool channel_aq_settled(const struct channel *ch)
 {
-	if (!ch->aq_offered || ch->aq_done)
+	if (!ch->aq_offered || (ch->aq_done && !ch->aq_granted && !ch->aq_wait_pos))
 		return true;
-	return ch->aq_granted &&
+	return ch->aq_granted && !ch->aq_revoked &&
 	       atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != MESH_AQ_IDLE;
 }
 
@@ -2363,7 +2366,7 @@ static bool channel_app_moved(const struct channel *ch)
 	return atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->app_tx_prod ||
 	       atomic_load_explicit(&k->rx_cons, memory_order_relaxed) != ch->app_rx_cons ||
 	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut) ||
-	       (ch->aq_offered && !ch->aq_done &&
+	       (ch->aq_offered &&
 		atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != ch->aq_app);
 }
 

@@ -160,6 +160,7 @@ class Pair(netns_test.Cluster):
                     f'  resume_timeout_ms = {args.resume_timeout};\n'
                     '  connect_timeout_ms = 1000;\n  handshake_timeout_ms = 5000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n'
+                    + ('  app_send = "on";\n' if args.app_send else '')
                     + mesh_test.cluster_key(args.build, workdir) + '};\n')
             rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
             f.write("nodes = (\n" + ",\n".join(
@@ -190,6 +191,15 @@ class Pair(netns_test.Cluster):
     def channels(self, i, port=None):
         j = self.ctl(i, "channels") or {}
         return [c for c in j.get("channels", []) if port is None or port in (c["local_port"], c["peer_port"])]
+
+
+def app_writes(p, port):
+    """With --app-send: node 1's application posts the stream's writes itself (meshctl writer), and
+    node 2's meshd takes them from its pairs, within 10 s of the channel's start. True without it."""
+    if not p.a.app_send:
+        return True
+    return wait_until(lambda: [c.get("writer") for c in p.channels(1, port)] == ["app"]
+                      and [c.get("peer_app_writes") for c in p.channels(2, port)] == [True], 10, 0.02)
 
 
 def chan_test(p, node, *args):
@@ -271,6 +281,9 @@ def main():
     ap.add_argument("--addrs1", default="", help="with --devices: node 1's address on each rail")
     ap.add_argument("--addrs2", default="", help="with --devices: node 2's address on each rail")
     ap.add_argument("--meshd-log-level", default="", help="meshd's -l (debug for a failure's whole story)")
+    ap.add_argument("--app-send", action="store_true",
+                    help="cluster.app_send on: each stream's application posts its writes itself until a cut "
+                         "revokes them (checked: every stream starts so)")
     ap.add_argument("--cabled", action="store_true",
                     help="with --devices: the rails are rxe-vm's cabled rails (-c), cut with $RXE_VM_CABLE")
     args = ap.parse_args()
@@ -340,6 +353,9 @@ def main():
                 tx = chan_test(p, 1, "send", 2, port, total, "-R", args.rate, "-r", 1 << 20)
                 if not wait_until(lambda: len(p.channels(1, port)) == 1 and len(p.channels(2, port)) == 1, 10):
                     streams["bad"].append(f"stream on port {port} did not start")
+                elif not app_writes(p, port):
+                    streams["bad"].append(f"stream on port {port}: its application never posted its own writes "
+                                          f"{p.channels(1, port)}")
                 return dict(port=port, rx=rx, tx=tx, total=total)
 
             def end_stream(st, timeout):
@@ -420,6 +436,9 @@ def main():
             tx = chan_test(p, 1, "send", 2, 7500, total, "-R", args.rate, "-r", 1 << 20)
             ok = wait_until(lambda: len(p.channels(1, 7500)) == 1 and len(p.channels(2, 7500)) == 1, 10)
             check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
+            if args.app_send:
+                check(app_writes(p, 7500), "cluster.app_send: its application posts its writes itself, until the "
+                      "first outage revokes them", str(p.channels(1, 7500)))
             t_down, t_back, t_moving, seen = [], [], [], set()
             resumed, rewritten = {1: 0, 2: 0}, {1: 0, 2: 0}
             before = {i: p.ctl(i, "node") or {} for i in (1, 2)}
