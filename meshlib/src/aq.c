@@ -487,6 +487,11 @@ void aq_publish(mesh_channel_t *c)
 	aq_flush(c);
 }
 
+int aq_fd(const mesh_channel_t *c)
+{
+	return c->aq && aq_mine(c->aq) ? c->aq->cch->fd : -1;
+}
+
 int aq_wait_fd(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;

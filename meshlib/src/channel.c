@@ -661,9 +661,10 @@ MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
 		ret = -errno;
 		goto err_close_epoll;
 	}
-	/* With a QP of our own, the peer's writes wake us through its completion channel. */
+	/* With a QP of our own, the peer's writes wake us through its completion channel (armed before
+	 * each last look: chan_arm). */
 	ev.events = EPOLLIN;
-	if (c->aq && aq_wait_fd(c) >= 0 && epoll_ctl(fd, EPOLL_CTL_ADD, aq_wait_fd(c), &ev)) {
+	if (aq_fd(c) >= 0 && epoll_ctl(fd, EPOLL_CTL_ADD, aq_fd(c), &ev)) {
 		ret = -errno;
 		goto err_close_epoll;
 	}

@@ -124,6 +124,8 @@ bool aq_owned(const mesh_channel_t *c);
 void aq_publish(mesh_channel_t *c);
 /* The TX position we may overwrite up to, given meshd's tx_cons. */
 uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons);
+/* The completion channel's fd, for an epoll set made before our QP is connected (-1: none). */
+int aq_fd(const mesh_channel_t *c);
 /* Before sleeping: arms the CQ and returns its completion channel's fd (-1: none to wait on). */
 int aq_wait_fd(mesh_channel_t *c);
 /* After the fd was readable: takes its events. */

@@ -54,11 +54,17 @@ def main():
     ap.add_argument("--tcp-only-addrs", default="")
     ap.add_argument("--polling", choices=["adaptive", "busy", "event"], default=None,
                     help="cluster.polling of every meshd (default: meshd's own, adaptive)")
+    ap.add_argument("--app-send", action="store_true",
+                    help="cluster.app_send on: applications post their own writes (checked on the ping-pongs)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
+    args.cluster_extra = ""
     if args.polling:
-        args.cluster_extra = f'  polling = "{args.polling}";\n'
+        args.cluster_extra += f'  polling = "{args.polling}";\n'
         print(f"# meshd polling: {args.polling}")
+    if args.app_send:
+        args.cluster_extra += '  app_send = "on";\n'
+        print("# cluster.app_send on: applications post their own writes")
     chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
     rings = [int(r) for r in args.rings.split(",")]
     workdir = tempfile.mkdtemp(prefix="mesh-chtest-")
@@ -179,7 +185,8 @@ def main():
         def direct_seen():
             for ch in channels(1):
                 if ch["peer_port"] == 7050:
-                    direct[ch["id"]] = ch.get("direct_writes", 0)
+                    # With app_send the application writes the pairs itself: meshctl says who writes.
+                    direct[ch["id"]] = ch.get("writer") == "app" if args.app_send else ch.get("direct_writes", 0)
             return any(direct.values())
         trips = ping_pong(7050, secs_want, direct_seen)
         check(trips > 0, f"{trips} round trips of 64 B in {secs_want} s, every byte checked")
@@ -187,7 +194,11 @@ def main():
         # anything seen since (tens to hundreds per tick, VM and sanitizers included).
         check(trips >= 5 * secs_want * 1000 / tick_ms,
               f"the exchange is not paced by meshd's {tick_ms} ms timer: {trips} round trips in {secs_want} s")
-        check(any(direct.values()), f"the sender's meshd wrote direct pairs (meshctl direct_writes {direct})")
+        if args.app_send:
+            check(any(direct.values()), f"the sender's application posted its own writes and pairs (meshctl writer "
+                  f"app: {direct})")
+        else:
+            check(any(direct.values()), f"the sender's meshd wrote direct pairs (meshctl direct_writes {direct})")
 
         # 2c. pairs on demand: the same ping-pong with both applications asleep in the kernel until
         # their meshd wakes them (MESH_SPIN_US=0). No byte is ever read through a pair, so each
@@ -203,11 +214,25 @@ def main():
                         if ch.get("direct_paused"):
                             paused.add(i)
             return paused == {1, 2}
-        trips = ping_pong(7051, 2, pairs_paused, dict(os.environ, MESH_SPIN_US="0"))
+        apps = set()
+
+        def apps_write():
+            # With app_send both applications post their own writes, and a reader asleep is woken by
+            # its own QP's completion channel (the pair's immediate): no meshd on the way at all.
+            for i in (1, 2):
+                for ch in channels(i):
+                    if 7051 in (ch["peer_port"], ch["local_port"]) and ch.get("writer") == "app":
+                        apps.add(i)
+            return apps == {1, 2}
+        trips = ping_pong(7051, 2, apps_write if args.app_send else pairs_paused, dict(os.environ, MESH_SPIN_US="0"))
         check(trips > 0, f"{trips} round trips of 64 B with both readers asleep, every byte checked")
-        check(paused == {1, 2} and sum(hints.values()) >= 2,
-              f"readers asleep: each meshd asked its peer for no direct pairs, and each writes none "
-              f"(direct_paused seen on nodes {sorted(paused)}, pair_hints {hints})")
+        if args.app_send:
+            check(apps == {1, 2}, f"readers asleep: both applications post their own writes (meshctl writer app on "
+                  f"nodes {sorted(apps)}), each woken by its own QP's completions")
+        else:
+            check(paused == {1, 2} and sum(hints.values()) >= 2,
+                  f"readers asleep: each meshd asked its peer for no direct pairs, and each writes none "
+                  f"(direct_paused seen on nodes {sorted(paused)}, pair_hints {hints})")
 
         # 3. errors at connect
         rep = meshring.connect_reply(c.nodes[1]["sock"], 999, 7000)
