@@ -343,6 +343,23 @@ static int fake_poll(xport_t *x, struct xport_event *evs, int max)
 	return n;
 }
 
+static int fake_path(xport_conn_t *c, struct xport_path *out)
+{
+	struct fake_xport *fx = (struct fake_xport *)c->xport;
+
+	if (!fx->path_ok)
+		return -EOPNOTSUPP;
+	memset(out, 0, sizeof(*out));
+	strcpy(out->dev, "fake0");
+	out->port = 1;
+	out->sgid_index = 1;
+	out->path_mtu = 3; /* IBV_MTU_1024 */
+	out->hop_limit = 64;
+	out->ack_timeout = 14;
+	memset(out->dgid, 0xab, sizeof(out->dgid));
+	return 0;
+}
+
 static int fake_probe(const char *addr)
 {
 	(void)addr;
@@ -369,6 +386,7 @@ const struct xport_ops fake_xport_ops = {
 	.post_write_imm = fake_post_write_imm,
 	.post_read = fake_post_read,
 	.poll = fake_poll,
+	.path = fake_path,
 };
 
 struct fake_xport *fake_xport_new(void)

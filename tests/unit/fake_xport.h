@@ -112,6 +112,8 @@ struct fake_xport {
 	struct fake_fail fail_mr_reg;
 	struct fake_fail fail_post_send;
 	struct fake_fail fail_post_write; /* WRITE_WITH_IMM */
+	/* xport_path answers (device "fake0", port 1) when set, else -EOPNOTSUPP as the tcp provider */
+	bool path_ok;
 	struct fake_fail fail_post_plain_write; /* WRITE without immediate (direct pairs, keepalives) */
 	struct fake_fail fail_post_recv;
 	struct fake_fail fail_accept;

@@ -3357,6 +3357,284 @@ static void channel_link_down__open_channel__econnreset_freed_when_app_closes(vo
 	mt_finish(&c->t);
 }
 
+/* ---- application-posted writes (cluster.app_send, ring.h AQ area) ------------------------------ */
+
+#define AQ_QPN 0x1234u
+#define AQ_PSN 0x777u
+
+/* cluster.app_send on, and a provider with paths: channels opened from now on are offered. */
+static void aq_on(struct ct *c)
+{
+	c->t.fx->path_ok = true;
+	strcpy(c->t.cfg.app_send, "on");
+}
+
+static void peer_app_qp(struct ct *c, const struct chan *h, uint32_t state, uint64_t pos)
+{
+	PeerMsg m = PEER_MSG__INIT;
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+
+	a.slot = h->slot;
+	a.state = state;
+	a.pos = pos;
+	if (state == 1) {
+		a.qpn = 0x4321;
+		a.psn = 0x99;
+		a.rx_addr = 0x10000;
+		a.rx_rkey = 0x55;
+		a.dir_addr = 0x20000;
+		a.dir_rkey = 0x66;
+	}
+	m.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
+	m.channel_app_qp = &a;
+	peer_msg(c, &m);
+}
+
+/* Our application's QP: its keys, then the state, then the kick (as libmesh's aq.c does). */
+static void app_aq_say(struct ct *c, struct chan *h, uint32_t state, uint32_t qpn)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(h->app->ctrl);
+
+	q->qpn = qpn;
+	q->psn = AQ_PSN;
+	q->rx_addr = 0x30000;
+	q->rx_rkey = 0x77;
+	q->dir_addr = 0x40000;
+	q->dir_rkey = 0x88;
+	atomic_store_explicit(&q->app_state, state, memory_order_release);
+	app_kick(c, h);
+}
+
+static uint32_t sent_aq_state(struct ct *c, size_t from, size_t nth, uint64_t *pos)
+{
+	PeerMsg *m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_APP_QP, nth);
+	uint32_t st;
+
+	if (!m)
+		return 0;
+	st = m->channel_app_qp->state;
+	if (pos)
+		*pos = m->channel_app_qp->pos;
+	mesh_peer_msg_free(m);
+	return st;
+}
+
+/* Both applications offered and connected their QPs: meshd grants ours the sending half. */
+static void aq_granted(struct ct *c, struct chan *h)
+{
+	size_t from = c->t.fx->n_posts;
+	struct mesh_ring_aq *q = mesh_ring_aq(h->app->ctrl);
+	uint64_t pos = 99;
+
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_INFO);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 1);
+	assert_int_equal(sent_aq_state(c, from, 1, NULL), 2);
+	assert_int_equal(sent_aq_state(c, from, 2, &pos), 3);
+	assert_int_equal(pos, h->app->tx_prod);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_int_equal(atomic_load(&q->grant_pos), h->app->tx_prod);
+	complete_sends(c);
+}
+
+static void channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_takes_credits(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct mesh_ring_aq *q;
+	PeerMsg *m;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	/* The offer: the rail's path, read off meshd's own QP. */
+	assert_int_equal(q->path_valid, 1);
+	assert_string_equal(q->dev, "fake0");
+	assert_int_equal(q->port, 1);
+	assert_int_equal(q->dgid[0], 0xab);
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_APP_QP, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_app_qp->slot, PEER_SLOT);
+	assert_int_equal(m->channel_app_qp->qpn, AQ_QPN);
+	assert_int_equal(m->channel_app_qp->psn, AQ_PSN);
+	assert_int_equal(m->channel_app_qp->rx_rkey, 0x77);
+	assert_int_equal(m->channel_app_qp->dir_rkey, 0x88);
+	mesh_peer_msg_free(m);
+	/* The peer's offer lands in our application's page. */
+	peer_app_qp(c, h, 1, 0);
+	assert_int_equal(q->peer_qpn, 0x4321);
+	assert_int_equal(q->peer_psn, 0x99);
+	assert_int_equal(q->peer_rx_rkey, 0x55);
+	assert_int_equal(q->peer_dir_addr, 0x20000);
+	/* Not granted before both are ready. */
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	from = c->t.fx->n_posts;
+	peer_app_qp(c, h, 2, 0);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_READY);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 3);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	complete_sends(c);
+	/* Our application posts: meshd writes nothing of its bytes, yet counts them and takes the
+	 * peer's credit for them. */
+	from = c->t.fx->n_posts;
+	app_write(h, 1000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	peer_credit(c, h, 1000);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(chn(c, h)->tx_bytes, 1000);
+	assert_int_equal(ring_tx_cons(h), 1000);
+	assert_string_equal(chn(c, h)->aq_granted ? "app" : "meshd", "app");
+	mt_finish(&c->t);
+}
+
+static void channel_app_send__granted__tx_space_ends_at_the_readers_credit(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	aq_granted(c, h);
+	app_write(h, 3000);
+	app_kick(c, h);
+	/* Placed all, read 1000: the application may not write past 1000 + a ring (it posts into the
+	 * peer's ring itself, where only the reader's position bounds it). */
+	peer_credit_placed(c, h, 1000, 3000);
+	assert_int_equal(ring_tx_cons(h), 1000);
+	mt_finish(&c->t);
+}
+
+static void channel_app_send__hostile_qp_words__channel_broken_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h, *h2;
+
+	ct_init(c, 2);
+	aq_on(c);
+	/* a QP number beyond 24 bits */
+	h = open_out(c, RING, 2, PEER_SLOT);
+	app_aq_say(c, h, MESH_AQ_OFFER, 1u << 24);
+	expect_broken(c, h, -EPROTO);
+	/* a state that goes back */
+	h2 = open_out(c, RING, 2, PEER_SLOT + 1);
+	app_aq_say(c, h2, MESH_AQ_OFFER, AQ_QPN);
+	app_aq_say(c, h2, MESH_AQ_READY, AQ_QPN);
+	app_aq_say(c, h2, MESH_AQ_OFFER, AQ_QPN);
+	expect_broken(c, h2, -EPROTO);
+	/* a state beyond IDLE: the first channel is broken already; a third one */
+	h = open_out(c, RING, 2, PEER_SLOT + 2);
+	app_aq_say(c, h, 7, AQ_QPN);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_app_send__peer_sends_from_an_unfit_position__channel_broken(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	/* SENDING before its application said READY */
+	peer_app_qp(c, h, 3, 0);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
+static void channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	aq_granted(c, h);
+	app_write(h, 3000);
+	app_kick(c, h);
+	/* The application's QP failed after 1000 of its 3000 bytes arrived: it says IDLE. */
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 4); /* HANDBACK */
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
+	assert_int_equal(write_count(c, h, from, false), 0); /* nothing before the peer says where */
+	complete_sends(c);
+	/* The peer read the pair: 1000 arrived. meshd writes the rest from the application's TX. */
+	from = c->t.fx->n_posts;
+	peer_app_qp(c, h, 5, 1000);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_true(write_count(c, h, from, false) > 0);
+	complete_data(c, h, from);
+	/* Bytes 1000..3000 are in the peer's ring now, written by meshd from the application's TX. */
+	check_peer_ring(h, 1000, 3000);
+	assert_int_equal(chn(c, h)->rewritten_bytes, 2000);
+	assert_false(chn(c, h)->aq_granted);
+	mt_finish(&c->t);
+}
+
+static void channel_app_send__peer_application_writes__rx_follows_its_pair_within_the_credit(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_direct *d;
+	struct chan *h;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	peer_app_qp(c, h, 3, 0); /* its application posts from 0 */
+	d = mesh_ring_direct(h->app->ctrl);
+	/* Its application's pair at 500: meshd's rx_bytes and counters follow at the next pump. */
+	atomic_store(&d->pos, 500);
+	atomic_store(&d->check, mesh_ring_direct_check(500));
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 500);
+	assert_int_equal(chn(c, h)->rx_bytes_total, 500);
+	assert_int_equal(ring_rx_prod(h), 500);
+	/* A pair past the reader's credit (a ring beyond what it consumed) is ignored, as is a torn one. */
+	atomic_store(&d->pos, RING + 1);
+	atomic_store(&d->check, mesh_ring_direct_check(RING + 1));
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 500);
+	atomic_store(&d->pos, 700);
+	atomic_store(&d->check, mesh_ring_direct_check(701));
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 500);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+static void channel_app_send__tcp_provider__nothing_offered(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	strcpy(c->t.cfg.app_send, "on"); /* but the provider has no paths, as tcp */
+	h = open_out(c, RING, 2, PEER_SLOT);
+	assert_int_equal(mesh_ring_aq(h->app->ctrl)->path_valid, 0);
+	assert_false(chn(c, h)->aq_offered);
+	mt_finish(&c->t);
+}
+
 static void channel_link_down__opening_channel__client_told_econnreset(void **state)
 {
 	struct ct *c = *state;
@@ -4208,6 +4486,13 @@ static const struct CMUnitTest tests[] = {
 	T(channel_post_data__qp_refuses__channel_resumes_after_the_links_event),
 	T(channel_tick__qp_refused_and_link_stays_up__econnreset_naming_it),
 	T(channel_link_down__open_channel__econnreset_freed_when_app_closes),
+	T(channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_takes_credits),
+	T(channel_app_send__granted__tx_space_ends_at_the_readers_credit),
+	T(channel_app_send__hostile_qp_words__channel_broken_eproto),
+	T(channel_app_send__peer_sends_from_an_unfit_position__channel_broken),
+	T(channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there),
+	T(channel_app_send__peer_application_writes__rx_follows_its_pair_within_the_credit),
+	T(channel_app_send__tcp_provider__nothing_offered),
 	T(channel_link_down__opening_channel__client_told_econnreset),
 	T(channel_on_imm__data_before_accept__kept_until_accept),
 	T(channel_on_lifeline__send_buffers_busy__close_sent_once_one_frees),
