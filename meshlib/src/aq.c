@@ -487,6 +487,11 @@ void aq_publish(mesh_channel_t *c)
 	aq_flush(c);
 }
 
+bool aq_connected(const mesh_channel_t *c)
+{
+	return c->aq && c->aq->connected && !c->aq->qp_err;
+}
+
 int aq_fd(const mesh_channel_t *c)
 {
 	return c->aq && aq_mine(c->aq) ? c->aq->cch->fd : -1;

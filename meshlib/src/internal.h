@@ -70,6 +70,7 @@ struct mesh_channel {
 	bool meshd_gone;  /* the lifeline hung up */
 	bool shut_wr;     /* mesh_shutdown was called */
 	uint32_t spin_us; /* a blocking call polls this long before it sleeps (ring.h spin_us) */
+	bool spin_env;    /* spin_us came from MESH_SPIN_US: nothing raises it */
 	struct lib_aq *aq; /* our own QP for the sending half (aq.c), NULL when meshd posts it all */
 
 	struct mesh_channel_info info;
@@ -126,6 +127,8 @@ void aq_publish(mesh_channel_t *c);
 uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons);
 /* The completion channel's fd, for an epoll set made before our QP is connected (-1: none). */
 int aq_fd(const mesh_channel_t *c);
+/* Whether our QP is connected: the peer's bytes come without any meshd (a longer spin pays). */
+bool aq_connected(const mesh_channel_t *c);
 /* Before sleeping: arms the CQ and returns its completion channel's fd (-1: none to wait on). */
 int aq_wait_fd(mesh_channel_t *c);
 /* After the fd was readable: takes its events. */

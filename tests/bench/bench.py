@@ -150,7 +150,8 @@ class Bench:
         """Servers left by a failed measurement must not disturb the next one."""
         keep = []
         for p in self.background:
-            if p in (getattr(self, "server_proc", None), getattr(self, "server_off_proc", None)) and p.poll() is None:
+            if p in (getattr(self, "server_proc", None), getattr(self, "server_off_proc", None),
+                     getattr(self, "server_app_proc", None)) and p.poll() is None:
                 keep.append(p)
             elif p.poll() is None:
                 self.log(f"killing leftover pid {p.pid}: {p.args}")
@@ -217,15 +218,20 @@ class Bench:
         # Two meshes of two meshd each, alike but for cluster.direct_receive: meshd 1 and 2 with it on
         # (the default), meshd 3 and 4 (nodes 1 and 2 of the second) with it off, so that the latency
         # with and without direct receive is measured in the same rounds.
+        # Over rdma a third (meshd 5 and 6) with cluster.app_send on: the applications post their own
+        # writes, so that the data path without a meshd hop is measured in the same rounds.
         confs = {}
-        for direct, port in (("on", a.mesh_port), ("off", a.mesh_port + 2)):
-            confs[direct] = conf if direct == "on" else os.path.join(self.work, "mesh-direct-off.conf")
+        kinds = (("on", a.mesh_port), ("off", a.mesh_port + 2)) + ((("app", a.mesh_port + 4),) if a.mode == "rdma" else ())
+        for direct, port in kinds:
+            confs[direct] = {"on": conf, "off": os.path.join(self.work, "mesh-direct-off.conf"),
+                             "app": os.path.join(self.work, "mesh-app-send.conf")}[direct]
             with open(confs[direct], "w") as f:
                 f.write("cluster = {\n  name = \"bench\";\n"
                         f"  transport = \"{a.mode}\";\n  qps_per_link = {a.qps};\n"
                         "  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n"
                         "  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n"
-                        f"  polling = \"{a.polling}\";\n  direct_receive = \"{direct}\";\n"
+                        f"  polling = \"{a.polling}\";\n  direct_receive = \"{'off' if direct == 'off' else 'on'}\";\n"
+                        + ("  app_send = \"on\";\n" if direct == "app" else "")
                         + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
                         + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
                         + ("  numa = 0;\n" if a.numa_compare else "")
@@ -234,10 +240,10 @@ class Bench:
                         f"  {{ id = 1; addr = \"{a.addr}\"; port = {port}; }},\n"
                         f"  {{ id = 2; addr = \"{a.addr}\"; port = {port + 1}; }}\n);\n")
         shutil.copy(conf, os.path.join(self.out, "mesh.conf"))
-        for i in (1, 2, 3, 4):
+        for i in range(1, 2 * len(kinds) + 1):
             sock = os.path.join(self.work, f"meshd{i}.sock")
             log = open(os.path.join(self.work, f"meshd{i}.log"), "w")
-            cmd = [self.bin("node/meshd"), "-c", confs["on" if i <= 2 else "off"], "-n", str(2 - i % 2), "-s", sock]
+            cmd = [self.bin("node/meshd"), "-c", confs[kinds[(i - 1) // 2][0]], "-n", str(2 - i % 2), "-s", sock]
             self.log("$ (background)", " ".join(cmd))
             self.meshd_procs[i] = dict(proc=subprocess.Popen(cmd, stdout=log, stderr=log), sock=sock,
                                        log=log.name)
@@ -306,7 +312,7 @@ class Bench:
         return [self.bin("meshlib/meshbench"), "-s", self.meshd_procs[node]["sock"], "-j", *args, "1", str(port)]
 
     def meshbench(self, tool, server_port, test, sizes, *extra):
-        node = 4 if tool == "meshbench-direct-off" else 2
+        node = {"meshbench-direct-off": 4, "meshbench-app": 6}.get(tool, 2)
         cmd = self.meshbench_client_cmd(server_port, "-t", test, "-m", ",".join(str(s) for s in sizes), *extra,
                                         node=node)
         budget = 120 + len(sizes) * (self.a.duration * 3 + 60)
@@ -607,6 +613,7 @@ class Bench:
         self.say("link UP")
         self.server_proc, port = self.meshbench_server()
         self.server_off_proc, port_off = self.meshbench_server(3)
+        self.server_app_proc, port_app = self.meshbench_server(5) if a.mode == "rdma" else (None, None)
         d = ["-D", str(a.duration)]
         if a.numa_compare:
             # Both meshd have numa = 0: data-path threads and the server's rings on node 0. The client
@@ -619,9 +626,10 @@ class Bench:
                              "-N", "1", *d)
                 self.say(f"round {r + 1} of {a.rounds} done")
             self.round = None
-            for p in (self.server_proc, self.server_off_proc):
-                p.terminate()
-                self.finish(p, "meshbench server", 30)
+            for p in (self.server_proc, self.server_off_proc, self.server_app_proc):
+                if p:
+                    p.terminate()
+                    self.finish(p, "meshbench server", 30)
             return
         rdma = a.mode == "rdma"
         tcp_bw, tcp_lat = ((lambda: self.rstream(True, "bw", 65536)), (lambda: self.rstream(True, "lat", 64))) \
@@ -649,6 +657,10 @@ class Bench:
             self.attempt("meshbench lat, direct receive off", self.meshbench, "meshbench-direct-off", port_off, "lat",
                          [64], "-n", str(a.lat_iters))
             if rdma:
+                self.attempt("meshbench bw 64K, app_send", self.meshbench, "meshbench-app", port_app, "bw", [65536], *d)
+                self.attempt("meshbench lat, app_send", self.meshbench, "meshbench-app", port_app, "lat", [64], "-n",
+                             str(a.lat_iters))
+            if rdma:
                 self.attempt("ib_write_lat 64", self.ib_write_lat, 64)
                 self.attempt("rstream lat", self.rstream, False, "lat", 64)
             self.attempt("tcp lat", tcp_lat)
@@ -671,15 +683,17 @@ class Bench:
             self.attempt("profile bw 4K", self.profile, port, "bw", 4096)
             self.attempt("profile rate 64", self.profile, port, "rate", 64)
             self.say("profile done")
-        for p in (self.server_proc, self.server_off_proc):
-            p.terminate()
-            self.finish(p, "meshbench server", 30)
+        for p in (self.server_proc, self.server_off_proc, self.server_app_proc):
+            if p:
+                p.terminate()
+                self.finish(p, "meshbench server", 30)
 
     # ---- report ----
 
     NAMES = {"meshbench": "channel (meshbench)", "meshbench-check": "channel (meshbench -c, every byte checked)",
              "meshbench-poll": "channel (meshbench -p, apps busy-poll)", "ib_write_bw": "ib_write_bw -R (perftest)",
              "meshbench-direct-off": "channel, cluster.direct_receive = off",
+             "meshbench-app": "channel, cluster.app_send = on (apps post)",
              "floor-direct": "floor, direct receive (ib_write_lat + 1 hop)",
              "ib_write_lat": "ib_write_lat -R (perftest)", "rstream": "rstream -T b (rsocket)",
              "tcp": "TCP over loopback (rstream -T s -T b)",
@@ -802,6 +816,17 @@ class Bench:
                   "typ_us", "typ_us")
         ratio("channel half-RTT @64 B, direct receive on / off", ml, ("meshbench-direct-off", "lat", 64), "typ_us",
               "typ_us")
+        if a.mode == "rdma":
+            # cluster.app_send: no meshd between the applications; the floor of that data path is
+            # ib_write_lat itself (two processes posting and polling), so this is also its floor ratio.
+            mab, mal = ("meshbench-app", "bw", 65536), ("meshbench-app", "lat", 64)
+            ratio("app_send: channel bw @64 KiB / ib_write_bw @64 KiB", mab, ("ib_write_bw", "bw", 65536), "mb_s",
+                  "mb_s")
+            ratio("app_send: channel bw @64 KiB / rstream bw @64 KiB", mab, ("rstream", "bw", 65536), "mb_s", "mb_s")
+            ratio("app_send: half-RTT @64 B / ib_write_lat @64 B (its floor)", mal, ("ib_write_lat", "lat", 64),
+                  "typ_us", "typ_us")
+            ratio("app_send: half-RTT @64 B / rstream @64 B (average)", mal, ("rstream", "lat", 64), "avg_us", "avg_us")
+            ratio("app_send: half-RTT @64 B / through meshd (typical)", mal, ml, "typ_us", "typ_us")
         for p in self.profiles:
             w("")
             w(f"profile: meshbench {p['test']} {fmt_size(p['size'])}, {p['seconds']:.1f} s sampled mid-run")
@@ -900,7 +925,8 @@ def main():
         b.failures.append(str(e))
         b.say(f"FAILED: {e}")
     finally:
-        for p in [getattr(b, "server_proc", None), getattr(b, "server_off_proc", None)]:
+        for p in [getattr(b, "server_proc", None), getattr(b, "server_off_proc", None),
+                  getattr(b, "server_app_proc", None)]:
             if p and p.poll() is None:
                 p.kill()
                 p.wait()
