@@ -110,6 +110,18 @@ static void check_peer_msg_in_range(const PeerMsg *m)
 	case PEER_MSG__BODY_LINK_ACK:
 		FUZZ_CHECK(m->link_ack != NULL);
 		break;
+	case PEER_MSG__BODY_AUTH_PROOF:
+		FUZZ_CHECK(m->auth_proof != NULL && m->auth_proof->mac.len == MESH_AUTH_MAC_LEN);
+		break;
+	case PEER_MSG__BODY_CHANNEL_APP_QP: {
+		const ChannelAppQp *a = m->channel_app_qp;
+
+		FUZZ_CHECK(a != NULL && a->slot < MESH_CHANNEL_SLOTS && a->state >= 1 && a->state <= 6);
+		FUZZ_CHECK(a->qpn <= 0xffffff && a->psn <= 0xffffff);
+		FUZZ_CHECK(a->state != 1 || (a->rx_addr && a->rx_rkey && a->dir_rkey && a->dir_addr &&
+					     a->dir_addr + MESH_RING_DIRECT_LEN > a->dir_addr));
+		break;
+	}
 	default:
 		FUZZ_CHECK(!"decoded peer message has no known body");
 	}
@@ -207,6 +219,18 @@ static void check_same_peer_msg(const PeerMsg *a, const PeerMsg *b)
 		break;
 	case PEER_MSG__BODY_LINK_ACK:
 		break;
+	case PEER_MSG__BODY_AUTH_PROOF:
+		FUZZ_CHECK(a->auth_proof->mac.len == b->auth_proof->mac.len &&
+			   !memcmp(a->auth_proof->mac.data, b->auth_proof->mac.data, a->auth_proof->mac.len));
+		break;
+	case PEER_MSG__BODY_CHANNEL_APP_QP: {
+		const ChannelAppQp *x = a->channel_app_qp, *y = b->channel_app_qp;
+
+		FUZZ_CHECK(x->slot == y->slot && x->state == y->state && x->qpn == y->qpn && x->psn == y->psn);
+		FUZZ_CHECK(x->rx_addr == y->rx_addr && x->rx_rkey == y->rx_rkey && x->dir_addr == y->dir_addr);
+		FUZZ_CHECK(x->dir_rkey == y->dir_rkey && x->pos == y->pos);
+		break;
+	}
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
 	}
@@ -233,6 +257,8 @@ struct peer_msg_copy {
 	RailDown rail_down;
 	RailUp rail_up;
 	LinkAck link_ack;
+	AuthProof auth_proof;
+	ChannelAppQp channel_app_qp;
 };
 
 static void peer_msg_copy_init(struct peer_msg_copy *c)
@@ -254,6 +280,8 @@ static void peer_msg_copy_init(struct peer_msg_copy *c)
 		.rail_down = RAIL_DOWN__INIT,
 		.rail_up = RAIL_UP__INIT,
 		.link_ack = LINK_ACK__INIT,
+		.auth_proof = AUTH_PROOF__INIT,
+		.channel_app_qp = CHANNEL_APP_QP__INIT,
 	};
 }
 
@@ -375,6 +403,22 @@ static void peer_msg_copy_values(const PeerMsg *m, struct peer_msg_copy *c)
 		break;
 	case PEER_MSG__BODY_LINK_ACK:
 		c->msg.link_ack = &c->link_ack;
+		break;
+	case PEER_MSG__BODY_AUTH_PROOF:
+		c->auth_proof.mac = m->auth_proof->mac;
+		c->msg.auth_proof = &c->auth_proof;
+		break;
+	case PEER_MSG__BODY_CHANNEL_APP_QP:
+		c->channel_app_qp.slot = m->channel_app_qp->slot;
+		c->channel_app_qp.state = m->channel_app_qp->state;
+		c->channel_app_qp.qpn = m->channel_app_qp->qpn;
+		c->channel_app_qp.psn = m->channel_app_qp->psn;
+		c->channel_app_qp.rx_addr = m->channel_app_qp->rx_addr;
+		c->channel_app_qp.rx_rkey = m->channel_app_qp->rx_rkey;
+		c->channel_app_qp.dir_addr = m->channel_app_qp->dir_addr;
+		c->channel_app_qp.dir_rkey = m->channel_app_qp->dir_rkey;
+		c->channel_app_qp.pos = m->channel_app_qp->pos;
+		c->msg.channel_app_qp = &c->channel_app_qp;
 		break;
 	default:
 		FUZZ_CHECK(!"peer message has no known body");
