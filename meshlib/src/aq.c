@@ -370,7 +370,11 @@ static void aq_flush(mesh_channel_t *c)
 	 * meshd then writes from what the peer has. */
 	atomic_store_explicit(&c->ctrl->tx_prod, pos, memory_order_release);
 	if (ibv_post_send(q->qp, wr, &bad)) {
+		/* Those before `bad` were posted: their completions (flushed, once the QP stops) are
+		 * counted down like any. */
 		lib_debug("channel %u: posting our writes failed: %s", c->info.channel_id, strerror(errno));
+		for (int i = 0; i < n && bad != &wr[i]; i++)
+			q->sq_out++;
 		q->failed = true;
 		return;
 	}

@@ -84,7 +84,10 @@ def main():
     ap.add_argument("--addrs", default="127.0.0.1 127.0.0.2")
     ap.add_argument("-n", "--requests", type=int, default=100000)
     ap.add_argument("--rtt-count", type=int, default=5000)
+    ap.add_argument("--app-send", action="store_true",
+                    help="cluster.app_send on (rdma): the preloaded programs post their own writes")
     a = ap.parse_args()
+    a.cluster_extra = '  app_send = "on";\n' if a.app_send else ""
     a.build = os.path.abspath(a.build)
     a.preload = os.path.join(a.build, "meshlib", "preload", "libmesh_preload.so")
     a.preload_env = a.preload
@@ -135,7 +138,7 @@ def main():
 
     base = rows[0]
     print(f"redis-benchmark requests/s, {a.transport} mesh between {m.addr[1]} and {m.addr[2]}"
-          f" (ratio to kernel TCP in brackets)")
+          + (", cluster.app_send on" if a.app_send else "") + " (ratio to kernel TCP in brackets)")
     print(f"{'CASE':<22} {'CLIENTS':>7} " + " ".join(f"{t:>20}" for t in ("PING_INLINE", "PING_MBULK", "SET", "GET")))
     for name, r50, r1 in rows:
         for clients, res, ref in ((50, r50, base[1]), (1, r1, base[2])):

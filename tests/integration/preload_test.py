@@ -61,7 +61,7 @@ class Mesh:
                     f'  transport = "{a.transport}";\n  qps_per_link = 2;\n'
                     '  keepalive_interval_ms = 500;\n  keepalive_timeout_ms = 5000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 1000;\n  log_level = "info";\n'
-                    + mesh_test.cluster_key(a.build, workdir) + '};\n')
+                    + getattr(a, "cluster_extra", "") + mesh_test.cluster_key(a.build, workdir) + '};\n')
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "{self.addr[i]}"; port = {a.port + i}; }}' for i in (1, 2)) + "\n);\n")
 
