@@ -485,12 +485,6 @@ void aq_progress(mesh_channel_t *c)
 		aq_give_back(c);
 }
 
-/* Publishing in tx_publish: ours to post, and published once posted. */
-void aq_publish(mesh_channel_t *c)
-{
-	aq_flush(c);
-}
-
 bool aq_connected(const mesh_channel_t *c)
 {
 	return c->aq && c->aq->connected && !c->aq->qp_err;

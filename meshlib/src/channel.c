@@ -130,13 +130,15 @@ static int ctrl_check(mesh_channel_t *c, uint32_t id)
 	return 0;
 }
 
-/* MESH_SPIN_US (a number of microseconds) wins over meshd's hint; both are capped. */
-static uint32_t spin_budget(uint32_t hint)
+/* MESH_SPIN_US (a number of microseconds) wins over meshd's hint; both are capped. *from_env: the
+ * environment decided (nothing raises the budget then). */
+static uint32_t spin_budget(uint32_t hint, bool *from_env)
 {
 	const char *env = getenv("MESH_SPIN_US");
 	unsigned long v = hint;
 
-	if (env && *env) {
+	*from_env = env && *env;
+	if (*from_env) {
 		char *end;
 
 		errno = 0;
@@ -188,8 +190,7 @@ int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_
 	c->wake = fds[CTL_FD_WAKE];
 	c->epfd = -1;
 	atomic_store_explicit(&c->ctrl->app_flags, 0, memory_order_release);
-	c->spin_us = spin_budget(c->ctrl->spin_us);
-	c->spin_env = getenv("MESH_SPIN_US") && *getenv("MESH_SPIN_US");
+	c->spin_us = spin_budget(c->ctrl->spin_us, &c->spin_env);
 	aq_open(c);
 	c->info.channel_id = setup->channel_id;
 	c->info.peer_node = setup->peer_node;
@@ -296,10 +297,8 @@ static void tx_publish(mesh_channel_t *c, uint64_t len)
 	c->tx_prod += len;
 	if (c->aq) {
 		aq_progress(c);
-		if (aq_owned(c)) {
-			aq_publish(c); /* posted by our QP, then published: meshd need not hear at once */
-			return;
-		}
+		if (aq_owned(c))
+			return; /* posted and published by aq_progress: meshd need not hear at once */
 	}
 	atomic_store_explicit(&c->ctrl->tx_prod, c->tx_prod, memory_order_release);
 	chan_kick(c);

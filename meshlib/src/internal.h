@@ -120,9 +120,9 @@ void aq_open(mesh_channel_t *c);
 /* Connects, polls completions, follows meshd's grant, posts what is published: every step of a
  * call that reads or writes the ring calls it first. */
 void aq_progress(mesh_channel_t *c);
-/* Whether our QP posts the sending half now: tx_publish then leaves publishing to aq_publish. */
+/* Whether our QP posts the sending half now: aq_progress then posts and publishes what
+ * tx_publish added. */
 bool aq_owned(const mesh_channel_t *c);
-void aq_publish(mesh_channel_t *c);
 /* The TX position we may overwrite up to, given meshd's tx_cons. */
 uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons);
 /* The completion channel's fd, for an epoll set made before our QP is connected (-1: none). */

@@ -703,7 +703,6 @@ static void channel_refused(struct channel *ch, uint32_t qp, int err, const char
 		 "then resuming", ch->id, ch->link->peer->id, ch->peer_port, qp, what, mesh_strerror(err));
 }
 
-static bool channel_aq_sending(const struct channel *ch);
 static void channel_aq_account(struct channel *ch);
 
 static void channel_post_data(struct channel *ch)
@@ -712,7 +711,7 @@ static void channel_post_data(struct channel *ch)
 
 	if (ch->aq_granted || ch->aq_wait_pos) {
 		/* The application posts (or did, and the peer is to say how far it got). */
-		if (channel_aq_sending(ch))
+		if (ch->aq_granted)
 			channel_aq_account(ch);
 		return;
 	}
@@ -1059,21 +1058,15 @@ static void channel_aq_grant(struct channel *ch)
 	if (channel_aq_send(ch, &a))
 		return;
 	ch->aq_granted = true;
-	ch->aq_grant_pos = ch->tx_sent;
 	atomic_store_explicit(&q->grant_pos, ch->tx_sent, memory_order_relaxed);
 	atomic_store_explicit(&q->grant, MESH_AQ_APP, memory_order_release);
 	log_debug("channel %u: the application posts its own writes from %llu", ch->id, (unsigned long long)ch->tx_sent);
 	channel_wake_app(ch);
 }
 
-/* Our application posts, or did until it says IDLE: what it published is on its way (it publishes
- * only after posting; after a revocation, bytes it could not post count too, and the rewind that
- * follows sends them). */
-static bool channel_aq_sending(const struct channel *ch)
-{
-	return ch->aq_granted;
-}
-
+/* Our application posts (aq_granted), or did until it says IDLE: what it published is on its way
+ * (it publishes with the post; after a revocation, bytes it could not post count too, and the
+ * rewind that follows sends them). */
 static void channel_aq_account(struct channel *ch)
 {
 	uint64_t len = ch->app_tx_prod - ch->tx_sent;
@@ -1107,20 +1100,25 @@ static void channel_aq_rx(struct channel *ch)
 	}
 }
 
+/* Tells our application to stop posting (it says IDLE once its QP is flushed); never granted again. */
+static void channel_aq_stop_app(struct channel *ch)
+{
+	ch->aq_done = true;
+	if (ch->aq_granted && !ch->aq_revoked) {
+		ch->aq_revoked = true;
+		atomic_store_explicit(&mesh_ring_aq(ch->ctrl)->grant, MESH_AQ_REVOKED, memory_order_release);
+		channel_wake_app(ch);
+	}
+}
+
 /* The link or the rail is going: our application stops posting, and the resume rewinds our
  * sending half to what the peer has once it says nothing of its QP is in flight. */
 static void channel_aq_revoke(struct channel *ch)
 {
 	if (ch->aq_granted)
 		channel_aq_account(ch);
-	if (ch->aq_offered && !ch->aq_done) {
-		ch->aq_done = true;
-		if (ch->aq_granted && !ch->aq_revoked) {
-			ch->aq_revoked = true;
-			atomic_store_explicit(&mesh_ring_aq(ch->ctrl)->grant, MESH_AQ_REVOKED, memory_order_release);
-			channel_wake_app(ch);
-		}
-	}
+	if (ch->aq_offered && !ch->aq_done)
+		channel_aq_stop_app(ch);
 	ch->aq_wait_pos = false;
 	if (ch->aq_peer_sends) {
 		channel_aq_rx(ch);
@@ -1139,12 +1137,9 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 	q = mesh_ring_aq(ch->ctrl);
 	switch (a->state) {
 	case AQ_MSG_OFFER:
+		/* QPN, PSN and keys were checked by the decoder (wire.c), as every field of the peer. */
 		if (!ch->aq_offered || ch->aq_done || atomic_load_explicit(&q->peer_state, memory_order_relaxed))
 			return; /* ours has no offer, or this is not the first: the peer's stays unanswered */
-		if (a->qpn > 0xffffff || a->psn > 0xffffff) {
-			channel_break(ch, -EPROTO, "node %u offered an application QP %u PSN %u", l->peer->id, a->qpn, a->psn);
-			break;
-		}
 		q->peer_qpn = a->qpn;
 		q->peer_psn = a->psn;
 		q->peer_rx_addr = a->rx_addr;
@@ -1185,12 +1180,7 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 	case AQ_MSG_REVOKE:
 		/* The peer's application is done with its QP: ours stops writing to it and says IDLE,
 		 * and its hand-back follows. */
-		ch->aq_done = true;
-		if (ch->aq_granted && !ch->aq_revoked) {
-			ch->aq_revoked = true;
-			atomic_store_explicit(&q->grant, MESH_AQ_REVOKED, memory_order_release);
-			channel_wake_app(ch);
-		}
+		channel_aq_stop_app(ch);
 		break;
 	case AQ_MSG_PLACED:
 		if (!ch->aq_wait_pos)
@@ -1216,7 +1206,6 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 	channel_pump(ch);
 }
 
-static void channel_pump(struct channel *ch);
 static void channel_rail_lost(struct channel *ch);
 static void channel_move(struct channel *ch, uint32_t k);
 

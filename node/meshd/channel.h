@@ -145,13 +145,13 @@ struct channel {
 
 	/* Application-posted writes (ring.h AQ area): offered at hand-over (aq_offered); the state of
 	 * our application's QP as last relayed (aq_app); the peer's application is ready (aq_peer_ready);
-	 * our application posts our sending half from aq_grant_pos (aq_granted) or was told to stop
+	 * our application posts our sending half (aq_granted; from the page's grant_pos) or was told to stop
 	 * (aq_revoked); it gave the half back and we wait for the peer to say where its reader's bytes
 	 * end (aq_wait_pos); the peer's application posts its half from aq_peer_from (aq_peer_sends:
 	 * rx_bytes then follow its direct pairs); after a revocation nothing is granted again (aq_done). */
 	bool aq_offered, aq_peer_ready, aq_granted, aq_revoked, aq_wait_pos, aq_peer_sends, aq_done;
 	uint8_t aq_app;
-	uint64_t aq_grant_pos, aq_peer_from;
+	uint64_t aq_peer_from;
 
 	/* lifecycle */
 	uint32_t inflight; /* data and credit writes posted, not completed */
