@@ -108,7 +108,7 @@ static const struct config_key config_keys[] = {
 		"on: peers write a channel's arrival position straight into the application's ring page after "
 		"the data (one small RDMA WRITE), so a polling application sees bytes without waiting for this "
 		"meshd; off: only this meshd tells it (the peer is given no key for the page)"),
-	KEY_STR(app_send, app_send, "off", onoff_choices,
+	KEY_STR(app_send, app_send, "on", onoff_choices,
 		"on: over rdma, an application whose libmesh asks for it posts its channels' writes itself, on "
 		"a QP of its own connected to the peer application's (both meshd must have it on), so that no "
 		"meshd stands between a message and the wire; off: this meshd posts every write"),

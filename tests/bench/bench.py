@@ -218,8 +218,9 @@ class Bench:
         # Two meshes of two meshd each, alike but for cluster.direct_receive: meshd 1 and 2 with it on
         # (the default), meshd 3 and 4 (nodes 1 and 2 of the second) with it off, so that the latency
         # with and without direct receive is measured in the same rounds.
-        # Over rdma a third (meshd 5 and 6) with cluster.app_send on: the applications post their own
-        # writes, so that the data path without a meshd hop is measured in the same rounds.
+        # Over rdma a third (meshd 5 and 6) with cluster.app_send on (the default): the applications
+        # post their own writes, so that the data path without a meshd hop is measured in the same
+        # rounds; the first two have it off, so that theirs is the path through meshd.
         confs = {}
         kinds = (("on", a.mesh_port), ("off", a.mesh_port + 2)) + ((("app", a.mesh_port + 4),) if a.mode == "rdma" else ())
         for direct, port in kinds:
@@ -231,7 +232,7 @@ class Bench:
                         "  keepalive_interval_ms = 1000;\n  keepalive_timeout_ms = 20000;\n"
                         "  connect_timeout_ms = 4000;\n  handshake_timeout_ms = 30000;\n"
                         f"  polling = \"{a.polling}\";\n  direct_receive = \"{'off' if direct == 'off' else 'on'}\";\n"
-                        + ("  app_send = \"on\";\n" if direct == "app" else "")
+                        + f"  app_send = \"{'on' if direct == 'app' else 'off'}\";\n"
                         + (f"  poll_budget_us = {a.poll_budget_us};\n" if a.poll_budget_us is not None else "")
                         + (f"  app_spin_us = {a.app_spin_us};\n" if a.app_spin_us is not None else "")
                         + ("  numa = 0;\n" if a.numa_compare else "")

@@ -84,10 +84,12 @@ def main():
     ap.add_argument("--addrs", default="127.0.0.1 127.0.0.2")
     ap.add_argument("-n", "--requests", type=int, default=100000)
     ap.add_argument("--rtt-count", type=int, default=5000)
-    ap.add_argument("--app-send", action="store_true",
-                    help="cluster.app_send on (rdma): the preloaded programs post their own writes")
+    ap.add_argument("--app-send", choices=["on", "off"], default=None,
+                    help="cluster.app_send of both meshd (default: meshd's own, on); over rdma, on: the "
+                         "preloaded programs post their own writes")
     a = ap.parse_args()
-    a.cluster_extra = '  app_send = "on";\n' if a.app_send else ""
+    a.cluster_extra = f'  app_send = "{a.app_send}";\n' if a.app_send else ""
+    a.app_send = (a.app_send or "on") == "on" and a.transport == "rdma"
     a.build = os.path.abspath(a.build)
     a.preload = os.path.join(a.build, "meshlib", "preload", "libmesh_preload.so")
     a.preload_env = a.preload

@@ -54,8 +54,9 @@ def main():
     ap.add_argument("--tcp-only-addrs", default="")
     ap.add_argument("--polling", choices=["adaptive", "busy", "event"], default=None,
                     help="cluster.polling of every meshd (default: meshd's own, adaptive)")
-    ap.add_argument("--app-send", action="store_true",
-                    help="cluster.app_send on: applications post their own writes (checked on the ping-pongs)")
+    ap.add_argument("--app-send", choices=["on", "off"], default=None,
+                    help="cluster.app_send of every meshd (default: meshd's own, on); over rdma, on: "
+                         "applications post their own writes (checked on the ping-pongs)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     args.cluster_extra = ""
@@ -63,8 +64,10 @@ def main():
         args.cluster_extra += f'  polling = "{args.polling}";\n'
         print(f"# meshd polling: {args.polling}")
     if args.app_send:
-        args.cluster_extra += '  app_send = "on";\n'
-        print("# cluster.app_send on: applications post their own writes")
+        args.cluster_extra += f'  app_send = "{args.app_send}";\n'
+    # It applies over rdma only (the tcp provider has no QP an application could post on).
+    args.app_send = (args.app_send or "on") == "on" and args.transport == "rdma"
+    print("# cluster.app_send: " + ("applications post their own writes" if args.app_send else "meshd posts every write"))
     chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
     rings = [int(r) for r in args.rings.split(",")]
     workdir = tempfile.mkdtemp(prefix="mesh-chtest-")

@@ -174,6 +174,9 @@ def main():
         return 1
     rails_list = ", ".join(f'"{a}"' for a in rails[1:])
     args.node_extra = {i: f"rails = [ {rails_list} ]; " for i in range(1, args.nodes + 1)}
+    # The subject is meshd's rail threads moving channels' data: with cluster.app_send (on by
+    # default) the applications would post their own writes and those threads would see none.
+    args.cluster_extra = '  app_send = "off";\n'
     workdir = tempfile.mkdtemp(prefix="rails-test-")
     c = Cluster(args, workdir)
     ok = True

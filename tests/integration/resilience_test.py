@@ -160,7 +160,7 @@ class Pair(netns_test.Cluster):
                     f'  resume_timeout_ms = {args.resume_timeout};\n'
                     '  connect_timeout_ms = 1000;\n  handshake_timeout_ms = 5000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n'
-                    + ('  app_send = "on";\n' if args.app_send else '')
+                    + (f'  app_send = "{args.app_send_conf}";\n' if args.app_send_conf else '')
                     + mesh_test.cluster_key(args.build, workdir) + '};\n')
             rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
             f.write("nodes = (\n" + ",\n".join(
@@ -194,7 +194,7 @@ class Pair(netns_test.Cluster):
 
 
 def app_writes(p, port):
-    """With --app-send: node 1's application posts the stream's writes itself (meshctl writer), and
+    """With cluster.app_send (on by default, over rdma): node 1's application posts the stream's writes itself (meshctl writer), and
     node 2's meshd takes them from its pairs, within 10 s of the channel's start. True without it."""
     if not p.a.app_send:
         return True
@@ -281,13 +281,17 @@ def main():
     ap.add_argument("--addrs1", default="", help="with --devices: node 1's address on each rail")
     ap.add_argument("--addrs2", default="", help="with --devices: node 2's address on each rail")
     ap.add_argument("--meshd-log-level", default="", help="meshd's -l (debug for a failure's whole story)")
-    ap.add_argument("--app-send", action="store_true",
-                    help="cluster.app_send on: each stream's application posts its writes itself until a cut "
-                         "revokes them (checked: every stream starts so)")
+    ap.add_argument("--app-send", choices=["on", "off"], default=None,
+                    help="cluster.app_send of both meshd (default: meshd's own, on); over rdma, on: each stream's "
+                         "application posts its writes itself until a cut revokes them (checked: every stream "
+                         "starts so)")
     ap.add_argument("--cabled", action="store_true",
                     help="with --devices: the rails are rxe-vm's cabled rails (-c), cut with $RXE_VM_CABLE")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
+    # cluster.app_send applies over rdma only (the tcp provider has no QP an application could post on).
+    args.app_send_conf = args.app_send
+    args.app_send = (args.app_send or "on") == "on" and args.transport == "rdma"
 
     tag = f"mtr{os.getpid()}x{random.randrange(16 ** 4):04x}"
     if args.devices:

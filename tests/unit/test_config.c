@@ -227,7 +227,7 @@ static void config_load__minimal_file__all_defaults(void **state)
 	assert_int_equal(c->poll_budget_us, 200);
 	assert_int_equal(c->app_spin_us, 50);
 	assert_string_equal(c->direct_receive, "on");
-	assert_string_equal(c->app_send, "off");
+	assert_string_equal(c->app_send, "on");
 	assert_string_equal(c->numa, "auto");
 	assert_int_equal(c->numa_mode, CONFIG_NUMA_AUTO);
 	assert_int_equal(c->n_nodes, 1);
