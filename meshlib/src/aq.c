@@ -44,9 +44,23 @@
 #define AQ_WR_DATA 2ull /* of a data write: unsignalled, seen only when flushed in error */
 #define AQ_RELEASE_MS 1000 /* how long a shutdown waits for our writes to complete */
 
-struct lib_aq {
+/* One verbs context and protection domain per device, shared by this process's channels: a context
+ * costs two descriptors and a scan of the devices in sysfs, which a server with a thousand
+ * connections (under the preload library) would otherwise pay per channel, and its descriptors
+ * out of the program's own RLIMIT_NOFILE. Opened by the first channel on the device, closed with
+ * the last; a forked child opens its own (the parent's are not its to use, nor to close). */
+struct aq_dev {
+	char name[MESH_AQ_DEV_LEN];
+	unsigned gen;   /* aq_forks when opened */
+	unsigned users; /* channels of ours on it */
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
+};
+
+#define AQ_DEVS 16 /* devices one process posts on at once; more: meshd posts for the rest */
+
+struct lib_aq {
+	struct aq_dev *dev;
 	struct ibv_comp_channel *cch;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
@@ -72,15 +86,29 @@ struct lib_aq {
  * every look at the ring, and a child sees at once that its QPs are its parent's. */
 static _Atomic unsigned aq_forks;
 static pthread_once_t aq_once = PTHREAD_ONCE_INIT;
+static struct aq_dev aq_devs[AQ_DEVS];
+static pthread_mutex_t aq_devs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The table's lock is held across fork, so a child never inherits it locked by a thread it lacks. */
+static void aq_before_fork(void)
+{
+	pthread_mutex_lock(&aq_devs_lock);
+}
+
+static void aq_after_fork(void)
+{
+	pthread_mutex_unlock(&aq_devs_lock);
+}
 
 static void aq_in_child(void)
 {
 	atomic_fetch_add_explicit(&aq_forks, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&aq_devs_lock);
 }
 
 static void aq_register_fork(void)
 {
-	if (pthread_atfork(NULL, NULL, aq_in_child))
+	if (pthread_atfork(aq_before_fork, aq_after_fork, aq_in_child))
 		lib_debug("pthread_atfork failed: a forked child would not know its QPs are its parent's");
 }
 
@@ -94,6 +122,80 @@ static bool aq_env_off(void)
 	const char *e = getenv("MESH_APP_SEND");
 
 	return e && (!strcmp(e, "off") || !strcmp(e, "0"));
+}
+
+static struct ibv_context *aq_open_device(const char *name)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+
+	if (!list)
+		return NULL;
+	errno = ENODEV;
+	for (int i = 0; list[i]; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), name)) {
+			ctx = ibv_open_device(list[i]);
+			break;
+		}
+	ibv_free_device_list(list);
+	return ctx;
+}
+
+/* The device's shared context and PD, opened if no channel of this process holds them; NULL with
+ * errno when it cannot be opened. */
+static struct aq_dev *aq_dev_get(const char *name)
+{
+	unsigned gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
+	struct aq_dev *d = NULL, *free_slot = NULL;
+
+	pthread_mutex_lock(&aq_devs_lock);
+	for (int i = 0; i < AQ_DEVS; i++) {
+		struct aq_dev *e = &aq_devs[i];
+
+		if (e->users && e->gen == gen && !strcmp(e->name, name)) {
+			d = e;
+			break;
+		}
+		if (!free_slot && (!e->users || e->gen != gen))
+			free_slot = e; /* unused, or the parent's: forgotten here, never closed */
+	}
+	if (!d && free_slot) {
+		struct ibv_context *ctx = aq_open_device(name);
+		struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+
+		if (pd) {
+			d = free_slot;
+			memset(d, 0, sizeof(*d));
+			memcpy(d->name, name, sizeof(d->name));
+			d->gen = gen;
+			d->ctx = ctx;
+			d->pd = pd;
+		} else if (ctx) {
+			int err = errno;
+
+			ibv_close_device(ctx);
+			errno = err;
+		}
+	} else if (!d) {
+		lib_debug("this process posts on %d RDMA devices already: not on %s too", AQ_DEVS, name);
+		errno = EMFILE;
+	}
+	if (d)
+		d->users++;
+	pthread_mutex_unlock(&aq_devs_lock);
+	return d;
+}
+
+static void aq_dev_put(struct aq_dev *d)
+{
+	pthread_mutex_lock(&aq_devs_lock);
+	if (--d->users == 0) {
+		ibv_dealloc_pd(d->pd);
+		ibv_close_device(d->ctx);
+		d->pd = NULL;
+		d->ctx = NULL;
+	}
+	pthread_mutex_unlock(&aq_devs_lock);
 }
 
 static void aq_destroy(struct lib_aq *q)
@@ -110,27 +212,9 @@ static void aq_destroy(struct lib_aq *q)
 		ibv_destroy_cq(q->cq);
 	if (q->cch)
 		ibv_destroy_comp_channel(q->cch);
-	if (q->pd)
-		ibv_dealloc_pd(q->pd);
-	if (q->ctx)
-		ibv_close_device(q->ctx);
+	if (q->dev)
+		aq_dev_put(q->dev);
 	free(q);
-}
-
-static struct ibv_context *aq_device(const char *name)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-
-	if (!list)
-		return NULL;
-	for (int i = 0; list[i]; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), name)) {
-			ctx = ibv_open_device(list[i]);
-			break;
-		}
-	ibv_free_device_list(list);
-	return ctx;
 }
 
 static void aq_say(mesh_channel_t *c, uint32_t state)
@@ -170,22 +254,21 @@ void aq_open(mesh_channel_t *c)
 		return;
 	pthread_once(&aq_once, aq_register_fork);
 	q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
-	q->ctx = aq_device(dev);
-	if (!q->ctx) {
+	q->dev = aq_dev_get(dev);
+	if (!q->dev) {
 		lib_debug("channel %u: cannot open RDMA device %s (%s): meshd posts our writes", c->info.channel_id, dev,
 			  strerror(errno));
 		goto err;
 	}
-	q->pd = ibv_alloc_pd(q->ctx);
-	q->cch = q->pd ? ibv_create_comp_channel(q->ctx) : NULL;
-	q->cq = q->cch ? ibv_create_cq(q->ctx, AQ_CQ, NULL, q->cch, 0) : NULL;
+	q->cch = ibv_create_comp_channel(q->dev->ctx);
+	q->cq = q->cch ? ibv_create_cq(q->dev->ctx, AQ_CQ, NULL, q->cch, 0) : NULL;
 	if (!q->cq)
 		goto err_verbs;
 	if (fcntl(q->cch->fd, F_SETFL, fcntl(q->cch->fd, F_GETFL) | O_NONBLOCK))
 		goto err_verbs;
-	q->mr_tx = ibv_reg_mr(q->pd, c->tx, c->size, IBV_ACCESS_LOCAL_WRITE);
-	q->mr_rx = ibv_reg_mr(q->pd, c->rx, c->size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	q->mr_dir = ibv_reg_mr(q->pd, mesh_ring_direct(c->ctrl), MESH_RING_DIRECT_LEN,
+	q->mr_tx = ibv_reg_mr(q->dev->pd, c->tx, c->size, IBV_ACCESS_LOCAL_WRITE);
+	q->mr_rx = ibv_reg_mr(q->dev->pd, c->rx, c->size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	q->mr_dir = ibv_reg_mr(q->dev->pd, mesh_ring_direct(c->ctrl), MESH_RING_DIRECT_LEN,
 			       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!q->mr_tx || !q->mr_rx || !q->mr_dir)
 		goto err_verbs;
@@ -195,7 +278,7 @@ void aq_open(mesh_channel_t *c)
 	qi.cap.max_recv_wr = AQ_RQ;
 	qi.cap.max_send_sge = qi.cap.max_recv_sge = 1;
 	qi.cap.max_inline_data = MESH_RING_DIRECT_LEN;
-	q->qp = ibv_create_qp(q->pd, &qi);
+	q->qp = ibv_create_qp(q->dev->pd, &qi);
 	if (!q->qp)
 		goto err_verbs;
 	qa.qp_state = IBV_QPS_INIT;

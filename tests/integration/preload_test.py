@@ -322,6 +322,20 @@ def part_apps(a, m, e, workdir):
     # the one kernel connection is the plain redis-cli above; a few fallbacks may join it
     check(opened <= 5, f"host 1's kernel opened {opened} TCP connections for about {50 * 4 + 41} made by the "
           "clients: the rest were channels")
+    if a.transport == "rdma":
+        # cluster.app_send (on by default): each channel's application posts on a QP of its own, but
+        # all of a process's channels on a device share one verbs context (aq.c, struct aq_dev): a
+        # server's thousand connections must not cost it thousands of descriptors.
+        code = ("import os, socket\n"
+                f"s = [socket.create_connection(('{host}', {port})) for _ in range(20)]\n"
+                "for c in s:\n    c.sendall(b'PING\\r\\n')\n    assert c.recv(64) == b'+PONG\\r\\n'\n"
+                "def dev(f):\n    try:\n        return os.readlink('/proc/self/fd/' + f).startswith('/dev/infiniband/')\n"
+                "    except OSError:\n        return False\n"
+                "print(sum(dev(f) for f in os.listdir('/proc/self/fd')))\n")
+        r = e.run(1, [sys.executable, "-c", code])
+        n = r.stdout.strip()
+        check(r.returncode == 0 and n == "1", f"20 preloaded connections of one process ping redis, and hold "
+              f"{n or '?'} descriptor(s) of the RDMA device between them (one shared context)", r.stderr[-600:])
     stop(srv)
 
     # 4. memcached
