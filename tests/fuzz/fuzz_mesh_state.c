@@ -7,12 +7,16 @@
  *   bit 1  the link to node 1 is first driven UP by a well-behaved peer (unit-test harness)
  *   bit 2  two rails (sequenced control, rail failover and rail joins)
  *   bit 3  a listener on port 7000 (so the peer's ChannelOpens find someone)
+ *   bit 4  the transport has QP paths, so channels are offered application-posted writes
+ *          (cluster.app_send, on by default: the peer's ChannelAppQp and the application's AQ
+ *          words are then live)
  * then every event is one byte (its kind) and its arguments:
  *   tick (time passes), a connection request (from a node's address, private data built from
  *   fields or raw bytes), a connection event (ESTABLISHED with private data, REJECTED,
  *   CONNECT_ERROR, DISCONNECTED) on a live connection, a peer message into a posted receive (built
  *   from fields: every body, with seq/ack; or raw bytes), a completion of a posted work request
- *   (success or error), an immediate of the data path, a local client's connect, listen or leaving.
+ *   (success or error), an immediate of the data path, a local client's connect, listen or leaving,
+ *   or an application writing the AQ words of its ring page (any state, QP number and keys).
  *
  * Whatever the order, meshd must not crash, leak, or break its invariants: handshakes in flight
  * within max_handshakes, a link UP only with every rail's bookkeeping in range; at the end
@@ -24,6 +28,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mesh/mesh.h>
@@ -243,6 +248,20 @@ static void ev_cm(struct mt *t, struct in *in)
 	deliver(t, &ev);
 }
 
+/* The peer's word on the applications' QPs (ChannelAppQp): for one of our channels' slots, or any. */
+static void peer_app_qp(struct mt *t, struct in *in, uint8_t flags, ChannelAppQp *aq)
+{
+	aq->slot = (flags & 1) && t->m.channels ? t->m.channels->slot : U16(in);
+	aq->state = U8(in) % 8;
+	aq->qpn = (flags & 2) ? U32(in) : U32(in) & 0xffffff;
+	aq->psn = (flags & 2) ? U32(in) : U32(in) & 0xffffff;
+	aq->rx_addr = U64(in);
+	aq->rx_rkey = U32(in);
+	aq->dir_addr = U64(in);
+	aq->dir_rkey = U32(in);
+	aq->pos = (flags & 4) ? U64(in) : U16(in);
+}
+
 /* A peer message built from fields: every body the link and channel layers read. */
 static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, size_t cap)
 {
@@ -263,6 +282,7 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 	RailUp ru = RAIL_UP__INIT;
 	LinkAck la = LINK_ACK__INIT;
 	AuthProof ap = AUTH_PROOF__INIT;
+	ChannelAppQp aq = CHANNEL_APP_QP__INIT;
 	uint8_t blob[AUTH_MAC_LEN + 8];
 	uint8_t sel = U8(in), flags = U8(in);
 
@@ -395,6 +415,12 @@ static int build_msg(struct mt *t, struct link *l, struct in *in, uint8_t *buf, 
 		m.rail_up = &ru;
 		break;
 	case 14:
+		if (flags & 8) { /* LinkAck has no fields: the committed corpus keeps its meaning */
+			peer_app_qp(t, in, flags, &aq);
+			m.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
+			m.channel_app_qp = &aq;
+			break;
+		}
 		m.body_case = PEER_MSG__BODY_LINK_ACK;
 		m.link_ack = &la;
 		break;
@@ -479,6 +505,31 @@ static void ev_completion(struct mt *t, struct in *in, bool imm)
 	}
 }
 
+/* An application's words in the AQ area of its ring page (libmesh's aq.c writes them): keys, then a
+ * state, any of them hostile; then meshd looks at its rings, as a kick or its poll would make it. */
+static void ev_app_aq(struct mt *t, struct in *in, uint8_t sel)
+{
+	struct channel *ch = t->m.channels;
+	struct mesh_ring_aq *q;
+
+	for (uint8_t n = U8(in) % 8; ch && n; n--)
+		ch = ch->next;
+	if (!ch || !ch->ctrl)
+		return;
+	q = mesh_ring_aq(ch->ctrl);
+	q->qpn = (sel & 32) ? U32(in) : U32(in) & 0xffffff;
+	q->psn = U32(in) & 0xffffff;
+	q->rx_addr = U64(in);
+	q->rx_rkey = U32(in);
+	q->dir_addr = U64(in);
+	q->dir_rkey = U32(in);
+	atomic_store_explicit(&q->app_state, U8(in) % 6, memory_order_release);
+	if (sel & 64)
+		atomic_store_explicit(&ch->ctrl->tx_prod, ch->ctrl->tx_prod + U16(in), memory_order_release);
+	channel_poll(&t->m, ch->rail);
+	mesh_reap(&t->m);
+}
+
 static void ev_local(struct mt *t, struct in *in, uint8_t kind)
 {
 	const char *why = NULL;
@@ -491,6 +542,8 @@ static void ev_local(struct mt *t, struct in *in, uint8_t kind)
 				(sel & 16) ? (int)(U8(in) % 4) : -1, -1, (sel & 8) ? (int)(U8(in) % 3) : -1, fd, uid, &why);
 	else if (kind == 1)
 		channel_listen(&t->m, U16(in), fd, uid, &why);
+	else if (sel & 0x80) /* kind 2 either way: the committed corpus keeps most of its meaning */
+		ev_app_aq(t, in, sel);
 	else
 		channel_client_gone(&t->m, fd);
 	/* Node 2 is us: a connect to it is a local channel, whose messages meshd delivers to itself
@@ -540,7 +593,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mt_open(&t);
 	if (setup & 4)
 		t.rails = 2; /* one fake instance serves both rails */
+	if (setup & 16)
+		snprintf(t.cfg.app_send, sizeof(t.cfg.app_send), "on");
 	mt_init(&t, 2, ids, 3);
+	t.fx->path_ok = (setup & 16) != 0;
 	t.m.ch_ops = (struct channel_ops){.deliver = fuzz_deliver, .watch = fuzz_watch, .ctx = &t};
 	if (setup & 1) {
 		memset(t.m.keys.key, 0x5a, sizeof(t.m.keys.key));
