@@ -88,8 +88,7 @@ def main():
                     help="cluster.app_send of both meshd (default: meshd's own, on); over rdma, on: the "
                          "preloaded programs post their own writes")
     a = ap.parse_args()
-    a.cluster_extra = f'  app_send = "{a.app_send}";\n' if a.app_send else ""
-    a.app_send = (a.app_send or "on") == "on" and a.transport == "rdma"
+    a.cluster_extra, a.app_send = preload_test.mesh_test.app_send(a.app_send, a.transport)
     a.build = os.path.abspath(a.build)
     a.preload = os.path.join(a.build, "meshlib", "preload", "libmesh_preload.so")
     a.preload_env = a.preload

@@ -63,10 +63,8 @@ def main():
     if args.polling:
         args.cluster_extra += f'  polling = "{args.polling}";\n'
         print(f"# meshd polling: {args.polling}")
-    if args.app_send:
-        args.cluster_extra += f'  app_send = "{args.app_send}";\n'
-    # It applies over rdma only (the tcp provider has no QP an application could post on).
-    args.app_send = (args.app_send or "on") == "on" and args.transport == "rdma"
+    line, args.app_send = mesh_test.app_send(args.app_send, args.transport)
+    args.cluster_extra += line
     print("# cluster.app_send: " + ("applications post their own writes" if args.app_send else "meshd posts every write"))
     chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
     rings = [int(r) for r in args.rings.split(",")]

@@ -45,6 +45,14 @@ def check(ok, what, detail=""):
     return ok
 
 
+def app_send(value, transport):
+    """cluster.app_send as a test's --app-send asked for it (None: meshd's default, on, as
+    node/meshd/config.c says): the config line to write (empty for the default), and whether the
+    applications post their own writes (over rdma only: the tcp provider has no QP for them)."""
+    line = f'  app_send = "{value}";\n' if value else ""
+    return line, (value or "on") == "on" and transport == "rdma"
+
+
 def cluster_key(build, workdir, name="cluster.key"):
     """A fresh cluster key from `meshctl keygen` in workdir/name (mode 600), and the cluster line that
     names it (relative to a configuration file in workdir): the tests run keyed, as a cluster should."""

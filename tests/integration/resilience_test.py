@@ -160,7 +160,7 @@ class Pair(netns_test.Cluster):
                     f'  resume_timeout_ms = {args.resume_timeout};\n'
                     '  connect_timeout_ms = 1000;\n  handshake_timeout_ms = 5000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n'
-                    + (f'  app_send = "{args.app_send_conf}";\n' if args.app_send_conf else '')
+                    + args.app_send_conf
                     + mesh_test.cluster_key(args.build, workdir) + '};\n')
             rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
             f.write("nodes = (\n" + ",\n".join(
@@ -194,8 +194,9 @@ class Pair(netns_test.Cluster):
 
 
 def app_writes(p, port):
-    """With cluster.app_send (on by default, over rdma): node 1's application posts the stream's writes itself (meshctl writer), and
-    node 2's meshd takes them from its pairs, within 10 s of the channel's start. True without it."""
+    """With cluster.app_send (on by default, over rdma): node 1's application posts the stream's
+    writes itself (meshctl writer), and node 2's meshd takes them from its pairs, within 10 s of the
+    channel's start. True without it."""
     if not p.a.app_send:
         return True
     return wait_until(lambda: [c.get("writer") for c in p.channels(1, port)] == ["app"]
@@ -289,9 +290,7 @@ def main():
                     help="with --devices: the rails are rxe-vm's cabled rails (-c), cut with $RXE_VM_CABLE")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
-    # cluster.app_send applies over rdma only (the tcp provider has no QP an application could post on).
-    args.app_send_conf = args.app_send
-    args.app_send = (args.app_send or "on") == "on" and args.transport == "rdma"
+    args.app_send_conf, args.app_send = mesh_test.app_send(args.app_send, args.transport)
 
     tag = f"mtr{os.getpid()}x{random.randrange(16 ** 4):04x}"
     if args.devices:
