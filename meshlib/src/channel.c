@@ -370,11 +370,30 @@ static uint64_t mono_us(void)
  * one (MESH_AQ_SPIN_US) is cheaper than the sleep and the wake-up it saves (VM, 64 B ping-pong:
  * 104-123 us against 326-358 with meshd's default 50 us). MESH_SPIN_US still decides when set. */
 #define MESH_AQ_SPIN_US 250u
+/* Unless MESH_SPIN_US decides, a channel whose blocking waits last on average more than this many
+ * spin budgets sleeps at once: a spinner that never catches its answer only takes CPU from the
+ * ones that make it (the sender, the device's work in the kernel). A 64 B ping-pong's answers come
+ * within the budget and keep it; a bulk echo's 64 KiB ones, milliseconds in the VM, do not. The
+ * measured waits then include the wake-up, so the average comes down again when answers do. */
+#define SPIN_LONG_WAITS 4u
 static uint32_t chan_spin_us(const mesh_channel_t *c)
 {
-	if (!c->spin_env && c->spin_us < MESH_AQ_SPIN_US && aq_connected(c))
-		return MESH_AQ_SPIN_US;
-	return c->spin_us;
+	uint32_t us = c->spin_us;
+
+	if (c->spin_env)
+		return us;
+	if (us < MESH_AQ_SPIN_US && aq_connected(c))
+		us = MESH_AQ_SPIN_US;
+	return c->wait_us > SPIN_LONG_WAITS * us ? 0 : us;
+}
+
+static void chan_waited(mesh_channel_t *c, uint64_t since_us)
+{
+	uint64_t w = mono_us() - since_us;
+
+	if (w > UINT32_MAX / 8)
+		w = UINT32_MAX / 8;
+	c->wait_us = (uint32_t)((7ull * c->wait_us + w) / 8);
 }
 
 /* Polls step for up to chan_spin_us; -EAGAIN when the budget ran out. */
@@ -398,13 +417,17 @@ static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg)
  * (after whatever the ring still held). */
 static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *arg)
 {
+	uint64_t t0 = 0; /* when this call began to wait */
 	ssize_t r;
 	int ret, aq_fd;
 
 	for (;;) {
 		r = step(c, arg);
-		if (r != -EAGAIN)
+		if (r != -EAGAIN) {
+			if (t0)
+				chan_waited(c, t0);
 			return r;
+		}
 		if (c->meshd_gone)
 			return -ECONNRESET;
 		if (flags & MESH_NONBLOCK) {
@@ -422,10 +445,14 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 			}
 			return -EAGAIN;
 		}
+		if (!t0)
+			t0 = mono_us();
 		if (chan_spin_us(c)) {
 			r = chan_spin(c, step, arg);
-			if (r != -EAGAIN)
+			if (r != -EAGAIN) {
+				chan_waited(c, t0);
 				return r;
+			}
 			if (c->meshd_gone)
 				return -ECONNRESET;
 		}
@@ -436,8 +463,10 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 		ret = r == -EAGAIN ? chan_sleep(c, aq_fd) : 0;
 		if (!fd_exported(c))
 			atomic_fetch_and_explicit(&c->ctrl->app_flags, ~MESH_APP_WAITING, memory_order_seq_cst);
-		if (r != -EAGAIN)
+		if (r != -EAGAIN) {
+			chan_waited(c, t0);
 			return r;
+		}
 		if (ret)
 			return ret;
 	}

@@ -70,7 +70,8 @@ struct mesh_channel {
 	bool meshd_gone;  /* the lifeline hung up */
 	bool shut_wr;     /* mesh_shutdown was called */
 	uint32_t spin_us; /* a blocking call polls this long before it sleeps (ring.h spin_us) */
-	bool spin_env;    /* spin_us came from MESH_SPIN_US: nothing raises it */
+	bool spin_env;    /* spin_us came from MESH_SPIN_US: nothing raises it, nothing adapts it */
+	uint32_t wait_us; /* blocking waits' moving average (1/8 per wait), what spinning adapts to */
 	struct lib_aq *aq; /* our own QP for the sending half (aq.c), NULL when meshd posts it all */
 
 	struct mesh_channel_info info;

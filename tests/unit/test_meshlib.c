@@ -1423,6 +1423,54 @@ static void meshlib_channel_status__spin_budget__hint_env_and_cap(void **state)
 	assert_int_equal(mesh_close(c), 0);
 }
 
+struct slow_feed {
+	struct fake_chan *ch;
+	int n;
+};
+
+/* One byte every 5 ms: each of the reader's blocking waits lasts at least that. */
+static void *feed_slowly(void *arg)
+{
+	struct slow_feed *sf = arg;
+
+	for (int i = 0; i < sf->n; i++) {
+		sleep_ms(5);
+		ring_rx_put(sf->ch, "x", 1);
+	}
+	return NULL;
+}
+
+/* A reader whose waits outlast four spin budgets stops spinning (its CPU would only slow whoever
+ * makes the answer); MESH_SPIN_US, when set, is kept as it is. Waits can only grow on a loaded
+ * machine: 5 ms against a threshold of 480 us. */
+static void meshlib_recv__waits_longer_than_the_spin__sleeps_at_once(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_channel_status st;
+	struct slow_feed sf = {.n = 24};
+	mesh_channel_t *c;
+	pthread_t t;
+	char b[4];
+
+	for (int env = 0; env < 2; env++) {
+		if (env)
+			setenv("MESH_SPIN_US", "120", 1);
+		f->spin_us = 120;
+		c = open_small(f);
+		assert_int_equal(mesh_channel_status(c, 0, &st), 0);
+		assert_int_equal(st.spin_us, 120);
+		sf.ch = &f->ch[f->nch - 1];
+		assert_int_equal(pthread_create(&t, NULL, feed_slowly, &sf), 0);
+		for (int i = 0; i < sf.n; i++)
+			assert_int_equal(mesh_recv(c, b, 1, 0), 1);
+		pthread_join(t, NULL);
+		assert_int_equal(mesh_channel_status(c, 0, &st), 0);
+		assert_int_equal(st.spin_us, env ? 120 : 0);
+		assert_int_equal(mesh_close(c), 0);
+		unsetenv("MESH_SPIN_US");
+	}
+}
+
 static void meshlib_recv__partial__returns_what_is_there(void **state)
 {
 	struct fake *f = *state;
@@ -2454,6 +2502,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__meshd_polling__no_kick_until_it_stops),
 	T(meshlib_recv__empty_ring_nonblock__eagain),
 	T(meshlib_channel_status__spin_budget__hint_env_and_cap),
+	T(meshlib_recv__waits_longer_than_the_spin__sleeps_at_once),
 	T(meshlib_recv__partial__returns_what_is_there),
 	T(meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end),
 	T(meshlib_recv__quarter_consumed__kicks_catching_up_below_a_quarter_does_not),
