@@ -582,7 +582,10 @@ int aq_wait_fd(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;
 
-	if (!q || !q->connected || q->qp_err || !aq_mine(q))
+	/* A QP in error still completes what it had queued (flushed): until all of that is in, we
+	 * cannot say IDLE, and meshd, waiting for it, has nothing to wake us for. So the CQ stays
+	 * in the sleep while anything of ours is outstanding. */
+	if (!q || !q->connected || (q->qp_err && !q->sq_out) || !aq_mine(q))
 		return -1;
 	if (!q->armed) {
 		if (ibv_req_notify_cq(q->cq, 0))
