@@ -68,12 +68,21 @@
  * sending half (grant = MESH_AQ_APP from grant_pos) and posts no more data. The application then
  * writes its bytes to the peer's RX area at the same offsets meshd would, each batch followed on
  * the same QP by a direct pair (WRITE_WITH_IMM, whose immediate wakes a peer sleeping on its
- * completion channel), and publishes tx_prod only after posting. tx_cons still comes from meshd
+ * completion channel) or, where the peer's caps have MESH_AQ_CAP_IMM_POS, with the batch's last
+ * write carrying the position in its immediate (one work request and one packet fewer per
+ * message; the peer's application publishes what its CQ said in rx_seen, which its meshd takes
+ * as the pair), and publishes tx_prod with posting. tx_cons still comes from meshd
  * (the peer's credits), and the application reuses TX bytes only once its own writes of them
  * completed too. The receiving meshd takes the arrived bytes from the pair. meshd revokes the grant
  * (MESH_AQ_REVOKED) when its link or rail goes down; the application then stops posting and says
  * MESH_AQ_IDLE once nothing of its QP is in flight (also on its own when its QP fails), and meshd
- * resumes the sending half from what the peer's reader has. A revoked channel is not granted again.
+ * resumes the sending half from what the peer's reader has.
+ * Rounds: once the resume that revoked it is done and the application said MESH_AQ_IDLE, meshd
+ * offers a new QP (where both meshd can, MESH_FEAT_APPQP_RENEW): it rewrites the path (the channel
+ * may be on another rail now), sets peer_state, grant and app_state back (to PEER_NONE, MESHD and
+ * NONE: the application writes nothing while it is IDLE) and then increments round (release).
+ * An application that is IDLE and sees round change destroys its QP and offers a new one, as at
+ * the start; one that never looks (an older libmesh, a forked child) keeps meshd's path.
  * Everything the application writes here is hostile to meshd, and everything meshd writes is
  * hostile to the application: each side checks before use.
  */
@@ -150,9 +159,16 @@ struct mesh_ring_direct {
 #define MESH_AQ_MESHD 0   /* meshd posts the sending half */
 #define MESH_AQ_APP 1     /* the application posts every byte from grant_pos on */
 #define MESH_AQ_REVOKED 2 /* stop posting; say MESH_AQ_IDLE once nothing is in flight */
+/* caps (written by the application, relayed to the peer's as peer_caps) */
+#define MESH_AQ_CAP_IMM_POS (1u << 0) /* its QP takes, in place of a pair, a data write whose immediate
+				       * is MESH_AQ_IMM_POS | (end position & MESH_AQ_IMM_MASK):
+				       * it learns the position from its CQ and publishes it in rx_seen */
+#define MESH_AQ_IMM_POS 0x80000000u
+#define MESH_AQ_IMM_MASK 0x7fffffffu /* a ring is at most 256 MiB: the reader resolves the rest */
 #define MESH_AQ_DEV_LEN 32
 struct mesh_ring_aq {
-	/* set by meshd before the memfd is handed over, then read-only; path_valid 0: no offer */
+	/* set by meshd before the memfd is handed over, rewritten only for a new round (above) while
+	 * the application is IDLE; path_valid 0: no offer */
 	alignas(MESH_CACHELINE) uint32_t path_valid;
 	uint8_t port, sgid_index, path_mtu, hop_limit; /* ibv port, GID index, enum ibv_mtu, GRH hop limit */
 	uint8_t traffic_class, ack_timeout, pad[2];
@@ -162,17 +178,24 @@ struct mesh_ring_aq {
 	alignas(MESH_CACHELINE) _Atomic uint32_t app_state;
 	uint32_t qpn, psn, rx_rkey, dir_rkey;
 	uint64_t rx_addr, dir_addr;
+	uint32_t caps; /* MESH_AQ_CAP_*: what its QP takes (0 from an older libmesh) */
 	/* meshd's: the peer application's QP */
 	alignas(MESH_CACHELINE) _Atomic uint32_t peer_state;
 	uint32_t peer_qpn, peer_psn, peer_rx_rkey, peer_dir_rkey;
 	uint64_t peer_rx_addr, peer_dir_addr;
+	uint32_t peer_caps; /* its caps, as its meshd relayed them */
 	/* meshd's: who posts the sending half */
 	alignas(MESH_CACHELINE) _Atomic uint32_t grant;
+	_Atomic uint32_t round; /* the offer's round: 0 at hand-over, one more for each new offer */
 	_Atomic uint64_t grant_pos;
+	/* the application's, written as it polls its CQ (MESH_AQ_CAP_IMM_POS): every byte of the peer
+	 * application's below it is in the RX area (its own line: it changes with every message) */
+	alignas(MESH_CACHELINE) _Atomic uint64_t rx_seen;
 };
 _Static_assert(MESH_RING_DIRECT_OFF + MESH_RING_DIRECT_LEN <= MESH_RING_AQ_OFF, "direct pair overlaps the AQ area");
 _Static_assert(MESH_RING_AQ_OFF + sizeof(struct mesh_ring_aq) <= MESH_RING_CTRL_SIZE, "AQ area overflows the page");
 _Static_assert(MESH_RING_AQ_OFF % MESH_CACHELINE == 0, "AQ area is cache-line aligned");
+_Static_assert(MESH_RING_MAX <= MESH_AQ_IMM_MASK, "an immediate's position resolves within a ring");
 
 static inline struct mesh_ring_aq *mesh_ring_aq(struct mesh_ring_ctrl *k)
 {

@@ -51,9 +51,12 @@
 #define MESH_FEAT_KA_WRITE (1ull << 6)
 /* Application-posted writes: it relays ChannelAppQp (proto/ring.h's AQ area, cluster.app_send). */
 #define MESH_FEAT_APPQP (1ull << 7)
+/* After a resume that revoked an application's QP, it is offered a new one (ring.h round,
+ * ChannelAppQp.round): without the bit, a revoked channel stays meshd-posted for its life. */
+#define MESH_FEAT_APPQP_RENEW (1ull << 8)
 #define MESH_FEAT_ALL \
 	(MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME | MESH_FEAT_RAILS | \
-	 MESH_FEAT_KA_WRITE | MESH_FEAT_APPQP)
+	 MESH_FEAT_KA_WRITE | MESH_FEAT_APPQP | MESH_FEAT_APPQP_RENEW)
 
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update

@@ -30,6 +30,8 @@
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <sys/epoll.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -66,12 +68,15 @@ struct lib_aq {
 	struct ibv_qp *qp;
 	struct ibv_mr *mr_tx, *mr_rx, *mr_dir;
 	unsigned gen;       /* aq_forks when it was made: a forked child must not use it */
+	uint32_t round;     /* meshd's offer round it answers (ring.h) */
 	uint32_t state;     /* what we said in app_state */
 	bool owned;         /* meshd granted us the sending half */
 	bool failed;        /* our QP erred (or we gave up): IDLE once nothing is in flight */
 	bool armed;         /* the CQ will raise an event on its next completion */
 	bool connected;     /* in RTS: the peer's pairs land, consume receives and raise events */
 	bool qp_err;        /* a completion failed: the QP is in error, nothing more goes or comes */
+	bool imm_pos;       /* the peer's QP takes the position in an immediate (MESH_AQ_CAP_IMM_POS) */
+	uint64_t rx_seen;   /* the peer's bytes below it are in our RX area (its immediates) */
 	uint64_t posted;    /* stream position our writes cover */
 	uint64_t done;      /* position covered by completed pairs (all writes before them completed) */
 	uint32_t sq_out;    /* send work requests not completed */
@@ -115,6 +120,15 @@ static void aq_register_fork(void)
 static bool aq_mine(const struct lib_aq *q)
 {
 	return q->gen == atomic_load_explicit(&aq_forks, memory_order_relaxed);
+}
+
+/* MESH_APP_SEND=pairs: a direct pair after each batch, as libmesh did before MESH_AQ_CAP_IMM_POS
+ * (to compare the two; both ends must agree, so it only stops offering the cap). */
+static bool aq_env_pairs(void)
+{
+	const char *v = getenv("MESH_APP_SEND");
+
+	return v && !strcmp(v, "pairs");
 }
 
 static bool aq_env_off(void)
@@ -240,8 +254,10 @@ void aq_open(mesh_channel_t *c)
 	struct ibv_qp_attr qa = {0};
 	struct lib_aq *q;
 	char dev[MESH_AQ_DEV_LEN];
-	uint32_t psn;
+	uint32_t psn, round;
 
+	/* The round first: meshd rewrites the path before it changes it (release). */
+	round = atomic_load_explicit(&a->round, memory_order_acquire);
 	if (!a->path_valid || aq_env_off())
 		return;
 	memcpy(dev, a->dev, sizeof(dev));
@@ -254,6 +270,7 @@ void aq_open(mesh_channel_t *c)
 		return;
 	pthread_once(&aq_once, aq_register_fork);
 	q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
+	q->round = round;
 	q->dev = aq_dev_get(dev);
 	if (!q->dev) {
 		lib_debug("channel %u: cannot open RDMA device %s (%s): meshd posts our writes", c->info.channel_id, dev,
@@ -294,6 +311,7 @@ void aq_open(mesh_channel_t *c)
 	a->rx_rkey = q->mr_rx->rkey;
 	a->dir_addr = (uintptr_t)mesh_ring_direct(c->ctrl);
 	a->dir_rkey = q->mr_dir->rkey;
+	a->caps = aq_env_pairs() ? 0 : MESH_AQ_CAP_IMM_POS;
 	c->aq = q;
 	aq_say(c, MESH_AQ_OFFER);
 	return;
@@ -321,6 +339,7 @@ static int aq_connect(mesh_channel_t *c)
 	q->peer_rx_rkey = a->peer_rx_rkey;
 	q->peer_dir_addr = a->peer_dir_addr;
 	q->peer_dir_rkey = a->peer_dir_rkey;
+	q->imm_pos = (a->peer_caps & MESH_AQ_CAP_IMM_POS) && !aq_env_pairs();
 	qa.qp_state = IBV_QPS_RTR;
 	qa.path_mtu = (enum ibv_mtu)a->path_mtu;
 	qa.dest_qp_num = qpn;
@@ -362,6 +381,29 @@ static void aq_refill(mesh_channel_t *c)
 	}
 }
 
+/* A peer's write whose immediate carries its end position (MESH_AQ_CAP_IMM_POS): RC placed it and
+ * every write before it on the QP. The position is within a ring of our reader (the peer writes
+ * no further than our credit), which resolves its upper bits; anything else is ignored, as a pair
+ * would be. meshd reads rx_seen for its accounting, as it would the pair. */
+static void aq_seen(mesh_channel_t *c, uint32_t imm)
+{
+	struct lib_aq *q = c->aq;
+	uint64_t pos;
+
+	if (!(imm & MESH_AQ_IMM_POS))
+		return; /* a pair's: its words are in the page */
+	pos = c->rx_cons + ((imm - (uint32_t)c->rx_cons) & MESH_AQ_IMM_MASK);
+	if (pos <= q->rx_seen || pos > c->rx_cons + c->size)
+		return;
+	q->rx_seen = pos;
+	atomic_store_explicit(&mesh_ring_aq(c->ctrl)->rx_seen, pos, memory_order_release);
+}
+
+uint64_t aq_rx_seen(const mesh_channel_t *c)
+{
+	return c->aq ? c->aq->rx_seen : 0;
+}
+
 /* Drains the CQ: pairs completed (their writes with them), receives consumed. */
 static void aq_poll(mesh_channel_t *c)
 {
@@ -377,6 +419,8 @@ static void aq_poll(mesh_channel_t *c)
 			}
 			if (wc[i].wr_id == AQ_WR_RECV) {
 				q->rq_posted--;
+				if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+					aq_seen(c, ntohl(wc[i].imm_data));
 				continue;
 			}
 			if (wc[i].wr_id == AQ_WR_DATA) {
@@ -434,6 +478,15 @@ static void aq_flush(mesh_channel_t *c)
 		pos += len;
 		n++;
 	}
+	if (q->imm_pos) {
+		/* The last write says where the batch ends: no pair, one packet fewer. */
+		wr[n - 1].wr_id = (pos << 1) | 1;
+		wr[n - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr[n - 1].send_flags = IBV_SEND_SIGNALED;
+		wr[n - 1].imm_data = htonl(MESH_AQ_IMM_POS | (uint32_t)(pos & MESH_AQ_IMM_MASK));
+		wr[n - 1].next = NULL;
+		goto post;
+	}
 	pair[0] = pos;
 	pair[1] = mesh_ring_direct_check(pos);
 	sg[n] = (struct ibv_sge){.addr = (uintptr_t)pair, .length = MESH_RING_DIRECT_LEN};
@@ -447,6 +500,7 @@ static void aq_flush(mesh_channel_t *c)
 	wr[n].wr.rdma.rkey = q->peer_dir_rkey;
 	wr[n].next = NULL;
 	n++;
+post:
 	/* Published before the post: rxe does the NIC's work inside ibv_post_send, so the peer may have
 	 * the bytes, read them and credited them to meshd before the post returns, and meshd takes a
 	 * credit only for what it knows was published. A post that fails hands the half back, and
@@ -510,12 +564,40 @@ uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons)
 	return tx_cons;
 }
 
+/* meshd offers a new QP (a resume revoked ours; ring.h round): the old one goes (nothing of it is
+ * in flight once we said IDLE; its descriptor leaves the channel's epoll set as it closes), and a
+ * new one is offered as at the start, its completion channel added to that set. */
+static void aq_renew(mesh_channel_t *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct lib_aq *old = c->aq;
+
+	lib_debug("channel %u: meshd offers a new QP (round %u)", c->info.channel_id,
+		  atomic_load_explicit(&mesh_ring_aq(c->ctrl)->round, memory_order_relaxed));
+	c->aq = NULL;
+	aq_destroy(old);
+	aq_open(c);
+	if (!c->aq || c->epfd < 0)
+		return;
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, aq_fd(c), &ev)) {
+		/* A poller of the channel's fd would not wake for the peer's writes: meshd posts ours. */
+		lib_debug("channel %u: cannot watch our new QP's completions: %s", c->info.channel_id, strerror(errno));
+		c->aq->failed = true;
+		aq_give_back(c);
+	}
+}
+
 void aq_progress(mesh_channel_t *c)
 {
 	struct mesh_ring_aq *a;
 	struct lib_aq *q = c->aq;
 	uint32_t v;
 
+	if (q && q->state == MESH_AQ_IDLE && !q->sq_out && aq_mine(q) && !c->shut_wr &&
+	    atomic_load_explicit(&mesh_ring_aq(c->ctrl)->round, memory_order_acquire) != q->round) {
+		aq_renew(c);
+		q = c->aq;
+	}
 	if (!q || (q->state == MESH_AQ_IDLE && (!q->connected || !aq_mine(q))))
 		return;
 	a = mesh_ring_aq(c->ctrl);
@@ -555,9 +637,11 @@ void aq_progress(mesh_channel_t *c)
 		} else {
 			q->owned = true;
 			q->posted = q->done = from;
+			lib_debug("channel %u: we post our writes from %" PRIu64 " (round %u, %s)", c->info.channel_id, from,
+				  q->round, q->imm_pos ? "positions in immediates" : "pairs");
 		}
 	} else if (v == MESH_AQ_REVOKED && (q->owned || !q->failed)) {
-		aq_stop(c); /* not granted again: IDLE once its queue is flushed */
+		aq_stop(c); /* IDLE once its queue is flushed; meshd may offer a new round after */
 		aq_poll(c);
 	}
 	if (q->owned)

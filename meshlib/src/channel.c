@@ -248,6 +248,9 @@ static int rx_sync(mesh_channel_t *c)
 		c->rx_prod = v;
 	if (mesh_ring_direct_read(c->ctrl, &v) && v > c->rx_prod && v <= c->rx_cons + c->size)
 		c->rx_prod = v;
+	/* Or the peer application's immediates, as our QP's CQ gave them (aq.c, checked there). */
+	if (c->aq && (v = aq_rx_seen(c)) > c->rx_prod)
+		c->rx_prod = v;
 	return 0;
 }
 

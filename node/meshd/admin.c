@@ -570,6 +570,7 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->pair_hints = ch->hint_writes;
 	ci->writer = ch->aq_granted ? "app" : "meshd";
 	ci->peer_app_writes = ch->aq_peer_sends;
+	ci->app_grants = ch->aq_grants;
 	ci->error = (char *)ch->why;
 	ci->numa_want = ch->numa_want;
 	ci->rail = ch->rail;

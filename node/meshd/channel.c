@@ -623,9 +623,16 @@ static void channel_break(struct channel *ch, int err, const char *fmt, ...)
  * credit past rx_bytes). */
 static uint64_t channel_rx_readable(struct channel *ch)
 {
-	uint64_t pos;
+	uint64_t pos, seen;
 
-	if (ch->local || !mesh_ring_direct_read(ch->ctrl, &pos) || pos <= ch->rx_bytes || pos - ch->rx_bytes > ch->size)
+	if (ch->local)
+		return ch->rx_bytes;
+	if (!mesh_ring_direct_read(ch->ctrl, &pos))
+		pos = 0;
+	/* What our application's own CQ said of the peer application's writes (ring.h rx_seen). */
+	if (ch->aq_offered && (seen = atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->rx_seen, memory_order_acquire)) > pos)
+		pos = seen;
+	if (pos <= ch->rx_bytes || pos - ch->rx_bytes > ch->size)
 		return ch->rx_bytes;
 	return pos;
 }
@@ -928,20 +935,18 @@ static bool channel_aq_possible(const struct channel *ch)
 	       !strcmp(cfg->app_send, "on") && !strcmp(cfg->direct_receive, "on");
 }
 
-/* The path of the channel's rail into the control page, before the application maps it. */
-static void channel_aq_offer(struct channel *ch)
+/* The path of the channel's rail (read off its first QP) into the control page. */
+static bool channel_aq_path(struct channel *ch)
 {
 	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
 	struct xport_path p;
 	int ret;
 
-	if (!channel_aq_possible(ch))
-		return;
 	ret = xport_path(ch->link->conns[ch->qp0], &p);
 	if (ret) {
 		if (ret != -EOPNOTSUPP)
 			log_debug("channel %u: no path for application-posted writes: %s", ch->id, mesh_strerror(ret));
-		return;
+		return false;
 	}
 	memcpy(q->dev, p.dev, sizeof(q->dev));
 	q->dev[sizeof(q->dev) - 1] = '\0';
@@ -953,7 +958,14 @@ static void channel_aq_offer(struct channel *ch)
 	q->ack_timeout = p.ack_timeout;
 	memcpy(q->dgid, p.dgid, sizeof(q->dgid));
 	q->path_valid = 1;
-	ch->aq_offered = true;
+	return true;
+}
+
+/* The first offer, before the application maps the page. */
+static void channel_aq_offer(struct channel *ch)
+{
+	if (channel_aq_possible(ch) && channel_aq_path(ch))
+		ch->aq_offered = true;
 }
 
 static int channel_aq_send(struct channel *ch, ChannelAppQp *a)
@@ -961,9 +973,70 @@ static int channel_aq_send(struct channel *ch, ChannelAppQp *a)
 	PeerMsg msg = PEER_MSG__INIT;
 
 	a->slot = ch->peer_slot;
+	a->round = ch->aq_round; /* what our application's QP it concerns (HANDBACK and PLACED: none) */
 	msg.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
 	msg.channel_app_qp = a;
 	return channel_send(ch, &msg);
+}
+
+/* The peer application's latest offer into our application's page, once its page can take one
+ * (offered, in a round not revoked, no peer QP in it yet): an offer that came early (the peer's
+ * meshd renewed before ours) waits, with its READY, in aq_pend. */
+static void channel_aq_install(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+
+	if (!ch->aq_pend.valid || !ch->aq_offered || ch->aq_done ||
+	    atomic_load_explicit(&q->peer_state, memory_order_relaxed) != MESH_AQ_PEER_NONE)
+		return;
+	q->peer_qpn = ch->aq_pend.qpn;
+	q->peer_psn = ch->aq_pend.psn;
+	q->peer_rx_addr = ch->aq_pend.rx_addr;
+	q->peer_rx_rkey = ch->aq_pend.rx_rkey;
+	q->peer_dir_addr = ch->aq_pend.dir_addr;
+	q->peer_dir_rkey = ch->aq_pend.dir_rkey;
+	q->peer_caps = ch->aq_pend.caps;
+	ch->aq_peer_round = ch->aq_pend.round;
+	ch->aq_peer_next = (uint64_t)ch->aq_pend.round + 1;
+	ch->aq_peer_ready = ch->aq_pend.ready;
+	ch->aq_pend.valid = false;
+	atomic_store_explicit(&q->peer_state, ch->aq_peer_ready ? MESH_AQ_PEER_READY : MESH_AQ_PEER_INFO,
+			      memory_order_release);
+	channel_wake_app(ch);
+}
+
+/* A resume revoked our application's QP: once the resume is done and the application said IDLE,
+ * it is offered a new one on the channel's rail now (ring.h round). The page's words go back to a
+ * fresh offer's before the round changes; the application writes nothing while it is IDLE. */
+static void channel_aq_renew(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+
+	if (!ch->aq_renew || ch->resuming || ch->state != CH_OPEN)
+		return;
+	if (ch->app_gone || ch->app_shut || ch->error || !channel_aq_possible(ch) ||
+	    !(ch->link->features & MESH_FEAT_APPQP_RENEW)) {
+		ch->aq_renew = false;
+		return;
+	}
+	if (ch->aq_app != MESH_AQ_IDLE || ch->aq_granted || ch->aq_wait_pos)
+		return; /* its QP is still being stopped, or the peer is to say where our bytes end */
+	if (!channel_aq_path(ch)) {
+		ch->aq_renew = false;
+		return;
+	}
+	atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_NONE, memory_order_relaxed);
+	atomic_store_explicit(&q->grant, MESH_AQ_MESHD, memory_order_relaxed);
+	atomic_store_explicit(&q->grant_pos, 0, memory_order_relaxed);
+	atomic_store_explicit(&q->app_state, MESH_AQ_NONE, memory_order_relaxed);
+	ch->aq_round++;
+	atomic_store_explicit(&q->round, ch->aq_round, memory_order_release);
+	ch->aq_app = MESH_AQ_NONE;
+	ch->aq_done = ch->aq_granted = ch->aq_revoked = ch->aq_peer_ready = ch->aq_renew = false;
+	log_info("channel %u (node %u port %u): the application may post its own writes again (rail %u, round %u)",
+		 ch->id, ch->peer_node, ch->peer_port, ch->rail, ch->aq_round);
+	channel_aq_install(ch);
+	channel_wake_app(ch);
 }
 
 /* Relays what our application did with its QP. Its words are hostile: a state that goes back or
@@ -992,6 +1065,7 @@ static void channel_aq_app(struct channel *ch)
 		a.rx_rkey = q->rx_rkey;
 		a.dir_addr = q->dir_addr;
 		a.dir_rkey = q->dir_rkey;
+		a.caps = q->caps; /* the peer's application checks what it uses */
 		if (a.qpn > 0xffffff || a.psn > 0xffffff || !a.rx_rkey || !a.dir_rkey) {
 			channel_break(ch, -EPROTO, "application offered QP %u PSN %u with keys %u/%u", a.qpn, a.psn,
 				      a.rx_rkey, a.dir_rkey);
@@ -1058,6 +1132,7 @@ static void channel_aq_grant(struct channel *ch)
 	if (channel_aq_send(ch, &a))
 		return;
 	ch->aq_granted = true;
+	ch->aq_grants++;
 	atomic_store_explicit(&q->grant_pos, ch->tx_sent, memory_order_relaxed);
 	atomic_store_explicit(&q->grant, MESH_AQ_APP, memory_order_release);
 	log_debug("channel %u: the application posts its own writes from %llu", ch->id, (unsigned long long)ch->tx_sent);
@@ -1085,10 +1160,18 @@ static void channel_aq_account(struct channel *ch)
  * The pair is the peer application's word: within our reader's credit and the EOF, or ignored. */
 static void channel_aq_rx(struct channel *ch)
 {
-	uint64_t pos, len;
+	uint64_t pos, seen, len;
 
-	if (!ch->aq_peer_sends || ch->rx_bytes < ch->aq_peer_from || !mesh_ring_direct_read(ch->ctrl, &pos) ||
-	    pos <= ch->rx_bytes || pos > ch->app_rx_cons + ch->size || (ch->eof_known && pos > ch->eof_total))
+	if (!ch->aq_peer_sends || ch->rx_bytes < ch->aq_peer_from)
+		return;
+	if (!mesh_ring_direct_read(ch->ctrl, &pos))
+		pos = 0;
+	/* Or our application's word, where the peer's writes carry their position in the immediate
+	 * (ring.h MESH_AQ_CAP_IMM_POS): its CQ saw them. */
+	seen = atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->rx_seen, memory_order_acquire);
+	if (seen > pos)
+		pos = seen;
+	if (pos <= ch->rx_bytes || pos > ch->app_rx_cons + ch->size || (ch->eof_known && pos > ch->eof_total))
 		return;
 	len = pos - ch->rx_bytes;
 	ch->rx_bytes = pos;
@@ -1100,11 +1183,14 @@ static void channel_aq_rx(struct channel *ch)
 	}
 }
 
-/* Tells our application to stop posting (it says IDLE once its QP is flushed); never granted again. */
+/* Tells our application to stop posting (it says IDLE once its QP is flushed); not granted again in
+ * this round (a resume that revoked it starts another: channel_aq_renew). */
 static void channel_aq_stop_app(struct channel *ch)
 {
 	ch->aq_done = true;
-	if (ch->aq_granted && !ch->aq_revoked) {
+	/* Granted or not: an application whose QP is offered or connected stops it too, and says IDLE,
+	 * which a new round waits for. */
+	if (!ch->aq_revoked) {
 		ch->aq_revoked = true;
 		atomic_store_explicit(&mesh_ring_aq(ch->ctrl)->grant, MESH_AQ_REVOKED, memory_order_release);
 		channel_wake_app(ch);
@@ -1115,6 +1201,11 @@ static void channel_aq_stop_app(struct channel *ch)
  * sending half to what the peer has once it says nothing of its QP is in flight. */
 static void channel_aq_revoke(struct channel *ch)
 {
+	/* An application that took the offer gets a new QP after the resume; the peer's offers so
+	 * far were for QPs its own resume revokes (its next comes after our ChannelResume). */
+	if (ch->aq_offered && ch->aq_app != MESH_AQ_NONE && ch->link && (ch->link->features & MESH_FEAT_APPQP_RENEW))
+		ch->aq_renew = true;
+	ch->aq_pend.valid = false;
 	if (ch->aq_granted)
 		channel_aq_account(ch);
 	if (ch->aq_offered && !ch->aq_done)
@@ -1137,27 +1228,48 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 	q = mesh_ring_aq(ch->ctrl);
 	switch (a->state) {
 	case AQ_MSG_OFFER:
-		/* QPN, PSN and keys were checked by the decoder (wire.c), as every field of the peer. */
-		if (!ch->aq_offered || ch->aq_done || atomic_load_explicit(&q->peer_state, memory_order_relaxed))
-			return; /* ours has no offer, or this is not the first: the peer's stays unanswered */
-		q->peer_qpn = a->qpn;
-		q->peer_psn = a->psn;
-		q->peer_rx_addr = a->rx_addr;
-		q->peer_rx_rkey = a->rx_rkey;
-		q->peer_dir_addr = a->dir_addr;
-		q->peer_dir_rkey = a->dir_rkey;
-		atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_INFO, memory_order_release);
-		channel_wake_app(ch);
+		/* QPN, PSN and keys were checked by the decoder (wire.c), as every field of the peer. An
+		 * offer of a round we installed or passed already is stale; the latest waits until our
+		 * application's page can take it (ours has no offer: it stays unanswered). */
+		if (a->round < ch->aq_peer_next)
+			return;
+		ch->aq_pend.valid = true;
+		ch->aq_pend.ready = false;
+		ch->aq_pend.round = a->round;
+		ch->aq_pend.qpn = a->qpn;
+		ch->aq_pend.psn = a->psn;
+		ch->aq_pend.rx_addr = a->rx_addr;
+		ch->aq_pend.rx_rkey = a->rx_rkey;
+		ch->aq_pend.dir_addr = a->dir_addr;
+		ch->aq_pend.dir_rkey = a->dir_rkey;
+		ch->aq_pend.caps = a->caps;
+		channel_aq_install(ch);
 		break;
 	case AQ_MSG_READY:
-		if (atomic_load_explicit(&q->peer_state, memory_order_relaxed) != MESH_AQ_PEER_INFO)
+		if (ch->aq_pend.valid && a->round == ch->aq_pend.round) {
+			ch->aq_pend.ready = true; /* installed with its offer */
+			return;
+		}
+		if (atomic_load_explicit(&q->peer_state, memory_order_relaxed) != MESH_AQ_PEER_INFO ||
+		    a->round != ch->aq_peer_round)
 			return;
 		ch->aq_peer_ready = true;
 		atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_READY, memory_order_release);
 		channel_wake_app(ch);
 		break;
 	case AQ_MSG_SENDING:
-		if (!ch->aq_peer_ready || ch->aq_peer_sends || a->pos < ch->rx_bytes || a->pos > ch->app_rx_cons + ch->size) {
+		if (ch->resuming || (ch->aq_peer_next && a->round < ch->aq_peer_round) ||
+		    (a->round < ch->aq_peer_next && atomic_load_explicit(&q->peer_state, memory_order_relaxed) ==
+							      MESH_AQ_PEER_NONE)) {
+			/* Of a QP that a resume revokes, or revoked (our page has a newer one, or none
+			 * since we renewed): sent before the peer's ChannelResume, so it comes before ours
+			 * is done; its bytes come again by our immediates. */
+			log_debug("channel %u: node %u's application posts from round %u, ours has %u%s; ignored", ch->id,
+				  l->peer->id, a->round, ch->aq_peer_round, ch->resuming ? " (resuming)" : "");
+			return;
+		}
+		if (!ch->aq_peer_ready || a->round != ch->aq_peer_round || ch->aq_peer_sends || a->pos < ch->rx_bytes ||
+		    a->pos > ch->app_rx_cons + ch->size) {
 			channel_break(ch, -EPROTO, "node %u's application posts from %llu, which does not fit (%llu placed)",
 				      l->peer->id, (unsigned long long)a->pos, (unsigned long long)ch->rx_bytes);
 			break;
@@ -1168,7 +1280,9 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 	case AQ_MSG_HANDBACK: {
 		ChannelAppQp r = CHANNEL_APP_QP__INIT;
 
-		/* Its application's writes all completed before it said so: the pair is final. */
+		/* Its application's writes all completed before it said so: the pair is final. (Our
+		 * application's rx_seen may lag its CQ: we then answer less than arrived, and the
+		 * peer writes those bytes again, identical, where they are.) */
 		channel_aq_rx(ch);
 		ch->aq_peer_sends = false;
 		r.state = AQ_MSG_PLACED;
@@ -1179,8 +1293,12 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 	}
 	case AQ_MSG_REVOKE:
 		/* The peer's application is done with its QP: ours stops writing to it and says IDLE,
-		 * and its hand-back follows. */
-		channel_aq_stop_app(ch);
+		 * and its hand-back follows. One not installed yet is just dropped; one before the
+		 * installed is stale. */
+		if (ch->aq_pend.valid && a->round == ch->aq_pend.round)
+			ch->aq_pend.valid = false;
+		if (ch->aq_peer_next && a->round == ch->aq_peer_round)
+			channel_aq_stop_app(ch);
 		break;
 	case AQ_MSG_PLACED:
 		if (!ch->aq_wait_pos)
@@ -1379,6 +1497,7 @@ static void channel_pump(struct channel *ch)
 	if (!ch->app_gone || ch->app_shut)
 		channel_read_app(ch);
 	channel_aq_app(ch);
+	channel_aq_renew(ch);
 	/* Bytes published after the peer closed can never go: say so rather than let a sender wait. */
 	if (ch->close_rcvd && !ch->error && ch->app_tx_prod > ch->tx_sent)
 		channel_break(ch, -EPIPE, "application wrote after node %u closed the channel",
@@ -1977,8 +2096,11 @@ static int channel_on_imm(struct link *l, uint32_t imm, uint32_t len)
  * granted and still the application's. */
 static bool channel_aq_settled(const struct channel *ch)
 {
-	if (!ch->aq_offered || (ch->aq_done && !ch->aq_granted && !ch->aq_wait_pos))
+	if (!ch->aq_offered)
 		return true;
+	if (ch->aq_done && !ch->aq_granted && !ch->aq_wait_pos && !ch->aq_renew)
+		/* Unless its application moved: its IDLE is relayed by the usual pump. */
+		return atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) == ch->aq_app;
 	return ch->aq_granted && !ch->aq_revoked &&
 	       atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != MESH_AQ_IDLE;
 }

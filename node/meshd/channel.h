@@ -148,10 +148,22 @@ struct channel {
 	 * our application posts our sending half (aq_granted; from the page's grant_pos) or was told to stop
 	 * (aq_revoked); it gave the half back and we wait for the peer to say where its reader's bytes
 	 * end (aq_wait_pos); the peer's application posts its half from aq_peer_from (aq_peer_sends:
-	 * rx_bytes then follow its direct pairs); after a revocation nothing is granted again (aq_done). */
-	bool aq_offered, aq_peer_ready, aq_granted, aq_revoked, aq_wait_pos, aq_peer_sends, aq_done;
+	 * rx_bytes then follow its direct pairs); after a revocation nothing is granted in this round
+	 * (aq_done). A resume that revoked it asks for a new round (aq_renew: ring.h round, aq_round)
+	 * once the application is IDLE. The peer's offers carry its own rounds: the latest is kept
+	 * (aq_pend) until our application's page can take it, and none below aq_peer_next (installed
+	 * already, or stale) is; aq_peer_round is the round installed, whose READY, SENDING and
+	 * REVOKE count. */
+	bool aq_offered, aq_peer_ready, aq_granted, aq_revoked, aq_wait_pos, aq_peer_sends, aq_done, aq_renew;
 	uint8_t aq_app;
-	uint64_t aq_peer_from;
+	uint32_t aq_round, aq_peer_round;
+	uint64_t aq_grants; /* times our application was granted the sending half */
+	uint64_t aq_peer_from, aq_peer_next;
+	struct {
+		bool valid, ready;
+		uint32_t round, qpn, psn, rx_rkey, dir_rkey, caps;
+		uint64_t rx_addr, dir_addr;
+	} aq_pend;
 
 	/* lifecycle */
 	uint32_t inflight; /* data and credit writes posted, not completed */

@@ -251,8 +251,12 @@ static void ev_cm(struct mt *t, struct in *in)
 /* The peer's word on the applications' QPs (ChannelAppQp): for one of our channels' slots, or any. */
 static void peer_app_qp(struct mt *t, struct in *in, uint8_t flags, ChannelAppQp *aq)
 {
+	uint8_t b;
+
 	aq->slot = (flags & 1) && t->m.channels ? t->m.channels->slot : U16(in);
-	aq->state = U8(in) % 8;
+	b = U8(in);
+	aq->state = b % 8;
+	aq->round = (b >> 3) & 3; /* the byte's upper bits: the corpus reads the same bytes as before */
 	aq->qpn = (flags & 2) ? U32(in) : U32(in) & 0xffffff;
 	aq->psn = (flags & 2) ? U32(in) : U32(in) & 0xffffff;
 	aq->rx_addr = U64(in);

@@ -225,8 +225,26 @@ def finish(proc, timeout):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        return "hung", ""
+        return "hung", proc.stdout.read().strip()[-2000:]
     return rc, proc.stdout.read().strip()
+
+
+def stacks(pid):
+    """Where a process that hangs is: its state and kernel wait channel, and every thread's stack
+    (gdb, where the machine has it), for the failure's message."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            out.append("state " + f.read().split(") ", 1)[1].split()[0])
+        with open(f"/proc/{pid}/wchan") as f:
+            out.append("wchan " + f.read())
+    except OSError as e:
+        out.append(str(e))
+    if shutil.which("gdb"):
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60, check=False)
+        out.append(" | ".join(l for l in r.stdout.splitlines() if l.startswith(("#", "Thread"))))
+    return "; ".join(out)
 
 
 def rdma_counters():
@@ -362,7 +380,13 @@ def main():
                 return dict(port=port, rx=rx, tx=tx, total=total)
 
             def end_stream(st, timeout):
-                rc_tx, out_tx = finish(st["tx"], timeout)
+                try:
+                    st["tx"].wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    # What both meshd saw of a stream that hangs, and where its sender is, before it is killed.
+                    streams["bad"].append(f"port {st['port']} hung; channels: node 1 {p.channels(1, st['port'])}, "
+                                          f"node 2 {p.channels(2, st['port'])}; sender {stacks(st['tx'].pid)}")
+                rc_tx, out_tx = finish(st["tx"], 1)
                 rc_rx, out_rx = finish(st["rx"], 30)
                 if rc_tx == 0 and rc_rx == 0 and "ok" in out_rx:
                     streams["ok"] += 1
@@ -370,7 +394,7 @@ def main():
                     streams["bad"].append(f"port {st['port']}: sender {rc_tx} {out_tx}; receiver {rc_rx} {out_rx}")
 
             st = start_stream()
-            t_detect, t_moving, t_rejoin, stayed_up, done = [], [], [], True, 0
+            t_detect, t_moving, t_rejoin, stayed_up, done, regrant = [], [], [], True, 0, []
             flap_log = []  # on the meshd logs' clock (MESH_LOG_TIME), printed when a flap went wrong
             for k in range(args.rail_flaps):
                 if st["tx"].poll() is not None:  # this stream is over: check it, start the next
@@ -400,6 +424,13 @@ def main():
                 flap_log[-1] += f", rejoined by [{time.monotonic():.6f}]; RNR/retry counters: " \
                     f"{counters_delta(ctr0, rdma_counters())}"
                 stayed_up = stayed_up and p.up()
+                if args.app_send and chan.get("rail") == r and st["tx"].poll() is None:
+                    # The move revoked the applications' QPs: new ones take over once it resumed.
+                    regrant.append(app_writes(p, st["port"]) or st["tx"].poll() is not None)
+                    if not regrant[-1]:
+                        streams["bad"].append(f"flap {k + 1}: no new grant; channels: node 1 {p.channels(1, st['port'])}, "
+                                              f"node 2 {p.channels(2, st['port'])}; sender {stacks(st['tx'].pid)}; "
+                                              f"receiver {stacks(st['rx'].pid)}")
                 if not seen or not back or (st["tx"].poll() not in (None, 0)) or streams["bad"]:
                     check(False, f"rail flap {k + 1} (rail {r}): both ends lose the rail, it rejoins, the stream goes on",
                           f"seen {seen} back {back} links {[p.link(i) for i in (1, 2)]}, sender {st['tx'].poll()}, "
@@ -423,6 +454,11 @@ def main():
                       for i in (1, 2)),
                   f"meshctl node counts the rail failovers {[delta(i, 'rail_failovers') for i in (1, 2)]} and the "
                   f"channels' moves (channel resumes {[delta(i, 'channel_resumes') for i in (1, 2)]})")
+            if args.app_send:
+                check(regrant and all(regrant),
+                      f"after each of the {len(regrant)} flaps that moved a stream, its applications posted their "
+                      f"own writes again, on new QPs (meshctl writer app, peer_app_writes; within 10 s): "
+                      f"{regrant.count(True)} of {len(regrant)}")
             check(streams["ok"] == streams["n"] and not streams["bad"],
                   f"all {streams['n']} streams ({args.rate * stream_s} bytes each) under the rail flaps are intact: "
                   f"every byte checked, none lost or duplicated", "; ".join(streams["bad"]))
@@ -440,9 +476,9 @@ def main():
             ok = wait_until(lambda: len(p.channels(1, 7500)) == 1 and len(p.channels(2, 7500)) == 1, 10)
             check(ok, f"a paced stream of {total} bytes ({args.rate} B/s) runs from node 1 to node 2")
             if args.app_send:
-                check(app_writes(p, 7500), "cluster.app_send: its application posts its writes itself, until the "
-                      "first outage revokes them", str(p.channels(1, 7500)))
-            t_down, t_back, t_moving, seen = [], [], [], set()
+                check(app_writes(p, 7500), "cluster.app_send: its application posts its writes itself (each "
+                      "outage revokes that, and the resume gives it a new QP)", str(p.channels(1, 7500)))
+            t_down, t_back, t_moving, seen, regrant = [], [], [], set(), []
             resumed, rewritten = {1: 0, 2: 0}, {1: 0, 2: 0}
             before = {i: p.ctl(i, "node") or {} for i in (1, 2)}
             for k in range(args.outages):
@@ -471,6 +507,8 @@ def main():
                 base = (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0)
                 if wait_until(lambda: (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0) > base, 10, 0.01):
                     t_moving.append(time.monotonic() - t1)
+                if args.app_send and tx.poll() is None:
+                    regrant.append(app_writes(p, 7500) or tx.poll() is not None)
                 # The bytes written again, while the channel is surely there (the stream may end before
                 # the last check below).
                 for i in (1, 2):
@@ -487,6 +525,11 @@ def main():
                 print(f"# failover: link UP again -> the channel's bytes move again: median "
                       f"{sorted(t_moving)[len(t_moving) // 2] * 1000:.0f} ms, range {min(t_moving) * 1000:.0f}-"
                       f"{max(t_moving) * 1000:.0f} ms over {len(t_moving)} outages (sampled every 10 ms)")
+            if args.app_send and regrant:
+                grants = [c.get("app_grants", 0) for c in p.channels(1, 7500)]
+                check(all(regrant), f"after each of {len(regrant)} outages the applications posted their own writes "
+                      f"again, on new QPs, within 10 s of the link's return ({regrant.count(True)}; meshctl "
+                      f"app_grants {grants})")
             check("RESUMING" in seen, f"meshctl showed the channel RESUMING while the link was DOWN ({sorted(seen)})")
             for i in (1, 2):
                 c = p.channels(i, 7500)

@@ -3369,7 +3369,8 @@ static void aq_on(struct ct *c)
 	strcpy(c->t.cfg.app_send, "on");
 }
 
-static void peer_app_qp(struct ct *c, const struct chan *h, uint32_t state, uint64_t pos)
+/* The peer's ChannelAppQp about its application's QP of the given round. */
+static void peer_app_qp_round(struct ct *c, const struct chan *h, uint32_t state, uint64_t pos, uint32_t round)
 {
 	PeerMsg m = PEER_MSG__INIT;
 	ChannelAppQp a = CHANNEL_APP_QP__INIT;
@@ -3377,6 +3378,7 @@ static void peer_app_qp(struct ct *c, const struct chan *h, uint32_t state, uint
 	a.slot = h->slot;
 	a.state = state;
 	a.pos = pos;
+	a.round = round;
 	if (state == 1) {
 		a.qpn = 0x4321;
 		a.psn = 0x99;
@@ -3384,10 +3386,16 @@ static void peer_app_qp(struct ct *c, const struct chan *h, uint32_t state, uint
 		a.rx_rkey = 0x55;
 		a.dir_addr = 0x20000;
 		a.dir_rkey = 0x66;
+		a.caps = MESH_AQ_CAP_IMM_POS | 0x40; /* and a bit nobody knows yet: relayed as it is */
 	}
 	m.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
 	m.channel_app_qp = &a;
 	peer_msg(c, &m);
+}
+
+static void peer_app_qp(struct ct *c, const struct chan *h, uint32_t state, uint64_t pos)
+{
+	peer_app_qp_round(c, h, state, pos, 0);
 }
 
 /* Our application's QP: its keys, then the state, then the kick (as libmesh's aq.c does). */
@@ -3401,6 +3409,7 @@ static void app_aq_say(struct ct *c, struct chan *h, uint32_t state, uint32_t qp
 	q->rx_rkey = 0x77;
 	q->dir_addr = 0x40000;
 	q->dir_rkey = 0x88;
+	q->caps = MESH_AQ_CAP_IMM_POS;
 	atomic_store_explicit(&q->app_state, state, memory_order_release);
 	app_kick(c, h);
 }
@@ -3466,9 +3475,11 @@ static void channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_ta
 	assert_int_equal(m->channel_app_qp->psn, AQ_PSN);
 	assert_int_equal(m->channel_app_qp->rx_rkey, 0x77);
 	assert_int_equal(m->channel_app_qp->dir_rkey, 0x88);
+	assert_int_equal(m->channel_app_qp->caps, MESH_AQ_CAP_IMM_POS);
 	mesh_peer_msg_free(m);
 	/* The peer's offer lands in our application's page. */
 	peer_app_qp(c, h, 1, 0);
+	assert_int_equal(q->peer_caps, MESH_AQ_CAP_IMM_POS | 0x40);
 	assert_int_equal(q->peer_qpn, 0x4321);
 	assert_int_equal(q->peer_psn, 0x99);
 	assert_int_equal(q->peer_rx_rkey, 0x55);
@@ -3619,6 +3630,225 @@ static void channel_app_send__peer_application_writes__rx_follows_its_pair_withi
 	app_kick(c, h);
 	assert_int_equal(chn(c, h)->rx_bytes, 500);
 	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* A lost link revokes our application's QP; once the channel resumed and the application said
+ * IDLE, meshd offers it a new one (round 1) and grants the half again when both new QPs are
+ * ready. Messages of the peer's old QP that come late change nothing. */
+static void channel_app_send__resume_revoked_the_qp__new_round_offered_and_granted_again(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	aq_granted(c, h);
+	assert_int_equal(chn(c, h)->aq_grants, 1);
+	app_write(h, 3000);
+	app_kick(c, h);
+
+	link_lost(c);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	assert_int_equal(atomic_load(&q->round), 0); /* not before the resume is done */
+	from = c->t.fx->n_posts;
+	link_back(c, 5000);
+	mesh_peer_msg_free(sent_resume(c, h, from));
+	complete_sends(c);
+	assert_int_equal(atomic_load(&q->round), 0);
+	/* The peer's reader has 1000 of the 3000 our application published: meshd writes the rest. */
+	from = c->t.fx->n_posts;
+	peer_resume(c, h, 1000, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_true(write_count(c, h, from, false) > 0);
+	complete_data(c, h, from);
+	check_peer_ring(h, 1000, 3000);
+	/* The new round: the page as for a first offer, the round changed last. */
+	assert_int_equal(atomic_load(&q->round), 1);
+	assert_int_equal(q->path_valid, 1);
+	assert_string_equal(q->dev, "fake0");
+	assert_int_equal(atomic_load(&q->app_state), MESH_AQ_NONE);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_NONE);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	/* Late words of the peer's old QP: ignored, not a breach. */
+	peer_app_qp_round(c, h, 3, 1000, 0);
+	peer_app_qp_round(c, h, 1, 0, 0);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_NONE);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	/* The peer's meshd renewed first: its new offer and READY wait for our application's. */
+	peer_app_qp_round(c, h, 1, 0, 1);
+	peer_app_qp_round(c, h, 2, 0, 1);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_READY);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN + 1);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_APP_QP, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_app_qp->state, 1);
+	assert_int_equal(m->channel_app_qp->round, 1);
+	assert_int_equal(m->channel_app_qp->qpn, AQ_QPN + 1);
+	mesh_peer_msg_free(m);
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN + 1);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 2);
+	assert_int_equal(sent_aq_state(c, from, 1, NULL), 3); /* SENDING: granted again */
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_int_equal(atomic_load(&q->grant_pos), 3000);
+	assert_int_equal(chn(c, h)->aq_grants, 2);
+	complete_sends(c);
+	/* The peer's application posts its half again too, from its new QP. */
+	peer_app_qp_round(c, h, 3, 0, 1);
+	assert_true(chn(c, h)->aq_peer_sends);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* The link goes before the grant (both QPs offered, ours connected): our application is told to
+ * stop all the same, and once it is IDLE and the channel resumed it gets a new round. */
+static void channel_app_send__resume_before_the_grant__application_stopped_and_offered_anew(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	link_lost(c);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
+	link_back(c, 5000);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_int_equal(atomic_load(&q->round), 0); /* its QP is not stopped yet */
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	assert_int_equal(atomic_load(&q->round), 1);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	assert_int_equal(atomic_load(&q->app_state), MESH_AQ_NONE);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* The receiving side of a stream whose peer application posts: the link goes, both resume, the
+ * peer's application gives its writes back only after the resume (its HANDBACK), then both meshd
+ * renew in either order: the peer's new SENDING makes rx follow its application again. */
+static void channel_app_send__peer_renews_after_a_hand_back__its_writes_followed_again(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	peer_app_qp(c, h, 3, 0);
+	complete_sends(c);
+	assert_true(chn(c, h)->aq_peer_sends);
+	atomic_store(&q->rx_seen, 500);
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 500);
+
+	link_lost(c);
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	link_back(c, 5000);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	complete_sends(c);
+	assert_int_equal(atomic_load(&q->round), 1);
+	/* Its application said IDLE after the resume: its hand-back, our answer. */
+	from = c->t.fx->n_posts;
+	peer_app_qp_round(c, h, 4, 0, 0);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 5);
+	complete_sends(c);
+	/* Its meshd renewed: offer and READY of its round 1; ours offers and is ready too. */
+	peer_app_qp_round(c, h, 1, 0, 1);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN + 1);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_INFO);
+	peer_app_qp_round(c, h, 2, 0, 1);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN + 1);
+	complete_sends(c);
+	/* Its bytes 500..700 came by its meshd's immediates before its grant. */
+	peer_data(c, h, 0, 0, 500, 200);
+	peer_app_qp_round(c, h, 3, 700, 1);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_true(chn(c, h)->aq_peer_sends);
+	atomic_store(&q->rx_seen, 900);
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 900);
+	mt_finish(&c->t);
+}
+
+/* A resume with an application that never took the offer (an older libmesh): no new round. */
+static void channel_app_send__offer_not_taken__no_new_round_after_a_resume(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	link_lost(c);
+	link_back(c, 5000);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_int_equal(atomic_load(&mesh_ring_aq(h->app->ctrl)->round), 0);
+	assert_false(chn(c, h)->aq_renew);
+	mt_finish(&c->t);
+}
+
+/* The peer's application carries positions in its immediates (MESH_AQ_CAP_IMM_POS): no pair
+ * lands, and our application publishes what its CQ said in rx_seen, which meshd takes as it would
+ * a pair, within the reader's credit; the reader may consume up to it. */
+static void channel_app_send__peer_writes_by_immediate__rx_follows_the_applications_rx_seen(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	peer_app_qp(c, h, 3, 0);
+	atomic_store(&q->rx_seen, 700);
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 700);
+	assert_int_equal(ring_rx_prod(h), 700);
+	/* Past the reader's credit: ignored. */
+	atomic_store(&q->rx_seen, RING + 1);
+	app_kick(c, h);
+	assert_int_equal(chn(c, h)->rx_bytes, 700);
+	/* The link goes; our application's CQ still had completions up to 900, which it polls after
+	 * meshd took 700 for its resume: reading to 900 is within what it was told, not a breach. */
+	link_lost(c);
+	atomic_store(&q->rx_seen, 900);
+	h->app->rx_cons = 900;
+	atomic_store(&h->app->ctrl->rx_cons, 900);
+	app_kick(c, h);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(chn(c, h)->rx_bytes, 700); /* the resume asks for the rest again */
 	mt_finish(&c->t);
 }
 
@@ -4492,6 +4722,11 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__peer_sends_from_an_unfit_position__channel_broken),
 	T(channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there),
 	T(channel_app_send__peer_application_writes__rx_follows_its_pair_within_the_credit),
+	T(channel_app_send__resume_revoked_the_qp__new_round_offered_and_granted_again),
+	T(channel_app_send__resume_before_the_grant__application_stopped_and_offered_anew),
+	T(channel_app_send__peer_renews_after_a_hand_back__its_writes_followed_again),
+	T(channel_app_send__offer_not_taken__no_new_round_after_a_resume),
+	T(channel_app_send__peer_writes_by_immediate__rx_follows_the_applications_rx_seen),
 	T(channel_app_send__tcp_provider__nothing_offered),
 	T(channel_link_down__opening_channel__client_told_econnreset),
 	T(channel_on_imm__data_before_accept__kept_until_accept),
