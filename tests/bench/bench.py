@@ -313,9 +313,13 @@ class Bench:
         return [self.bin("meshlib/meshbench"), "-s", self.meshd_procs[node]["sock"], "-j", *args, "1", str(port)]
 
     def meshbench(self, tool, server_port, test, sizes, *extra):
-        node = {"meshbench-direct-off": 4, "meshbench-app": 6}.get(tool, 2)
+        node = {"meshbench-direct-off": 4, "meshbench-app": 6, "meshbench-app-pairs": 6}.get(tool, 2)
         cmd = self.meshbench_client_cmd(server_port, "-t", test, "-m", ",".join(str(s) for s in sizes), *extra,
                                         node=node)
+        if tool == "meshbench-app-pairs":
+            # The client's libmesh then offers no position in immediates, and uses none: both
+            # directions send a direct pair after each write, as before MESH_AQ_CAP_IMM_POS.
+            cmd = ["env", "MESH_APP_SEND=pairs", *cmd]
         budget = 120 + len(sizes) * (self.a.duration * 3 + 60)
         out = self.run(cmd, budget, f"meshbench {test}")
         got = 0
@@ -661,6 +665,8 @@ class Bench:
                 self.attempt("meshbench bw 64K, app_send", self.meshbench, "meshbench-app", port_app, "bw", [65536], *d)
                 self.attempt("meshbench lat, app_send", self.meshbench, "meshbench-app", port_app, "lat", [64], "-n",
                              str(a.lat_iters))
+                self.attempt("meshbench lat, app_send with pairs", self.meshbench, "meshbench-app-pairs", port_app,
+                             "lat", [64], "-n", str(a.lat_iters))
             if rdma:
                 self.attempt("ib_write_lat 64", self.ib_write_lat, 64)
                 self.attempt("rstream lat", self.rstream, False, "lat", 64)
@@ -695,6 +701,7 @@ class Bench:
              "meshbench-poll": "channel (meshbench -p, apps busy-poll)", "ib_write_bw": "ib_write_bw -R (perftest)",
              "meshbench-direct-off": "channel, cluster.direct_receive = off",
              "meshbench-app": "channel, cluster.app_send = on (apps post)",
+             "meshbench-app-pairs": "channel, app_send, a pair per write (MESH_APP_SEND=pairs)",
              "floor-direct": "floor, direct receive (ib_write_lat + 1 hop)",
              "ib_write_lat": "ib_write_lat -R (perftest)", "rstream": "rstream -T b (rsocket)",
              "tcp": "TCP over loopback (rstream -T s -T b)",
@@ -828,6 +835,8 @@ class Bench:
                   "typ_us", "typ_us")
             ratio("app_send: half-RTT @64 B / rstream @64 B (average)", mal, ("rstream", "lat", 64), "avg_us", "avg_us")
             ratio("app_send: half-RTT @64 B / through meshd (typical)", mal, ml, "typ_us", "typ_us")
+            ratio("app_send: half-RTT @64 B, position in the immediate / a pair per write", mal,
+                  ("meshbench-app-pairs", "lat", 64), "typ_us", "typ_us")
         for p in self.profiles:
             w("")
             w(f"profile: meshbench {p['test']} {fmt_size(p['size'])}, {p['seconds']:.1f} s sampled mid-run")

@@ -3449,6 +3449,17 @@ static void aq_granted(struct ct *c, struct chan *h)
 	complete_sends(c);
 }
 
+/* Both applications offered and connected their QPs; the peer's posts its half from 0. */
+static void aq_peer_sending(struct ct *c, struct chan *h)
+{
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	peer_app_qp(c, h, 3, 0);
+	assert_true(chn(c, h)->aq_peer_sends);
+}
+
 static void channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_takes_credits(void **state)
 {
 	struct ct *c = *state;
@@ -3607,11 +3618,7 @@ static void channel_app_send__peer_application_writes__rx_follows_its_pair_withi
 	ct_init(c, 2);
 	aq_on(c);
 	h = open_out(c, RING, 2, PEER_SLOT);
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
-	peer_app_qp(c, h, 3, 0); /* its application posts from 0 */
+	aq_peer_sending(c, h); /* its application posts from 0 */
 	d = mesh_ring_direct(h->app->ctrl);
 	/* Its application's pair at 500: meshd's rx_bytes and counters follow at the next pump. */
 	atomic_store(&d->pos, 500);
@@ -3754,11 +3761,7 @@ static void channel_app_send__peer_renews_after_a_hand_back__its_writes_followed
 	aq_on(c);
 	h = open_out(c, RING, 2, PEER_SLOT);
 	q = mesh_ring_aq(h->app->ctrl);
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
-	peer_app_qp(c, h, 3, 0);
+	aq_peer_sending(c, h);
 	complete_sends(c);
 	assert_true(chn(c, h)->aq_peer_sends);
 	atomic_store(&q->rx_seen, 500);
@@ -3827,11 +3830,7 @@ static void channel_app_send__peer_writes_by_immediate__rx_follows_the_applicati
 	aq_on(c);
 	h = open_out(c, RING, 2, PEER_SLOT);
 	q = mesh_ring_aq(h->app->ctrl);
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
-	peer_app_qp(c, h, 3, 0);
+	aq_peer_sending(c, h);
 	atomic_store(&q->rx_seen, 700);
 	app_kick(c, h);
 	assert_int_equal(chn(c, h)->rx_bytes, 700);
