@@ -6,11 +6,12 @@
  * own writes are done, and revokes it when its link or rail goes; everything else (credits, the
  * stream's accounting, resuming) stays meshd's.
  *
- * What we post for bytes [posted, tx_prod): one RDMA WRITE per contiguous run of the TX area into
- * the same offsets of the peer's RX area, then the direct pair {pos, check} into the peer's control
- * page by WRITE_WITH_IMM (inline, signalled): RC executes one QP's messages in order, so a reader
- * that sees the pair has the bytes below it, and its immediate wakes a reader that sleeps on its
- * completion channel. tx_prod is published to meshd with the post, never before bytes are posted
+ * What we post for bytes [posted, tx_prod): where the peer's libmesh takes positions in immediates
+ * (MESH_AQ_CAP_IMM_POS), WRITE_WITH_IMMs of at most AQ_CHUNK into the same offsets of the peer's RX
+ * area, each naming where it ends; otherwise one RDMA WRITE per contiguous run of the TX area, then
+ * the direct pair {pos, check} into the peer's control page by WRITE_WITH_IMM (inline, signalled).
+ * RC executes one QP's messages in order, so a reader that sees a position has the bytes below it,
+ * and the immediate wakes a reader that sleeps on its completion channel. tx_prod is published to meshd with the post, never before bytes are posted
  * by us or given back to meshd. TX bytes are reused only
  * once meshd's tx_cons (the peer's reader) and our own completions both passed them.
  *
@@ -39,12 +40,14 @@
 
 #include "internal.h"
 
-#define AQ_SQ 128      /* send work requests: up to 3 per flush (two runs of the ring and the pair) */
-#define AQ_RQ 128      /* receives for the peer's pairs */
+#define AQ_SQ 128      /* send work requests: chains of 3 (two runs of the ring, a pair) or AQ_BATCH */
+#define AQ_RQ 128      /* receives for the peer's pairs or immediates (a reader slow to refill: RNR) */
 #define AQ_CQ (AQ_SQ + AQ_RQ)
 #define AQ_WR_RECV 0ull /* wr_id of a receive; a pair's is (pos << 1) | 1 */
 #define AQ_WR_DATA 2ull /* of a data write: unsignalled, seen only when flushed in error */
 #define AQ_RELEASE_MS 1000 /* how long a shutdown waits for our writes to complete */
+#define AQ_CHUNK (16u << 10) /* largest write when positions ride in immediates (aq_flush_imm) */
+#define AQ_BATCH 16          /* writes per chain there (a fifo entry counts at most 255) */
 
 /* One verbs context and protection domain per device, shared by this process's channels: a context
  * costs two descriptors and a scan of the devices in sysfs, which a server with a thousand
@@ -446,61 +449,13 @@ static void aq_poll(mesh_channel_t *c)
 		aq_refill(c);
 }
 
-/* Posts [posted, tx_prod) and its pair as one chain; publishes what went. */
-static void aq_flush(mesh_channel_t *c)
+/* Posts one chain of n work requests whose last (signalled) covers the stream up to pos, and
+ * publishes pos. */
+static bool aq_post(mesh_channel_t *c, struct ibv_send_wr *wr, int n, uint64_t pos)
 {
 	struct lib_aq *q = c->aq;
-	struct ibv_send_wr wr[3], *bad;
-	struct ibv_sge sg[3];
-	uint64_t pair[2];
-	uint64_t pos = q->posted;
-	int n = 0;
+	struct ibv_send_wr *bad;
 
-	if (!q->owned || q->failed || pos == c->tx_prod)
-		return;
-	if (q->sq_out + 3 > AQ_SQ || q->fifo_len == AQ_SQ)
-		return; /* the next poll makes room: every caller polls before it waits */
-	memset(wr, 0, sizeof(wr));
-	while (pos < c->tx_prod) {
-		uint64_t off = pos & (c->size - 1);
-		uint64_t len = c->tx_prod - pos;
-
-		if (len > mesh_ring_contig(pos, c->size))
-			len = mesh_ring_contig(pos, c->size);
-		sg[n] = (struct ibv_sge){.addr = (uintptr_t)(c->tx + off), .length = (uint32_t)len, .lkey = q->mr_tx->lkey};
-		wr[n].wr_id = AQ_WR_DATA;
-		wr[n].opcode = IBV_WR_RDMA_WRITE;
-		wr[n].sg_list = &sg[n];
-		wr[n].num_sge = 1;
-		wr[n].wr.rdma.remote_addr = q->peer_rx_addr + off;
-		wr[n].wr.rdma.rkey = q->peer_rx_rkey;
-		wr[n].next = &wr[n + 1];
-		pos += len;
-		n++;
-	}
-	if (q->imm_pos) {
-		/* The last write says where the batch ends: no pair, one packet fewer. */
-		wr[n - 1].wr_id = (pos << 1) | 1;
-		wr[n - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		wr[n - 1].send_flags = IBV_SEND_SIGNALED;
-		wr[n - 1].imm_data = htonl(MESH_AQ_IMM_POS | (uint32_t)(pos & MESH_AQ_IMM_MASK));
-		wr[n - 1].next = NULL;
-		goto post;
-	}
-	pair[0] = pos;
-	pair[1] = mesh_ring_direct_check(pos);
-	sg[n] = (struct ibv_sge){.addr = (uintptr_t)pair, .length = MESH_RING_DIRECT_LEN};
-	wr[n].wr_id = (pos << 1) | 1;
-	wr[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-	wr[n].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-	wr[n].sg_list = &sg[n];
-	wr[n].num_sge = 1;
-	wr[n].imm_data = 0;
-	wr[n].wr.rdma.remote_addr = q->peer_dir_addr;
-	wr[n].wr.rdma.rkey = q->peer_dir_rkey;
-	wr[n].next = NULL;
-	n++;
-post:
 	/* Published before the post: rxe does the NIC's work inside ibv_post_send, so the peer may have
 	 * the bytes, read them and credited them to meshd before the post returns, and meshd takes a
 	 * credit only for what it knows was published. A post that fails hands the half back, and
@@ -513,12 +468,112 @@ post:
 		for (int i = 0; i < n && bad != &wr[i]; i++)
 			q->sq_out++;
 		q->failed = true;
-		return;
+		return false;
 	}
 	q->sq_out += (uint32_t)n;
 	q->fifo[(q->fifo_head + q->fifo_len) % AQ_SQ] = (uint8_t)n;
 	q->fifo_len++;
 	q->posted = pos;
+	return true;
+}
+
+/* One RDMA WRITE of the TX bytes [pos, pos + len) to the same offset of the peer's RX area. */
+static void aq_write_wr(mesh_channel_t *c, struct ibv_send_wr *wr, struct ibv_sge *sg, uint64_t pos, uint64_t len)
+{
+	struct lib_aq *q = c->aq;
+	uint64_t off = pos & (c->size - 1);
+
+	*sg = (struct ibv_sge){.addr = (uintptr_t)(c->tx + off), .length = (uint32_t)len, .lkey = q->mr_tx->lkey};
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = AQ_WR_DATA;
+	wr->opcode = IBV_WR_RDMA_WRITE;
+	wr->sg_list = sg;
+	wr->num_sge = 1;
+	wr->wr.rdma.remote_addr = q->peer_rx_addr + off;
+	wr->wr.rdma.rkey = q->peer_rx_rkey;
+	wr->next = wr + 1;
+}
+
+/* Where the peer takes positions in immediates (MESH_AQ_CAP_IMM_POS): [posted, tx_prod) in writes
+ * of at most AQ_CHUNK, each a WRITE_WITH_IMM naming where it ends, so that the reader has the first
+ * piece of a large message while the rest is still on the wire (a 64 KiB echo then answers with
+ * its first bytes before its last arrive, as rsocket's segments do), in chains of at most
+ * AQ_BATCH, the last one signalled. Everything published goes now, unless the send queue is full:
+ * its completions wake whoever waits, and the next poll posts the rest. */
+static void aq_flush_imm(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	struct ibv_send_wr wr[AQ_BATCH];
+	struct ibv_sge sg[AQ_BATCH];
+
+	while (q->posted < c->tx_prod && !q->failed) {
+		uint64_t pos = q->posted;
+		int n = 0;
+
+		if (q->sq_out + AQ_BATCH > AQ_SQ || q->fifo_len == AQ_SQ)
+			return; /* the next poll makes room: every caller polls before it waits */
+		while (n < AQ_BATCH && pos < c->tx_prod) {
+			uint64_t len = c->tx_prod - pos;
+
+			if (len > mesh_ring_contig(pos, c->size))
+				len = mesh_ring_contig(pos, c->size);
+			if (len > AQ_CHUNK)
+				len = AQ_CHUNK;
+			aq_write_wr(c, &wr[n], &sg[n], pos, len);
+			pos += len;
+			wr[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+			wr[n].imm_data = htonl(MESH_AQ_IMM_POS | (uint32_t)(pos & MESH_AQ_IMM_MASK));
+			n++;
+		}
+		wr[n - 1].wr_id = (pos << 1) | 1;
+		wr[n - 1].send_flags = IBV_SEND_SIGNALED;
+		wr[n - 1].next = NULL;
+		if (!aq_post(c, wr, n, pos))
+			return;
+	}
+}
+
+/* Posts [posted, tx_prod) and its pair as one chain; publishes what went. */
+static void aq_flush(mesh_channel_t *c)
+{
+	struct lib_aq *q = c->aq;
+	struct ibv_send_wr wr[3];
+	struct ibv_sge sg[3];
+	uint64_t pair[2];
+	uint64_t pos = q->posted;
+	int n = 0;
+
+	if (!q->owned || q->failed || pos == c->tx_prod)
+		return;
+	if (q->imm_pos) {
+		aq_flush_imm(c);
+		return;
+	}
+	if (q->sq_out + 3 > AQ_SQ || q->fifo_len == AQ_SQ)
+		return; /* the next poll makes room: every caller polls before it waits */
+	while (pos < c->tx_prod) {
+		uint64_t len = c->tx_prod - pos;
+
+		if (len > mesh_ring_contig(pos, c->size))
+			len = mesh_ring_contig(pos, c->size);
+		aq_write_wr(c, &wr[n], &sg[n], pos, len);
+		pos += len;
+		n++;
+	}
+	pair[0] = pos;
+	pair[1] = mesh_ring_direct_check(pos);
+	sg[n] = (struct ibv_sge){.addr = (uintptr_t)pair, .length = MESH_RING_DIRECT_LEN};
+	memset(&wr[n], 0, sizeof(wr[n]));
+	wr[n].wr_id = (pos << 1) | 1;
+	wr[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr[n].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	wr[n].sg_list = &sg[n];
+	wr[n].num_sge = 1;
+	wr[n].imm_data = 0;
+	wr[n].wr.rdma.remote_addr = q->peer_dir_addr;
+	wr[n].wr.rdma.rkey = q->peer_dir_rkey;
+	wr[n].next = NULL;
+	aq_post(c, wr, n + 1, pos);
 }
 
 /* Stops our QP for good: in the error state it sends nothing more (no retransmission of an old
