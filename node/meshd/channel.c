@@ -618,20 +618,30 @@ static void channel_break(struct channel *ch, int err, const char *fmt, ...)
 		 mesh_strerror(err));
 }
 
-/* How far the application may have read: our contiguous prefix, or further where a valid direct
- * pair of the peer said so (ring.h; a sender's pair never passes our credit by a ring, and we never
- * credit past rx_bytes). */
-static uint64_t channel_rx_readable(struct channel *ch)
+/* The furthest claim of arrived bytes in our page, unchecked (0: none): a whole direct pair, or
+ * what our application's own CQ said of the peer application's writes (ring.h rx_seen, where the
+ * position rides in the immediate: MESH_AQ_CAP_IMM_POS). */
+static uint64_t channel_rx_claim(struct channel *ch)
 {
 	uint64_t pos, seen;
 
-	if (ch->local)
-		return ch->rx_bytes;
 	if (!mesh_ring_direct_read(ch->ctrl, &pos))
 		pos = 0;
-	/* What our application's own CQ said of the peer application's writes (ring.h rx_seen). */
 	if (ch->aq_offered && (seen = atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->rx_seen, memory_order_acquire)) > pos)
 		pos = seen;
+	return pos;
+}
+
+/* How far the application may have read: our contiguous prefix, or further where channel_rx_claim
+ * said so (ring.h; a sender never passes our credit by a ring, and we never credit past
+ * rx_bytes). */
+static uint64_t channel_rx_readable(struct channel *ch)
+{
+	uint64_t pos;
+
+	if (ch->local)
+		return ch->rx_bytes;
+	pos = channel_rx_claim(ch);
 	if (pos <= ch->rx_bytes || pos - ch->rx_bytes > ch->size)
 		return ch->rx_bytes;
 	return pos;
@@ -1160,17 +1170,11 @@ static void channel_aq_account(struct channel *ch)
  * The pair is the peer application's word: within our reader's credit and the EOF, or ignored. */
 static void channel_aq_rx(struct channel *ch)
 {
-	uint64_t pos, seen, len;
+	uint64_t pos, len;
 
 	if (!ch->aq_peer_sends || ch->rx_bytes < ch->aq_peer_from)
 		return;
-	if (!mesh_ring_direct_read(ch->ctrl, &pos))
-		pos = 0;
-	/* Or our application's word, where the peer's writes carry their position in the immediate
-	 * (ring.h MESH_AQ_CAP_IMM_POS): its CQ saw them. */
-	seen = atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->rx_seen, memory_order_acquire);
-	if (seen > pos)
-		pos = seen;
+	pos = channel_rx_claim(ch); /* aq_peer_sends: offered, so rx_seen counts */
 	if (pos <= ch->rx_bytes || pos > ch->app_rx_cons + ch->size || (ch->eof_known && pos > ch->eof_total))
 		return;
 	len = pos - ch->rx_bytes;
