@@ -11,8 +11,9 @@
  * area, each naming where it ends; otherwise one RDMA WRITE per contiguous run of the TX area, then
  * the direct pair {pos, check} into the peer's control page by WRITE_WITH_IMM (inline, signalled).
  * RC executes one QP's messages in order, so a reader that sees a position has the bytes below it,
- * and the immediate wakes a reader that sleeps on its completion channel. tx_prod is published to meshd with the post, never before bytes are posted
- * by us or given back to meshd. TX bytes are reused only
+ * and the immediate wakes a reader that sleeps on its completion channel. tx_prod is published to
+ * meshd with each chain, just before its post, and never moves back (tx_show: bytes published
+ * before meshd's grant stay published while chains cover them). TX bytes are reused only
  * once meshd's tx_cons (the peer's reader) and our own completions both passed them.
  *
  * Receiving, the peer's pairs land in our control page, where rx_sync reads them as any direct
@@ -459,8 +460,9 @@ static bool aq_post(mesh_channel_t *c, struct ibv_send_wr *wr, int n, uint64_t p
 	/* Published before the post: rxe does the NIC's work inside ibv_post_send, so the peer may have
 	 * the bytes, read them and credited them to meshd before the post returns, and meshd takes a
 	 * credit only for what it knows was published. A post that fails hands the half back, and
-	 * meshd then writes from what the peer has. */
-	atomic_store_explicit(&c->ctrl->tx_prod, pos, memory_order_release);
+	 * meshd then writes from what the peer has. Bytes published before the grant stay published
+	 * while the chains that cover them go, one by one. */
+	tx_show(c, pos);
 	if (ibv_post_send(q->qp, wr, &bad)) {
 		/* Those before `bad` were posted: their completions (flushed, once the QP stops) are
 		 * counted down like any. */
@@ -599,7 +601,7 @@ static void aq_give_back(mesh_channel_t *c)
 {
 	c->aq->owned = false;
 	c->aq->failed = true;
-	atomic_store_explicit(&c->ctrl->tx_prod, c->tx_prod, memory_order_release);
+	tx_show(c, c->tx_prod);
 	aq_say(c, MESH_AQ_IDLE);
 }
 

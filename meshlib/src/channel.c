@@ -123,7 +123,7 @@ static int ctrl_check(mesh_channel_t *c, uint32_t id)
 			  " (cons/prod) outside their windows", id, tx_cons, tx_prod, rx_cons, rx_prod);
 		return -EPROTO;
 	}
-	c->tx_prod = tx_prod;
+	c->tx_prod = c->tx_shown = tx_prod;
 	c->tx_cons = tx_cons;
 	c->rx_cons = c->rx_kicked = rx_cons;
 	c->rx_prod = c->rx_prod_d = rx_prod;
@@ -303,7 +303,7 @@ static void tx_publish(mesh_channel_t *c, uint64_t len)
 		if (aq_owned(c))
 			return; /* posted and published by aq_progress: meshd need not hear at once */
 	}
-	atomic_store_explicit(&c->ctrl->tx_prod, c->tx_prod, memory_order_release);
+	tx_show(c, c->tx_prod);
 	chan_kick(c);
 }
 

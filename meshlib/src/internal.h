@@ -52,7 +52,8 @@ struct mesh_channel {
 
 	/* Positions. Ours are the only truth (never read back from the page); meshd's are the last
 	 * values that passed the window checks of proto/ring.h. */
-	uint64_t tx_prod;   /* published */
+	uint64_t tx_prod;   /* written into the TX area (published at once unless our QP posts, aq.c) */
+	uint64_t tx_shown;  /* the page's tx_prod: the largest we published (tx_show) */
 	uint64_t tx_cons;   /* last valid value of meshd's tx_cons */
 	uint64_t rx_cons;   /* published */
 	uint64_t rx_prod;   /* readable up to here: meshd's rx_prod or a direct pair, the larger */
@@ -76,6 +77,17 @@ struct mesh_channel {
 
 	struct mesh_channel_info info;
 };
+
+/* Publishes pos as our tx_prod, never backwards: meshd breaks a channel whose tx_prod moves back.
+ * Our QP publishes each chain's end as it posts (aq.c), and may take the grant only after we
+ * published more ourselves (meshd granted from where it was, we wrote on before we saw it). */
+static inline void tx_show(mesh_channel_t *c, uint64_t pos)
+{
+	if (pos <= c->tx_shown)
+		return;
+	c->tx_shown = pos;
+	atomic_store_explicit(&c->ctrl->tx_prod, pos, memory_order_release);
+}
 
 /* ---- debug.c ---- */
 

@@ -1,0 +1,406 @@
+/*
+ * libmesh's application-posted writes (meshlib/src/aq.c) over a fake of verbs.
+ *
+ * The fake is only what aq.c calls: one device ("fake0"), objects that are plain allocations, and a
+ * QP whose post_send records every work request with the control page's tx_prod at that moment,
+ * never moving a byte. The test plays meshd on the AQ area of a control page it allocated itself
+ * (the peer's QP, the grant). Real QPs are exercised by the VM tests (channel_rdma_vm and the
+ * rest); this is where a race between meshd and the application is made to happen on purpose.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <infiniband/verbs.h>
+
+#include "internal.h"
+#include "unit_main.h"
+
+/* ---- the fake of verbs ---- */
+
+#define FAKE_WRS 1024
+
+struct fake_wr {
+	enum ibv_wr_opcode opcode;
+	uint64_t off;          /* offset in the TX area (data writes) */
+	uint32_t len;
+	uint32_t imm;          /* host order */
+	bool signalled;
+	uint64_t wr_id;
+	uint64_t shown;        /* the page's tx_prod when it was posted */
+};
+
+static struct {
+	struct ibv_device dev;
+	struct ibv_device *list[2];
+	struct ibv_context ctx;
+	struct ibv_pd pd;
+	struct ibv_qp qp;
+	struct ibv_cq cq;
+	struct ibv_mr mr[3];
+	int mrs;
+	struct ibv_comp_channel cch;
+	struct mesh_ring_ctrl *page; /* whose tx_prod each post records */
+	struct fake_wr wr[FAKE_WRS];
+	int nwr;
+	int fail_post_at; /* the post_send call (counted from 1) that fails, 0: none */
+	int posts;
+	int recvs;   /* receives posted and not completed */
+	int flushed; /* of wr[]: completed (flushed once the QP is in error) */
+} fk;
+
+static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	uint64_t shown = atomic_load_explicit(&fk.page->tx_prod, memory_order_acquire);
+
+	if (++fk.posts == fk.fail_post_at) {
+		*bad = wr;
+		errno = ENOMEM;
+		return ENOMEM;
+	}
+	for (; wr; wr = wr->next) {
+		struct fake_wr *f = &fk.wr[fk.nwr++];
+
+		assert_true(fk.nwr <= FAKE_WRS);
+		f->opcode = wr->opcode;
+		f->len = wr->sg_list[0].length;
+		f->imm = ntohl(wr->imm_data);
+		f->signalled = wr->send_flags & IBV_SEND_SIGNALED;
+		f->wr_id = wr->wr_id;
+		f->shown = shown;
+		f->off = wr->wr.rdma.remote_addr - 0x100000000ull;
+	}
+	return 0;
+}
+
+static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	fk.recvs++;
+	return 0;
+}
+
+/* Nothing completes while the QP works (the chains stay outstanding); once it is in error every
+ * work request completes, flushed, as a real one's do. */
+static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	int i = 0;
+
+	if (fk.qp.state != IBV_QPS_ERR)
+		return 0;
+	for (; i < n && (fk.flushed < fk.nwr || fk.recvs); i++) {
+		memset(&wc[i], 0, sizeof(wc[i]));
+		wc[i].status = IBV_WC_WR_FLUSH_ERR;
+		if (fk.flushed < fk.nwr) {
+			wc[i].wr_id = fk.wr[fk.flushed++].wr_id;
+		} else {
+			wc[i].wr_id = 0;
+			fk.recvs--;
+		}
+	}
+	return i;
+}
+
+static int fake_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return 0;
+}
+
+struct ibv_device **ibv_get_device_list(int *num)
+{
+	fk.list[0] = &fk.dev;
+	fk.list[1] = NULL;
+	return fk.list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return "fake0";
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	fk.ctx.ops.post_send = fake_post_send;
+	fk.ctx.ops.post_recv = fake_post_recv;
+	fk.ctx.ops.poll_cq = fake_poll_cq;
+	fk.ctx.ops.req_notify_cq = fake_req_notify_cq;
+	return &fk.ctx;
+}
+
+int ibv_close_device(struct ibv_context *context)
+{
+	return 0;
+}
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	fk.pd.context = context;
+	return &fk.pd;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	return 0;
+}
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	fk.cch.context = context;
+	fk.cch.fd = eventfd(0, EFD_CLOEXEC);
+	return fk.cch.fd < 0 ? NULL : &fk.cch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	close(channel->fd);
+	return 0;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+			     int comp_vector)
+{
+	fk.cq.context = context;
+	return &fk.cq;
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	return 0;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+	errno = EAGAIN;
+	return -1;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+}
+
+/* verbs.h makes ibv_reg_mr a macro over these two */
+struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	struct ibv_mr *mr = &fk.mr[fk.mrs++];
+
+	mr->addr = addr;
+	mr->length = length;
+	mr->lkey = mr->rkey = (uint32_t)fk.mrs;
+	return mr;
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	return (ibv_reg_mr)(pd, addr, length, (int)access);
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	return 0;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	fk.qp.context = pd->context;
+	fk.qp.qp_num = 0x1234;
+	return &fk.qp;
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	qp->state = attr->qp_state;
+	return 0;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	return 0;
+}
+
+const char *ibv_wc_status_str(enum ibv_wc_status status)
+{
+	return "fake status";
+}
+
+/* ---- a channel as chan_create leaves it, its AQ area offered by meshd ---- */
+
+#define RING (1u << 20)
+
+struct aq_fixture {
+	mesh_channel_t c;
+	void *mem;
+};
+
+static void aq_fixture_open(struct aq_fixture *f)
+{
+	struct mesh_ring_aq *a;
+
+	memset(&fk, 0, sizeof(fk));
+	memset(f, 0, sizeof(*f));
+	f->mem = aligned_alloc(4096, MESH_RING_CTRL_SIZE + 2 * RING);
+	assert_non_null(f->mem);
+	memset(f->mem, 0, MESH_RING_CTRL_SIZE + 2 * RING);
+	f->c.ctrl = f->mem;
+	f->c.tx = (uint8_t *)f->mem + MESH_RING_CTRL_SIZE;
+	f->c.rx = f->c.tx + RING;
+	f->c.size = RING;
+	f->c.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	f->c.wake = f->c.lifeline = f->c.epfd = -1;
+	assert_true(f->c.kick >= 0);
+	fk.page = f->c.ctrl;
+	a = mesh_ring_aq(f->c.ctrl);
+	a->path_valid = 1;
+	a->port = 1;
+	a->path_mtu = IBV_MTU_1024;
+	strcpy(a->dev, "fake0");
+	aq_open(&f->c);
+	assert_non_null(f->c.aq);
+	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_OFFER);
+	/* the peer's QP, as meshd relays it: its RX area at 0x100000000 */
+	a->peer_qpn = 0x42;
+	a->peer_psn = 7;
+	a->peer_rx_addr = 0x100000000ull;
+	a->peer_rx_rkey = 9;
+	a->peer_dir_addr = 0x200000000ull;
+	a->peer_dir_rkey = 10;
+	a->peer_caps = MESH_AQ_CAP_IMM_POS;
+	atomic_store(&a->peer_state, MESH_AQ_PEER_INFO);
+	aq_progress(&f->c);
+	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_READY);
+	assert_int_equal(fk.qp.state, IBV_QPS_RTS);
+}
+
+static void aq_fixture_close(struct aq_fixture *f)
+{
+	aq_close(&f->c);
+	close(f->c.kick);
+	free(f->mem);
+}
+
+/* What tx_publish does for len bytes written while meshd still posts them. */
+static void aq_app_writes_unowned(struct aq_fixture *f, uint64_t len)
+{
+	f->c.tx_prod += len;
+	aq_progress(&f->c);
+	assert_false(aq_owned(&f->c));
+	tx_show(&f->c, f->c.tx_prod);
+}
+
+static void aq_meshd_grants(struct aq_fixture *f, uint64_t from)
+{
+	struct mesh_ring_aq *a = mesh_ring_aq(f->c.ctrl);
+
+	atomic_store(&a->grant_pos, from);
+	atomic_store(&a->grant, MESH_AQ_APP);
+}
+
+/* Every write of [from, to) posted once, in order, in pieces of at most 16 KiB, each naming its end
+ * in its immediate, and the page's tx_prod covering each when it went and never moving back from
+ * shown, what it was before. */
+static void aq_check_posted(uint64_t from, uint64_t to, uint64_t shown)
+{
+	uint64_t pos = from;
+
+	for (int i = 0; i < fk.nwr; i++) {
+		struct fake_wr *w = &fk.wr[i];
+
+		assert_int_equal(w->opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+		assert_int_equal(w->off, pos & (RING - 1));
+		assert_true(w->len > 0 && w->len <= 16384);
+		pos += w->len;
+		assert_int_equal(w->imm, MESH_AQ_IMM_POS | (pos & MESH_AQ_IMM_MASK));
+		assert_true(w->shown >= pos);
+		assert_true(w->shown >= shown);
+		shown = w->shown;
+	}
+	assert_int_equal(pos, to);
+}
+
+/* meshd granted from 0 while the application, not yet seeing it, published a whole ring: the
+ * chains that then cover those bytes must not publish their smaller ends (meshd broke such a
+ * channel in the VM's all-to-all test: "tx_prod 262144 outside [1048576, 1048576]"). */
+static void aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back(void **state)
+{
+	struct aq_fixture f;
+
+	aq_fixture_open(&f);
+	aq_meshd_grants(&f, 0); /* meshd read tx_prod 0 and granted ... */
+	f.c.tx_prod += RING;    /* ... as the application wrote a ring's worth */
+	tx_show(&f.c, f.c.tx_prod);
+	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
+	aq_progress(&f.c); /* takes the grant from 0 and posts */
+	assert_true(aq_owned(&f.c));
+	assert_int_equal(fk.nwr, RING / 16384);
+	aq_check_posted(0, RING, RING);
+	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
+	aq_fixture_close(&f);
+}
+
+/* Granted first, then written: each chain's end is published before the chain is posted (the
+ * peer may credit what arrives before ibv_post_send returns). */
+static void aq_flush__owned_then_written__each_chain_published_before_its_post(void **state)
+{
+	struct aq_fixture f;
+
+	aq_fixture_open(&f);
+	aq_app_writes_unowned(&f, 100);
+	aq_meshd_grants(&f, 100);
+	aq_progress(&f.c);
+	assert_true(aq_owned(&f.c));
+	assert_int_equal(fk.nwr, 0);
+	f.c.tx_prod += RING - 100; /* tx_publish's owned path */
+	aq_progress(&f.c);
+	aq_check_posted(100, RING, 100);
+	assert_int_equal(fk.wr[15].shown, 100 + 16 * 16384); /* the first chain's end, not more */
+	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
+	aq_fixture_close(&f);
+}
+
+/* A post that fails stops the QP; once its first chain is flushed the half goes back to meshd
+ * with everything written published, for meshd to write from what the peer has. */
+static void aq_flush__post_fails__half_given_back_with_all_published(void **state)
+{
+	struct aq_fixture f;
+	struct mesh_ring_aq *a;
+
+	aq_fixture_open(&f);
+	a = mesh_ring_aq(f.c.ctrl);
+	aq_meshd_grants(&f, 0);
+	aq_progress(&f.c);
+	assert_true(aq_owned(&f.c));
+	fk.fail_post_at = 2;
+	f.c.tx_prod += RING;
+	aq_progress(&f.c);
+	assert_false(aq_owned(&f.c));
+	assert_int_equal(fk.nwr, 16); /* the first chain went */
+	aq_check_posted(0, 16 * 16384, 0);
+	assert_int_equal(fk.qp.state, IBV_QPS_ERR); /* nothing of it may land after meshd writes */
+	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_READY); /* IDLE only once the chain is in */
+	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), 2 * 16 * 16384); /* published before the post */
+	aq_progress(&f.c); /* polls the flushed chain */
+	assert_int_equal(fk.flushed, 16);
+	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_IDLE);
+	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
+	aq_fixture_close(&f);
+}
+
+static const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test(f)
+	T(aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back),
+	T(aq_flush__owned_then_written__each_chain_published_before_its_post),
+	T(aq_flush__post_fails__half_given_back_with_all_published),
+};
+
+UNIT_MAIN("aq", tests, NULL, NULL)
