@@ -7,7 +7,7 @@
 #   3. libFuzzer, 60 s per fuzz target, as many at once as CPUs (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails), two rails
-#      against one (VM), and link formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
+#      against one (VM), redis and an echo over the preload library against TCP and rsocket's (VM), and link formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
 #      the VM against a raw rdma_cm mesh;
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
 #   6. the release build (build/, -Wall -Wextra -Werror): the Go binding's overhead beside meshbench
@@ -85,6 +85,20 @@ if [ "$rails_rc" = 77 ]; then
 	echo "rails benchmark skipped: the VM cannot run here"
 elif [ "$rails_rc" != 0 ]; then
 	echo "rails benchmark FAILED (exit $rails_rc)"
+	exit 1
+fi
+
+# Unmodified programs over the preload library (tests/bench/preload_bench.py): redis-benchmark and the
+# test's own blocking echo pair over libmesh_preload.so, against kernel TCP and rsocket's
+# librspreload.so in the same VM; printed, never asserted (where rsocket's crashes, the row says so).
+step "benchmark: redis and an echo over the preload library against kernel TCP and rsocket's (Soft-RoCE VM)"
+preload_rc=0
+tests/rdma/vm-test.sh -a "10.77.0.1/24 10.77.0.2/24" -- python3 "$(pwd)/tests/bench/preload_bench.py" \
+	--build "$(pwd)/build" --transport rdma --addrs "10.77.0.1 10.77.0.2" -n 10000 --rtt-count 2000 || preload_rc=$?
+if [ "$preload_rc" = 77 ]; then
+	echo "preload benchmark skipped: the VM cannot run here"
+elif [ "$preload_rc" != 0 ]; then
+	echo "preload benchmark FAILED (exit $preload_rc)"
 	exit 1
 fi
 
