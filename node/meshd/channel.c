@@ -1214,6 +1214,11 @@ static void channel_aq_revoke(struct channel *ch)
 		channel_aq_account(ch);
 	if (ch->aq_offered && !ch->aq_done)
 		channel_aq_stop_app(ch);
+	if (ch->aq_app == MESH_AQ_IDLE)
+		/* It said IDLE before (a hand-back whose PLACED the link took with it, or could not
+		 * send): nothing of its QP is in flight, and the resume's rewind stands for the PLACED.
+		 * Left granted, the channel would wait for an IDLE that already came. */
+		ch->aq_granted = false;
 	ch->aq_wait_pos = false;
 	if (ch->aq_peer_sends) {
 		channel_aq_rx(ch);

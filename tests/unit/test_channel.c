@@ -3609,6 +3609,43 @@ static void channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there
 	mt_finish(&c->t);
 }
 
+/* The application said IDLE (a shutdown hands its half back) and the link went before the peer's
+ * PLACED came: the resume's rewind takes the PLACED's place, and meshd posts the rest (it waited on
+ * a grant nobody held: a stream's last bytes hung in the VM's resilience test, the sender's meshd
+ * still saying "writer app"). */
+static void channel_app_send__hand_back_then_link_lost__resume_rewinds_meshd_posts_the_rest(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	aq_granted(c, h);
+	app_write(h, 3000);
+	app_kick(c, h);
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 4); /* HANDBACK, lost with the link */
+	link_lost(c);
+	link_back(c, 5000);
+	mesh_peer_msg_free(sent_resume(c, h, from));
+	complete_sends(c);
+	/* The peer's reader has 1000 of the 3000: meshd writes the rest itself. */
+	from = c->t.fx->n_posts;
+	peer_resume(c, h, 1000, 0, 0, false);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_false(chn(c, h)->aq_granted);
+	assert_true(write_count(c, h, from, false) > 0);
+	complete_data(c, h, from);
+	check_peer_ring(h, 1000, 3000);
+	/* A PLACED that comes late after all is stale: ignored. */
+	peer_app_qp(c, h, 5, 1000);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
 static void channel_app_send__peer_application_writes__rx_follows_its_pair_within_the_credit(void **state)
 {
 	struct ct *c = *state;
@@ -4720,6 +4757,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__hostile_qp_words__channel_broken_eproto),
 	T(channel_app_send__peer_sends_from_an_unfit_position__channel_broken),
 	T(channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there),
+	T(channel_app_send__hand_back_then_link_lost__resume_rewinds_meshd_posts_the_rest),
 	T(channel_app_send__peer_application_writes__rx_follows_its_pair_within_the_credit),
 	T(channel_app_send__resume_revoked_the_qp__new_round_offered_and_granted_again),
 	T(channel_app_send__resume_before_the_grant__application_stopped_and_offered_anew),
