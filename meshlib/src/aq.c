@@ -47,7 +47,8 @@
 #define AQ_WR_RECV 0ull /* wr_id of a receive; a pair's is (pos << 1) | 1 */
 #define AQ_WR_DATA 2ull /* of a data write: unsignalled, seen only when flushed in error */
 #define AQ_RELEASE_MS 1000 /* how long a shutdown waits for our writes to complete */
-#define AQ_CHUNK (16u << 10) /* largest write when positions ride in immediates (aq_flush_imm) */
+#define AQ_CHUNK (64u << 10)       /* largest write when positions ride in immediates (aq_flush_imm) */
+#define AQ_CHUNK_FIRST (16u << 10) /* the first one's when nothing of ours is in flight */
 #define AQ_BATCH 16          /* writes per chain there (a fifo entry counts at most 255) */
 
 /* One verbs context and protection domain per device, shared by this process's channels: a context
@@ -497,16 +498,20 @@ static void aq_write_wr(mesh_channel_t *c, struct ibv_send_wr *wr, struct ibv_sg
 }
 
 /* Where the peer takes positions in immediates (MESH_AQ_CAP_IMM_POS): [posted, tx_prod) in writes
- * of at most AQ_CHUNK, each a WRITE_WITH_IMM naming where it ends, so that the reader has the first
- * piece of a large message while the rest is still on the wire (a 64 KiB echo then answers with
- * its first bytes before its last arrive, as rsocket's segments do), in chains of at most
- * AQ_BATCH, the last one signalled. Everything published goes now, unless the send queue is full:
- * its completions wake whoever waits, and the next poll posts the rest. */
+ * of at most AQ_CHUNK, each a WRITE_WITH_IMM naming where it ends, in chains of at most AQ_BATCH,
+ * the last one signalled. When nothing of ours is in flight the first write is AQ_CHUNK_FIRST: the
+ * reader has it while the rest is still on the wire (a blocking 64 KiB echo then answers with its
+ * first bytes before its last arrive, as rsocket's segments allow). A streaming sender always has
+ * writes in flight and posts whole 64 KiB ones: every write is a receive completion at the reader,
+ * and 16 KiB pieces throughout cost a stream a tenth of its rate. Everything published goes now,
+ * unless the send queue is full: its completions wake whoever waits, and the next poll posts the
+ * rest. */
 static void aq_flush_imm(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;
 	struct ibv_send_wr wr[AQ_BATCH];
 	struct ibv_sge sg[AQ_BATCH];
+	uint64_t chunk = q->sq_out ? AQ_CHUNK : AQ_CHUNK_FIRST;
 
 	while (q->posted < c->tx_prod && !q->failed) {
 		uint64_t pos = q->posted;
@@ -519,8 +524,9 @@ static void aq_flush_imm(mesh_channel_t *c)
 
 			if (len > mesh_ring_contig(pos, c->size))
 				len = mesh_ring_contig(pos, c->size);
-			if (len > AQ_CHUNK)
-				len = AQ_CHUNK;
+			if (len > chunk)
+				len = chunk;
+			chunk = AQ_CHUNK;
 			aq_write_wr(c, &wr[n], &sg[n], pos, len);
 			pos += len;
 			wr[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;

@@ -306,9 +306,9 @@ static void aq_meshd_grants(struct aq_fixture *f, uint64_t from)
 	atomic_store(&a->grant, MESH_AQ_APP);
 }
 
-/* Every write of [from, to) posted once, in order, in pieces of at most 16 KiB, each naming its end
- * in its immediate, and the page's tx_prod covering each when it went and never moving back from
- * shown, what it was before. */
+/* Every write of [from, to) posted once, in order, the first of 16 KiB (nothing was in flight), the
+ * others of at most 64 KiB, each naming its end in its immediate, and the page's tx_prod covering
+ * each when it went and never moving back from shown, what it was before. */
 static void aq_check_posted(uint64_t from, uint64_t to, uint64_t shown)
 {
 	uint64_t pos = from;
@@ -318,7 +318,9 @@ static void aq_check_posted(uint64_t from, uint64_t to, uint64_t shown)
 
 		assert_int_equal(w->opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
 		assert_int_equal(w->off, pos & (RING - 1));
-		assert_true(w->len > 0 && w->len <= 16384);
+		if (i == 0)
+			assert_int_equal(w->len, to - from < 16384 ? to - from : 16384);
+		assert_true(w->len > 0 && w->len <= 65536);
 		pos += w->len;
 		assert_int_equal(w->imm, MESH_AQ_IMM_POS | (pos & MESH_AQ_IMM_MASK));
 		assert_true(w->shown >= pos);
@@ -342,7 +344,7 @@ static void aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back(void
 	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
 	aq_progress(&f.c); /* takes the grant from 0 and posts */
 	assert_true(aq_owned(&f.c));
-	assert_int_equal(fk.nwr, RING / 16384);
+	assert_int_equal(fk.nwr, 1 + (RING - 16384 + 65535) / 65536);
 	aq_check_posted(0, RING, RING);
 	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
 	aq_fixture_close(&f);
@@ -363,7 +365,9 @@ static void aq_flush__owned_then_written__each_chain_published_before_its_post(v
 	f.c.tx_prod += RING - 100; /* tx_publish's owned path */
 	aq_progress(&f.c);
 	aq_check_posted(100, RING, 100);
-	assert_int_equal(fk.wr[15].shown, 100 + 16 * 16384); /* the first chain's end, not more */
+	assert_int_equal(fk.wr[0].len, 16384);
+	assert_int_equal(fk.wr[1].len, 65536);
+	assert_int_equal(fk.wr[15].shown, 100 + 16384 + 15 * 65536); /* the first chain's end, not more */
 	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
 	aq_fixture_close(&f);
 }
@@ -385,10 +389,10 @@ static void aq_flush__post_fails__half_given_back_with_all_published(void **stat
 	aq_progress(&f.c);
 	assert_false(aq_owned(&f.c));
 	assert_int_equal(fk.nwr, 16); /* the first chain went */
-	aq_check_posted(0, 16 * 16384, 0);
+	aq_check_posted(0, 16384 + 15 * 65536, 0);
 	assert_int_equal(fk.qp.state, IBV_QPS_ERR); /* nothing of it may land after meshd writes */
 	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_READY); /* IDLE only once the chain is in */
-	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), 2 * 16 * 16384); /* published before the post */
+	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING); /* the second chain's end, published before its post */
 	aq_progress(&f.c); /* polls the flushed chain */
 	assert_int_equal(fk.flushed, 16);
 	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_IDLE);
