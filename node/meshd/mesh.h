@@ -47,13 +47,14 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define LINK_RECV_BUFS 64   /* the first QP of each rail: buffered receives (control messages on rail 0,
 			     * every rail's keepalives, data immediates) */
 /* Queue depths one short of a power of two: Soft-RoCE keeps one slot of each ring empty and rounds
- * the slots up to a power of two, so 256 work requests would allocate (zero, map, unmap) 512 slots
- * and a CQ for 512 completions 1024: twice each QP's memory, 14 MB more per meshd with 63 peers and
- * nearly a gigabyte more for 64 meshd forming on one machine. Hardware providers round 255 up to 256
- * themselves. */
-#define LINK_DATA_RECVS 255 /* the other QPs: receives without a buffer, for data immediates */
+ * the slots up to a power of two, so 128 work requests would allocate (zero, map, unmap) 256 slots
+ * and a CQ for 256 completions 512: twice each QP's memory. Hardware providers round 127 up to 128
+ * themselves. 127, not 255: 111 data writes in flight per QP are 7 MiB of 64 KiB chunks, past any
+ * link's bandwidth-delay product, and at 255 the queues of 64 meshd forming on one machine took
+ * nearly a gigabyte (docs/design.md, "Queue depths of 127"). */
+#define LINK_DATA_RECVS 127 /* the other QPs: receives without a buffer, for data immediates */
 #define LINK_SEND_BUFS 32   /* send slots; a sequenced control message keeps its slot until the peer acks it */
-#define LINK_SQ_DEPTH 255   /* send queue depth of every QP */
+#define LINK_SQ_DEPTH 127   /* send queue depth of every QP */
 #define LINK_SQ_CONTROL 16  /* of which the data path leaves this many for control messages */
 #define LINK_REJECTS_PENDING 32
 #define LINK_ERR_MAX 160
