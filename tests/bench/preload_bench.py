@@ -10,6 +10,10 @@ library cannot run (rsocket without an RDMA device, or a crash), the row says so
   tests/bench/preload_bench.py [--build build] [--transport tcp|rdma] [--addrs "A B"] [-n REQUESTS]
                                [--rtt-count N]
 
+With each redis-benchmark run, the machine's CPU over it: CPU-microseconds per request (all
+processes and the kernel's work for the device together), the idle share and the softirq share,
+which say whether the CPUs were the limit and what a request costs each way.
+
 Then the test's own blocking echo programs (tests/integration/preload_echo.c), which every library
 can run: the mean 64 B round trip and the rate of a 64 MiB echo.
 """
@@ -31,17 +35,32 @@ from mesh_test import wait_until  # noqa: E402
 RSOCKET = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
 
 
+def machine_cpu():
+    """(busy, idle, softirq) seconds of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = v
+    return (user + nice + system + irq + softirq + steal) / hz, (idle + iowait) / hz, softirq / hz
+
+
 def bench(env, host, port, clients, n):
-    """{test: requests/s} from redis-benchmark, or a string saying why not."""
+    """{test: requests/s} from redis-benchmark, with "_cpu": the machine's (busy, idle, softirq)
+    seconds over the run and "_requests" (every server, client, meshd and the device's work in the
+    kernel share it: what a request costs once the CPUs are the limit); or a string saying why not."""
+    c0 = machine_cpu()
     try:
         r = subprocess.run(["redis-benchmark", "-h", host, "-p", str(port), "-t", "ping,set,get", "-n", str(n),
                             "-c", str(clients), "-q"], env=env, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return "timed out"
+    c1 = machine_cpu()
     res = {m.group(1): float(m.group(2)) for m in
            re.finditer(r"(\w+): ([\d.]+) requests per second", r.stdout.replace("\r", "\n"))}
     if r.returncode or len(res) < 4:
         return f"failed (exit {r.returncode}: {(r.stderr or r.stdout).strip()[-80:]})"
+    res["_cpu"] = tuple(b - a for a, b in zip(c0, c1))
+    res["_requests"] = 4 * n  # PING_INLINE, PING_MBULK, SET, GET
     return res
 
 
@@ -147,11 +166,25 @@ def main():
                 print(f"{name:<22} {clients:>7} {res}")
                 continue
             cells = []
-            for t in ("PING_INLINE", "PING_MBULK", "SET", "GET"):
+            for t in ("PING_INLINE", "PING_MBULK", "SET", "GET"):  # not the "_" entries
                 v = res.get(t)
                 ratio = f"({v / ref[t]:.2f}x)" if isinstance(ref, dict) and ref.get(t) and v else ""
                 cells.append(f"{v:>11.0f} {ratio:>8}" if v else f"{'-':>20}")
             print(f"{name:<22} {clients:>7} " + " ".join(cells))
+    print("\nthe machine's CPU over each redis-benchmark run (every process and the kernel's device work "
+          "included; idle near 0: the CPUs are the limit, and CPU per request decides)")
+    print(f"{'CASE':<22} {'CLIENTS':>7} {'CPU_US/REQ':>16} {'IDLE':>6} {'SOFTIRQ':>8}")
+    for name, r50, r1 in rows:
+        for clients, res, ref in ((50, r50, base[1]), (1, r1, base[2])):
+            if isinstance(res, str) or "_cpu" not in res:
+                continue
+            busy, idle, soft = res["_cpu"]
+            per = busy * 1e6 / res["_requests"]
+            ratio = ""
+            if isinstance(ref, dict) and "_cpu" in ref:
+                ratio = f"({per / (ref['_cpu'][0] * 1e6 / ref['_requests']):.2f}x)"
+            print(f"{name:<22} {clients:>7} {per:>8.1f} {ratio:>7} {idle / max(busy + idle, 1e-9):>6.0%} "
+                  f"{soft / max(busy, 1e-9):>8.0%}")
     print(f"\nthe test's own blocking echo (preload_echo: 64 B round trips, 64 MiB echoed; ratio to kernel TCP)")
     print(f"{'CASE':<22} {'RTT_US':>16} {'ECHO_MB/S':>18}")
     ebase = echo_rows[0][1] if echo_rows else None
