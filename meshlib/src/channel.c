@@ -391,33 +391,46 @@ static uint32_t chan_spin_us(const mesh_channel_t *c)
 	return c->wait_us > SPIN_LONG_WAITS * us ? 0 : us;
 }
 
-static void chan_waited(mesh_channel_t *c, uint64_t since_us)
+/* A wait from since_us to now_us (both mono_us) goes into the average. */
+static void chan_waited(mesh_channel_t *c, uint64_t since_us, uint64_t now_us)
 {
-	uint64_t w = mono_us() - since_us;
+	uint64_t w = now_us - since_us;
 
 	if (w > UINT32_MAX / 8)
 		w = UINT32_MAX / 8;
 	c->wait_us = (uint32_t)((7ull * c->wait_us + w) / 8);
 }
 
-/* Polls step for up to chan_spin_us; -EAGAIN when the budget ran out. */
-static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg)
-{
-	uint64_t until = mono_us() + chan_spin_us(c);
-	ssize_t r;
+/* Looks between two readings of the clock while spinning on our own QP: where the clock source is
+ * an emulated HPET (the Soft-RoCE VM) a reading is a system call of about 2 us, which a reading per
+ * look would add to when a message is seen. */
+#define SPIN_CLOCK_LOOKS 16u
 
+/* Polls step for up to chan_spin_us from t0 (mono_us); -EAGAIN when the budget ran out. *now is
+ * the clock as last read, at most SPIN_CLOCK_LOOKS looks old: the wait's end for its average, with
+ * no reading of its own between a message seen and the caller having it. */
+static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg, uint64_t t0, uint64_t *now)
+{
+	uint64_t until = t0 + chan_spin_us(c);
+	ssize_t r;
 	unsigned i = 0;
 
-	do {
+	*now = t0;
+	for (;;) {
+		bool own = aq_connected(c);
+
 		/* Yield: the one we wait for (meshd, the peer) may need this very CPU; on our own QP
-		 * only meshd's hand-offs (rare) and a peer on this CPU do, so yield seldom there. */
-		if (!aq_connected(c) || (++i & 63) == 0)
+		 * only meshd's hand-offs (rare) and a peer on this CPU do, so yield seldom there. A
+		 * look that yields may give the CPU away for long: the clock is read after each. */
+		if (!own || (i & 63) == 63)
 			sched_yield();
 		r = step(c, arg);
 		if (r != -EAGAIN || c->meshd_gone)
 			return r;
-	} while (mono_us() < until);
-	return -EAGAIN;
+		i++;
+		if ((!own || i % SPIN_CLOCK_LOOKS == 0) && (*now = mono_us()) >= until)
+			return -EAGAIN;
+	}
 }
 
 /* Runs step until it stops asking to wait. A blocking call sleeps between attempts; a
@@ -426,6 +439,7 @@ static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg)
 static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *arg)
 {
 	uint64_t t0 = 0; /* when this call began to wait */
+	uint64_t now;
 	ssize_t r;
 	int ret, aq_fd;
 
@@ -433,7 +447,7 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 		r = step(c, arg);
 		if (r != -EAGAIN) {
 			if (t0)
-				chan_waited(c, t0);
+				chan_waited(c, t0, mono_us());
 			return r;
 		}
 		if (c->meshd_gone)
@@ -456,9 +470,9 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 		if (!t0)
 			t0 = mono_us();
 		if (chan_spin_us(c)) {
-			r = chan_spin(c, step, arg);
+			r = chan_spin(c, step, arg, t0, &now);
 			if (r != -EAGAIN) {
-				chan_waited(c, t0);
+				chan_waited(c, t0, now);
 				return r;
 			}
 			if (c->meshd_gone)
@@ -472,7 +486,7 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 		if (!fd_exported(c))
 			atomic_fetch_and_explicit(&c->ctrl->app_flags, ~MESH_APP_WAITING, memory_order_seq_cst);
 		if (r != -EAGAIN) {
-			chan_waited(c, t0);
+			chan_waited(c, t0, mono_us());
 			return r;
 		}
 		if (ret)
