@@ -480,6 +480,14 @@ static bool aq_post(mesh_channel_t *c, struct ibv_send_wr *wr, int n, uint64_t p
 	return true;
 }
 
+/* The published bytes from pos that one write can take: up to tx_prod, within one run of the ring. */
+static uint64_t aq_run(const mesh_channel_t *c, uint64_t pos)
+{
+	uint64_t len = c->tx_prod - pos;
+
+	return len < mesh_ring_contig(pos, c->size) ? len : mesh_ring_contig(pos, c->size);
+}
+
 /* One RDMA WRITE of the TX bytes [pos, pos + len) to the same offset of the peer's RX area. */
 static void aq_write_wr(mesh_channel_t *c, struct ibv_send_wr *wr, struct ibv_sge *sg, uint64_t pos, uint64_t len)
 {
@@ -520,10 +528,8 @@ static void aq_flush_imm(mesh_channel_t *c)
 		if (q->sq_out + AQ_BATCH > AQ_SQ || q->fifo_len == AQ_SQ)
 			return; /* the next poll makes room: every caller polls before it waits */
 		while (n < AQ_BATCH && pos < c->tx_prod) {
-			uint64_t len = c->tx_prod - pos;
+			uint64_t len = aq_run(c, pos);
 
-			if (len > mesh_ring_contig(pos, c->size))
-				len = mesh_ring_contig(pos, c->size);
 			if (len > chunk)
 				len = chunk;
 			chunk = AQ_CHUNK;
@@ -560,10 +566,8 @@ static void aq_flush(mesh_channel_t *c)
 	if (q->sq_out + 3 > AQ_SQ || q->fifo_len == AQ_SQ)
 		return; /* the next poll makes room: every caller polls before it waits */
 	while (pos < c->tx_prod) {
-		uint64_t len = c->tx_prod - pos;
+		uint64_t len = aq_run(c, pos);
 
-		if (len > mesh_ring_contig(pos, c->size))
-			len = mesh_ring_contig(pos, c->size);
 		aq_write_wr(c, &wr[n], &sg[n], pos, len);
 		pos += len;
 		n++;

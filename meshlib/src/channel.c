@@ -15,8 +15,9 @@
  * Spinning: before it sleeps, a blocking call polls the ring for spin_us (meshd's hint in the control
  * page, or MESH_SPIN_US), yielding the CPU between looks so that a spinner never starves meshd or the
  * peer application on a busy machine; only every 64th look while our own QP carries the channel
- * (no meshd on that path to starve; a yield per look was a tenth of a 64 B round trip in the VM). Kicks are skipped while meshd says it polls the ring
- * (MESH_DAEMON_POLLING, see proto/ring.h for why no publication can be missed).
+ * (no meshd on that path to starve; a yield per look was a tenth of a 64 B round trip in the VM).
+ * Kicks are skipped while meshd says it polls the ring (MESH_DAEMON_POLLING, see proto/ring.h for
+ * why no publication can be missed).
  */
 #include <errno.h>
 #include <fcntl.h>
