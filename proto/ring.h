@@ -29,7 +29,7 @@
  * Wake-ups: the application's side blocks on the wake eventfd and sets MESH_APP_WAITING before it
  * re-checks the indices and sleeps; meshd publishes, issues a seq_cst fence, then writes the wake
  * eventfd if that flag is set, for index and for state changes. The application writes the kick
- * eventfd after publishing tx_prod, after consuming a quarter of the ring or catching up with
+ * eventfd after publishing tx_prod, after consuming MESH_RING_CREDIT_STEP (half the ring) or catching up with
  * rx_prod, before it sleeps if it consumed anything not yet kicked, and after setting
  * MESH_APP_SHUT_WR, unless meshd polls the ring: the mirror image of MESH_APP_WAITING.
  *
@@ -99,6 +99,12 @@
 #define MESH_RING_MIN (4u << 10)
 #define MESH_RING_MAX (256u << 20)
 #define MESH_RING_DEFAULT (1u << 20)
+/* The reader's progress worth a credit to its sender: half a ring (rsocket's rule too). A sender
+ * waits only with a whole ring uncredited, so it hears once its reader made room for half; more
+ * credits only cost more work while the sender has room, which is most of the time. With a quarter,
+ * a 64 MiB echo in 64 KiB pairs (Soft-RoCE VM) spent 1.7x more of meshd's CPU per MB (a kick, a
+ * credit write and its completion at each end per credit) and echoed 6% slower. */
+#define MESH_RING_CREDIT_STEP(size) ((size) / 2)
 #define MESH_CACHELINE 64
 
 /* app_flags (written by the application) */

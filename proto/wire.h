@@ -72,8 +72,8 @@
  * reads the slot its immediate names. An RDMA WRITE is complete when its immediate arrives, but its
  * bytes are placed in no promised order (under emulation a byte at a time), so a later write landing
  * on the same words could be read half old and half new. With slots, the next write to this slot
- * is MESH_CREDIT_SLOTS credits later, each a quarter ring of the reader's progress at least (two
- * rings), while the reader cannot get more than a ring past the last credit the sender has read:
+ * is MESH_CREDIT_SLOTS credits later, each half a ring of the reader's progress at least (four
+ * rings; ring.h MESH_RING_CREDIT_STEP), while the reader cannot get more than a ring past the last credit the sender has read:
  * it cannot be under way while the sender reads this one. */
 #define MESH_CREDIT_SLOTS 8u
 #define MESH_CREDIT_AREA (MESH_CREDIT_SLOTS * MESH_CREDIT_LEN)

@@ -290,8 +290,8 @@ static void rx_publish(mesh_channel_t *c, uint64_t len)
 {
 	c->rx_cons += len;
 	atomic_store_explicit(&c->ctrl->rx_cons, c->rx_cons, memory_order_release);
-	/* meshd credits the sender per quarter of the ring (less never unblocks anyone). */
-	if (c->rx_cons - c->rx_kicked >= c->size / 4) {
+	/* meshd credits the sender per half ring (ring.h; less never unblocks anyone). */
+	if (c->rx_cons - c->rx_kicked >= MESH_RING_CREDIT_STEP(c->size)) {
 		c->rx_kicked = c->rx_cons;
 		chan_kick(c);
 	}

@@ -903,10 +903,10 @@ static void channel_post_credit(struct channel *ch)
 
 	if (!channel_may_post(ch) || ch->credit_busy || cons == ch->credit_sent)
 		return;
-	/* Only per quarter of the ring: a sender is stalled only with a whole ring uncredited, so once
-	 * its reader has made room for a quarter it hears; small exchanges (ping-pong, requests) cost
-	 * no credit write each. */
-	if (cons - ch->credit_sent < ch->size / 4)
+	/* Only per half ring (ring.h MESH_RING_CREDIT_STEP): a sender is stalled only with a whole ring
+	 * uncredited, so once its reader has made room for half it hears; small exchanges (ping-pong,
+	 * requests) cost no credit write each. */
+	if (cons - ch->credit_sent < MESH_RING_CREDIT_STEP(ch->size))
 		return;
 	if (!mesh_link_sq_room(l, ch->qp0))
 		return;

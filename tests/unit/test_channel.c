@@ -2039,7 +2039,7 @@ static void channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window(void *
 	mt_finish(&c->t);
 }
 
-static void channel_on_kick__quarter_consumed__one_credit_then_next_after_completion(void **state)
+static void channel_on_kick__half_consumed__one_credit_then_next_after_completion(void **state)
 {
 	struct ct *c = *state;
 	struct fake_post *p;
@@ -2050,16 +2050,19 @@ static void channel_on_kick__quarter_consumed__one_credit_then_next_after_comple
 	ct_init(c, 2);
 	h = open_out(c, RING, 2, PEER_SLOT);
 	r = find_regs(c, RING);
-	for (uint16_t s = 0; s < 3; s++)
+	for (uint16_t s = 0; s < 4; s++)
 		peer_data(c, h, s % 2, s, s * CHUNK, CHUNK);
-	assert_true(ring_rx_prod(h) == 3 * CHUNK);
+	assert_true(ring_rx_prod(h) == 4 * CHUNK);
 	from = c->t.fx->n_posts;
-	/* Less than a quarter: no credit yet. */
+	/* Less than half the ring (MESH_RING_CREDIT_STEP), a quarter too: no credit yet. */
 	app_read(h, 1000);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, true), 0);
-	/* A quarter. */
 	app_read(h, CHUNK - 1000);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 0);
+	/* Half. */
+	app_read(h, CHUNK);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, true), 1);
 	p = write_post(c, h, from, true, 0);
@@ -2069,8 +2072,8 @@ static void channel_on_kick__quarter_consumed__one_credit_then_next_after_comple
 	assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
 	assert_int_equal(p->imm, MESH_IMM(1, PEER_SLOT, 0));
 	assert_ptr_equal(p->mr->addr, r.cout->addr);
-	assert_true(((const uint64_t *)p->buf)[0] == CHUNK);
-	assert_true(((const uint64_t *)p->buf)[1] == 3 * CHUNK); /* placed */
+	assert_true(((const uint64_t *)p->buf)[0] == 2 * CHUNK);
+	assert_true(((const uint64_t *)p->buf)[1] == 4 * CHUNK); /* placed */
 	assert_int_equal(write_count(c, h, from, false), 0);
 	/* Everything read, but a credit is in flight: the next waits for its completion. */
 	app_read(h, 2 * CHUNK);
@@ -2078,14 +2081,14 @@ static void channel_on_kick__quarter_consumed__one_credit_then_next_after_comple
 	tick(&c->t);
 	assert_int_equal(write_count(c, h, from, true), 1);
 	complete_write(c, h, p);
-	assert_true(h->peer_credit[0] == CHUNK);
+	assert_true(h->peer_credit[0] == 2 * CHUNK);
 	assert_int_equal(write_count(c, h, from, true), 2);
 	p = write_post(c, h, from, true, 1);
 	assert_int_equal(p->imm, MESH_IMM(1, PEER_SLOT, 1)); /* the next slot */
-	assert_true(*(const uint64_t *)p->buf == 3 * CHUNK);
+	assert_true(*(const uint64_t *)p->buf == 4 * CHUNK);
 	complete_write(c, h, p);
-	assert_true(h->peer_credit[2] == 3 * CHUNK);
-	assert_true(h->peer_credit[0] == CHUNK);
+	assert_true(h->peer_credit[2] == 4 * CHUNK);
+	assert_true(h->peer_credit[0] == 2 * CHUNK);
 	/* Nothing new consumed: nothing more. */
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, true), 2);
@@ -2093,7 +2096,7 @@ static void channel_on_kick__quarter_consumed__one_credit_then_next_after_comple
 	mt_finish(&c->t);
 }
 
-static void channel_on_kick__caught_up_below_a_quarter__no_credit(void **state)
+static void channel_on_kick__caught_up_below_half__no_credit(void **state)
 {
 	struct ct *c = *state;
 	struct chan *h;
@@ -4219,27 +4222,30 @@ static void channel_on_kick__app_read_past_rx_prod__accepted_up_to_a_valid_direc
 	h = open_out(c, RING, 2, PEER_SLOT);
 	assert_non_null(h->our_dir);
 	assert_int_not_equal(h->our_dir_rkey, 0);
-	/* The peer's NIC placed chunk 0 and then the pair; its immediate is not polled yet. */
-	peer_bytes(h, 0, CHUNK);
-	peer_direct(h, CHUNK, true);
+	/* The peer's NIC placed chunks 0 and 1 and then the pair; their immediates are not polled yet. */
+	peer_bytes(h, 0, 2 * CHUNK);
+	peer_direct(h, 2 * CHUNK, true);
 	from = c->t.fx->n_posts;
-	app_read(h, CHUNK);
+	app_read(h, 2 * CHUNK);
 	app_kick(c, h);
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
 	/* No credit: what we credit is also what we say we placed, and we have placed nothing. */
 	assert_int_equal(write_count(c, h, from, true), 0);
 	assert_true(ring_rx_prod(h) == 0);
-	/* The immediate: placed now, and the reader's quarter is credited. */
+	/* The immediates: placed now, and the reader's half ring is credited once all of it is. */
 	peer_imm(c, 0, MESH_IMM(0, h->slot, 0), CHUNK);
 	assert_true(ring_rx_prod(h) == CHUNK);
+	assert_int_equal(write_count(c, h, from, true), 0);
+	peer_imm(c, 1, MESH_IMM(0, h->slot, 1), CHUNK);
+	assert_true(ring_rx_prod(h) == 2 * CHUNK);
 	assert_int_equal(write_count(c, h, from, true), 1);
 	p = write_post(c, h, from, true, 0);
-	assert_true(((const uint64_t *)p->buf)[0] == CHUNK);
-	assert_true(((const uint64_t *)p->buf)[1] == CHUNK);
+	assert_true(((const uint64_t *)p->buf)[0] == 2 * CHUNK);
+	assert_true(((const uint64_t *)p->buf)[1] == 2 * CHUNK);
 	/* A pair whose check does not match (read while it landed) proves nothing: reading past what
 	 * is placed is then the application's error. */
-	peer_bytes(h, CHUNK, 500);
-	peer_direct(h, CHUNK + 500, false);
+	peer_bytes(h, 2 * CHUNK, 500);
+	peer_direct(h, 2 * CHUNK + 500, false);
 	app_read(h, 500);
 	app_kick(c, h);
 	expect_broken(c, h, -EPROTO);
@@ -4316,9 +4322,9 @@ static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_posi
 
 	ct_init_resume(c, 2); /* link_lost cuts QP 1 */
 	h = open_out(c, RING, 2, PEER_SLOT);
-	peer_bytes(h, 0, CHUNK + 200);
-	peer_direct(h, CHUNK + 200, true);
-	app_read(h, CHUNK + 200);
+	peer_bytes(h, 0, 2 * CHUNK + 200);
+	peer_direct(h, 2 * CHUNK + 200, true);
+	app_read(h, 2 * CHUNK + 200);
 	app_kick(c, h);
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
 	from = c->t.fx->n_posts;
@@ -4335,12 +4341,13 @@ static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_posi
 	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
 	from = c->t.fx->n_posts;
 	peer_data(c, h, 0, 0, 0, CHUNK);
-	peer_data(c, h, 1, 1, CHUNK, 200);
-	assert_true(ring_rx_prod(h) == CHUNK + 200);
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	peer_data(c, h, 0, 2, 2 * CHUNK, 200);
+	assert_true(ring_rx_prod(h) == 2 * CHUNK + 200);
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
-	assert_int_equal(write_count(c, h, from, true), 1); /* the reader's quarter, now placed */
-	peer_bytes(h, CHUNK + 200, 100);
-	peer_imm(c, 0, MESH_IMM(0, h->slot, 2), 100);
+	assert_int_equal(write_count(c, h, from, true), 1); /* the reader's half ring, now placed */
+	peer_bytes(h, 2 * CHUNK + 200, 100);
+	peer_imm(c, 1, MESH_IMM(0, h->slot, 3), 100);
 	app_read(h, 100);
 	app_kick(c, h);
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN);
@@ -4732,8 +4739,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),
 	T(channel_on_imm__beyond_reader_credit__channel_error_eproto),
 	T(channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window),
-	T(channel_on_kick__quarter_consumed__one_credit_then_next_after_completion),
-	T(channel_on_kick__caught_up_below_a_quarter__no_credit),
+	T(channel_on_kick__half_consumed__one_credit_then_next_after_completion),
+	T(channel_on_kick__caught_up_below_half__no_credit),
 	T(channel_poll__published_without_kick__posted_and_counted),
 	T(mesh_fast_event__open_channel_stream__taken_as_the_usual_way_would),
 	T(mesh_fast_event__control_shutdown_or_failure__left_to_the_usual_way),
