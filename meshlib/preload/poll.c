@@ -76,7 +76,7 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 	struct pl_fd **p = stack_p;
 	nfds_t extra = 0, m;
 	uint32_t spin = 0;
-	uint64_t spin_until;
+	struct pl_spin sp;
 	int ret = -1;
 
 	for (nfds_t i = 0; i < n; i++) {
@@ -102,12 +102,12 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 		if (!spin && p[i] && p[i]->kind == PL_CHANNEL)
 			spin = pl_chan_spin_us(p[i]);
 	}
-	spin_until = spin ? pl_mono_us() + spin : 0;
+	pl_spin_start(&sp, spin);
 	for (;;) {
 		nfds_t k = n;
 		int ready = 0, r;
 		/* Spinning (above): look without arming and without sleeping, yield, again. */
-		bool spinning = spin_until && left_ms(deadline) != 0 && pl_mono_us() < spin_until;
+		bool spinning = pl_spin_on(&sp, deadline);
 
 		/* Look, then arm, at the channels. */
 		for (int pass = 0; pass < (spinning ? 1 : 2) && !ready; pass++) {
@@ -145,7 +145,8 @@ static int poll_core(struct pollfd *fds, nfds_t n, int64_t deadline, const sigse
 			}
 			ready += fds[i].revents != 0;
 		}
-		if (ready || left_ms(deadline) == 0) {
+		/* A spinning look knows the deadline from the spin's clock (pl_spin_on). */
+		if (ready || (!spinning && left_ms(deadline) == 0)) {
 			ret = ready;
 			goto out;
 		}
@@ -589,7 +590,7 @@ static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, cons
 {
 	struct ep_set *s = set_get(epfd, false);
 	int64_t deadline = deadline_of(timeout);
-	uint64_t spin_until = 0;
+	struct pl_spin sp;
 	uint32_t spin;
 
 	if (!s || !s->n || max <= 0 || !out)
@@ -597,6 +598,7 @@ static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, cons
 	pthread_mutex_lock(&s->lock);
 	spin = ep_spin_us(s);
 	pthread_mutex_unlock(&s->lock);
+	pl_spin_start(&sp, spin);
 	for (;;) {
 		struct pollfd pf[2] = {{.fd = epfd, .events = POLLIN}, {.fd = s->shadow, .events = POLLIN}};
 		int n, m;
@@ -608,19 +610,15 @@ static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, cons
 			m = pl_real.epoll_wait(epfd, out + n, max - n, 0);
 			return n + (m > 0 ? m : 0);
 		}
+		if (pl_spin_on(&sp, deadline)) {
+			m = pl_real.epoll_wait(epfd, out, max, 0);
+			if (m)
+				return m;
+			sched_yield();
+			continue;
+		}
 		if (left_ms(deadline) == 0)
 			return pl_real.epoll_wait(epfd, out, max, 0);
-		if (spin) {
-			if (!spin_until)
-				spin_until = pl_mono_us() + spin;
-			if (pl_mono_us() < spin_until) {
-				m = pl_real.epoll_wait(epfd, out, max, 0);
-				if (m)
-					return m;
-				sched_yield();
-				continue;
-			}
-		}
 		m = real_wait(pf, 2, left_ms(deadline), mask);
 		if (m < 0)
 			return -1;

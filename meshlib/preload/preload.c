@@ -548,6 +548,26 @@ uint64_t pl_mono_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+void pl_spin_start(struct pl_spin *s, uint32_t spin_us)
+{
+	s->now = spin_us ? pl_mono_us() : 0;
+	s->until = spin_us ? s->now + spin_us : 0;
+	s->looks = 1; /* the start read the clock */
+}
+
+bool pl_spin_on(struct pl_spin *s, int64_t deadline_ms)
+{
+	if (!s->until)
+		return false;
+	if (s->looks++ % PL_SPIN_LOOKS == 0)
+		s->now = pl_mono_us();
+	if (s->now >= s->until)
+		s->until = 0; /* spent: no more spinning, and no more readings for it */
+	else if (deadline_ms >= 0 && (int64_t)(s->now / 1000) >= deadline_ms)
+		return false;
+	return s->until != 0;
+}
+
 /* Waits until the channel may do what `want` (POLLIN/POLLOUT) says; 0, or -EINTR. It first polls
  * the rings for the channel's spin budget, as libmesh's blocking calls do (and rsocket's, for its
  * polling_time): an answer that comes within it is taken without sleeping, so without waiting for
@@ -561,16 +581,13 @@ uint64_t pl_mono_us(void)
 static int chan_wait(struct pl_fd *p, short want)
 {
 	struct pollfd pf = {.events = POLLIN};
-	uint32_t spin = pl_chan_spin_us(p);
+	struct pl_spin sp;
 
-	if (spin) {
-		uint64_t until = pl_mono_us() + spin;
-
-		do {
-			if (pl_chan_revents(p, false) & (want | POLLERR | POLLHUP))
-				return 0;
-			sched_yield();
-		} while (pl_mono_us() < until);
+	pl_spin_start(&sp, pl_chan_spin_us(p));
+	while (pl_spin_on(&sp, -1)) {
+		if (pl_chan_revents(p, false) & (want | POLLERR | POLLHUP))
+			return 0;
+		sched_yield();
 	}
 	pf.fd = mesh_channel_fd(p->ch);
 	for (;;) {

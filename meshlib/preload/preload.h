@@ -114,6 +114,19 @@ short pl_chan_revents(struct pl_fd *p, bool arm);
  * clock in microseconds to spend it by. */
 uint32_t pl_chan_spin_us(struct pl_fd *p);
 uint64_t pl_mono_us(void);
+
+/* A spin before a sleep that reads the clock only every PL_SPIN_LOOKS looks: where the clock source
+ * is an emulated HPET (the Soft-RoCE VM) a reading is a system call of about 2 us, and a look that
+ * read it (twice, with a deadline) spent more on the clock than on the look. until 0: no spin. */
+#define PL_SPIN_LOOKS 8u
+struct pl_spin {
+	uint64_t until, now;
+	unsigned looks;
+};
+void pl_spin_start(struct pl_spin *s, uint32_t spin_us);
+/* Whether to look once more: the budget not spent and deadline_ms (a pl_mono_us() / 1000 value, or
+ * negative for none) not reached, as far as the clock last read says. */
+bool pl_spin_on(struct pl_spin *s, int64_t deadline_ms);
 /* Warns on stderr, once per distinct key (0: always). */
 void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
