@@ -8,7 +8,8 @@ and with 1 client (latency bound). Prints requests/s per case and the ratio to k
 library cannot run (rsocket without an RDMA device, or a crash), the row says so.
 
   tests/bench/preload_bench.py [--build build] [--transport tcp|rdma] [--addrs "A B"] [-n REQUESTS]
-                               [--rtt-count N]
+                               [--rtt-count N] [--cases tcp,mesh,rsocket] [--echo-only]
+                               [--set KEY=VALUE ...]
 
 With each redis-benchmark run, the machine's CPU over it: CPU-microseconds per request (all
 processes and the kernel's work for the device together), the idle share and the softirq share,
@@ -17,12 +18,19 @@ which say whether the CPUs were the limit and what a request costs each way.
 Then the test's own blocking echo programs (tests/integration/preload_echo.c), which every library
 can run: the mean 64 B round trip and the rate of a 64 MiB echo, with the machine's CPU-milliseconds
 per MB echoed (where the device's emulation holds both libraries to one rate, the CPU each spends
-on it is what differs).
+on it is what differs), and who spent it: the two echo programs, the two meshd, and the rest. The
+rest is mostly the device's work in the kernel that the per-process figures leave out (rxe's
+tasklets run as softirqs, whose time the kernel accounts apart from the process they interrupted):
+only the machine's total compares libraries fairly.
+
+--set KEY=VALUE adds a cluster setting to both meshd (polling=event, app_spin_us=0, ...) for
+comparing; --cases and --echo-only shorten a run to what is being compared.
 """
 import argparse
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -46,6 +54,16 @@ def machine_cpu():
     return (user + nice + system + irq + softirq + steal) / hz, (idle + iowait) / hz, softirq / hz
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) of a live process so far, from /proc/PID/stat; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench(env, host, port, clients, n):
     """{test: requests/s} from redis-benchmark, with "_cpu": the machine's (busy, idle, softirq)
     seconds over the run and "_requests" (every server, client, meshd and the device's work in the
@@ -66,11 +84,12 @@ def bench(env, host, port, clients, n):
     return res
 
 
-def echo_bench(a, env_srv, env_cli, host, port, workdir):
+def echo_bench(a, mesh, env_srv, env_cli, host, port, workdir):
     """The test's own blocking echo programs (tests/integration/preload_echo.c): the mean round trip
     of 64 B (TCP_NODELAY) and the rate of a 64 MiB echo in blocking 64 KiB write/read pairs (the
     "bulk" client: plain read and write only, which rsocket's preload serves too); (rtt_us, MB/s),
-    or a string saying why not."""
+    or a string saying why not. With the rate, the machine's CPU per MB and its split: the two echo
+    programs, the two meshd, and the rest (the kernel's device work: rxe's tasklets and UDP)."""
     echo = os.path.join(a.build, "tests", "integration", "preload_echo")
     srv = subprocess.Popen([echo, "bserver", str(port), "2"], env=env_srv, stdout=subprocess.DEVNULL,
                            stderr=open(os.path.join(workdir, f"echo-{port}.log"), "w"))
@@ -83,19 +102,27 @@ def echo_bench(a, env_srv, env_cli, host, port, workdir):
             return f"failed (exit {r.returncode}: {(r.stderr or r.stdout).strip()[-80:]})"
         size = 64 << 20
         c0 = machine_cpu()
+        p0 = [proc_cpu(srv.pid), sum(proc_cpu(p.pid) for p in mesh.proc.values())]
+        k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             r2 = subprocess.run([echo, "bulk", host, str(port), str(size)], env=env_cli, capture_output=True,
                                 text=True, timeout=600)
         except subprocess.TimeoutExpired:
             return f"rtt {float(m.group(1)):.1f} us; the 64 MiB echo timed out"
         c1 = machine_cpu()
+        k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        p1 = [proc_cpu(srv.pid), sum(proc_cpu(p.pid) for p in mesh.proc.values())]
         m2 = re.search(r"bulk_mb_s ([\d.]+)", r2.stdout)
         if r2.returncode or not m2:
             return f"rtt {float(m.group(1)):.1f} us; echo failed (exit {r2.returncode}: " \
                    f"{(r2.stderr or r2.stdout).strip()[-80:]})"
         # CPU-seconds of the whole machine per MB moved (both directions, as the rate counts them)
         busy, idle = c1[0] - c0[0], c1[1] - c0[1]
-        return float(m.group(1)), float(m2.group(1)), busy / (2 * size / 1e6), idle / max(busy + idle, 1e-9)
+        mb = 2 * size / 1e6
+        apps = p1[0] - p0[0] + (k1.ru_utime + k1.ru_stime) - (k0.ru_utime + k0.ru_stime)
+        meshd = p1[1] - p0[1]
+        return (float(m.group(1)), float(m2.group(1)), busy / mb, idle / max(busy + idle, 1e-9),
+                apps / mb, meshd / mb, max(busy - apps - meshd, 0.0) / mb)
     except subprocess.TimeoutExpired:
         return "timed out"
     finally:
@@ -112,8 +139,18 @@ def main():
     ap.add_argument("--app-send", choices=["on", "off"], default=None,
                     help="cluster.app_send of both meshd (default: meshd's own, on); over rdma, on: the "
                          "preloaded programs post their own writes")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="another cluster setting of both meshd (for comparing, e.g. polling=event); repeatable")
+    ap.add_argument("--echo-only", action="store_true", help="skip redis-benchmark: only the echo programs")
+    ap.add_argument("--cases", default="tcp,mesh,rsocket",
+                    help="which of tcp, mesh, rsocket to run, comma-separated (default: all three)")
     a = ap.parse_args()
     a.cluster_extra, a.app_send = preload_test.mesh_test.app_send(a.app_send, a.transport)
+    for kv in a.set:
+        k, sep, v = kv.partition("=")
+        if not sep or not re.fullmatch(r"[a-z_]+", k):
+            ap.error(f"--set {kv!r}: expected KEY=VALUE with a cluster setting's name")
+        a.cluster_extra += f"  {k} = {v if re.fullmatch(r'[0-9]+', v) else chr(34) + v + chr(34)};\n"
     a.build = os.path.abspath(a.build)
     a.preload = os.path.join(a.build, "meshlib", "preload", "libmesh_preload.so")
     a.preload_env = a.preload
@@ -130,8 +167,11 @@ def main():
         m.start()
         if not wait_until(m.up, 30, 0.05):
             sys.exit("preload_bench: the mesh did not come UP")
-        cases = [("kernel TCP", None), ("libmesh_preload", a.preload), ("rsocket librspreload", RSOCKET)]
-        for name, lib in cases:
+        cases = [("kernel TCP", None, "tcp"), ("libmesh_preload", a.preload, "mesh"),
+                 ("rsocket librspreload", RSOCKET, "rsocket")]
+        for name, lib, key in cases:
+            if key not in a.cases.split(","):
+                continue
             if lib and not os.path.exists(lib):
                 rows.append((name, "not installed", "not installed"))
                 continue
@@ -145,7 +185,9 @@ def main():
                                         "no", "--save", "", "--appendonly", "no", "--dir", workdir], env=env_srv,
                                        stdout=f, stderr=subprocess.STDOUT)
             time.sleep(1.0)
-            if srv.poll() is not None:
+            if a.echo_only:
+                rows.append((name, "not run (--echo-only)", "not run (--echo-only)"))
+            elif srv.poll() is not None:
                 why = f"server exited {srv.returncode}" + (" (SIGSEGV)" if srv.returncode == -11 else "")
                 rows.append((name, why, why))
             else:
@@ -153,7 +195,7 @@ def main():
                              bench(env_cli, host, port, 1, max(a.requests // 10, 1000))))
             preload_test.stop(srv)
             port += 1
-            echo_rows.append((name, echo_bench(a, env_srv, env_cli, host, port, workdir)))
+            echo_rows.append((name, echo_bench(a, m, env_srv, env_cli, host, port, workdir)))
             port += 1
     finally:
         for p in m.proc.values():
@@ -162,7 +204,7 @@ def main():
                 p.wait()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    base = rows[0]
+    base = rows[0] if rows and rows[0][0] == "kernel TCP" else ("", None, None)
     print(f"redis-benchmark requests/s, {a.transport} mesh between {m.addr[1]} and {m.addr[2]}"
           + (", cluster.app_send on" if a.app_send else "") + " (ratio to kernel TCP in brackets)")
     print(f"{'CASE':<22} {'CLIENTS':>7} " + " ".join(f"{t:>20}" for t in ("PING_INLINE", "PING_MBULK", "SET", "GET")))
@@ -193,7 +235,7 @@ def main():
                   f"{soft / max(busy, 1e-9):>8.0%}")
     print(f"\nthe test's own blocking echo (preload_echo: 64 B round trips, 64 MiB echoed; ratio to kernel TCP)")
     print(f"{'CASE':<22} {'RTT_US':>16} {'ECHO_MB/S':>18} {'ECHO_CPU_MS/MB':>18} {'IDLE':>6}")
-    ebase = echo_rows[0][1] if echo_rows else None
+    ebase = echo_rows[0][1] if echo_rows and echo_rows[0][0] == "kernel TCP" else None
     for name, res in echo_rows:
         if isinstance(res, str):
             print(f"{name:<22} {res}")
@@ -202,6 +244,12 @@ def main():
         br = f"({res[1] / ebase[1]:.2f}x)" if isinstance(ebase, tuple) else ""
         cr = f"({res[2] / ebase[2]:.2f}x)" if isinstance(ebase, tuple) and ebase[2] else ""
         print(f"{name:<22} {res[0]:>8.1f} {rr:>7} {res[1]:>10.1f} {br:>7} {res[2] * 1e3:>10.2f} {cr:>7} {res[3]:>6.0%}")
+    print("\nthe 64 MiB echo's CPU-milliseconds per MB by who spent them (REST: the kernel's device work, "
+          "rxe's tasklets and UDP, and everything else on the machine)")
+    print(f"{'CASE':<22} {'ECHO_PROGRAMS':>14} {'MESHD':>8} {'REST':>8}")
+    for name, res in echo_rows:
+        if isinstance(res, tuple):
+            print(f"{name:<22} {res[4] * 1e3:>14.2f} {res[5] * 1e3:>8.2f} {res[6] * 1e3:>8.2f}")
     if not os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniband") else True:
         print("note: no RDMA device here: librspreload.so falls back to kernel TCP, so its rows measure TCP")
     return 0
