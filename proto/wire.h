@@ -72,9 +72,9 @@
  * reads the slot its immediate names. An RDMA WRITE is complete when its immediate arrives, but its
  * bytes are placed in no promised order (under emulation a byte at a time), so a later write landing
  * on the same words could be read half old and half new. With slots, the next write to this slot
- * is MESH_CREDIT_SLOTS credits later, each half a ring of the reader's progress at least (four
- * rings; ring.h MESH_RING_CREDIT_STEP), while the reader cannot get more than a ring past the last credit the sender has read:
- * it cannot be under way while the sender reads this one. */
+ * is MESH_CREDIT_SLOTS credits later, each a quarter ring of the reader's progress at least (two
+ * rings; ring.h mesh_ring_credit_step), while the reader cannot get more than a ring past the last
+ * credit the sender has read: it cannot be under way while the sender reads this one. */
 #define MESH_CREDIT_SLOTS 8u
 #define MESH_CREDIT_AREA (MESH_CREDIT_SLOTS * MESH_CREDIT_LEN)
 /* Pairs on demand: a direct pair (ring.h) helps only a reader that polls its ring when the bytes

@@ -290,8 +290,9 @@ static void rx_publish(mesh_channel_t *c, uint64_t len)
 {
 	c->rx_cons += len;
 	atomic_store_explicit(&c->ctrl->rx_cons, c->rx_cons, memory_order_release);
-	/* meshd credits the sender per half ring (ring.h; less never unblocks anyone). */
-	if (c->rx_cons - c->rx_kicked >= MESH_RING_CREDIT_STEP(c->size)) {
+	/* meshd credits the sender per half ring, or quarter when it is short of room (ring.h; less
+	 * never unblocks anyone). */
+	if (c->rx_cons - c->rx_kicked >= mesh_ring_credit_step(c->size, c->rx_prod - c->rx_kicked)) {
 		c->rx_kicked = c->rx_cons;
 		chan_kick(c);
 	}

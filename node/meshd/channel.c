@@ -903,10 +903,11 @@ static void channel_post_credit(struct channel *ch)
 
 	if (!channel_may_post(ch) || ch->credit_busy || cons == ch->credit_sent)
 		return;
-	/* Only per half ring (ring.h MESH_RING_CREDIT_STEP): a sender is stalled only with a whole ring
-	 * uncredited, so once its reader has made room for half it hears; small exchanges (ping-pong,
-	 * requests) cost no credit write each. */
-	if (cons - ch->credit_sent < MESH_RING_CREDIT_STEP(ch->size))
+	/* Only per half ring, or a quarter when the sender is short of room (ring.h
+	 * mesh_ring_credit_step): a sender is stalled only with a whole ring uncredited, so once its
+	 * reader has made room for a quarter it hears; small exchanges (ping-pong, requests) cost no
+	 * credit write each. */
+	if (cons - ch->credit_sent < mesh_ring_credit_step(ch->size, ch->rx_bytes - ch->credit_sent))
 		return;
 	if (!mesh_link_sq_room(l, ch->qp0))
 		return;
@@ -2478,13 +2479,21 @@ static void channel_tick(struct mesh *m, uint64_t t)
 	}
 }
 
-/* Has the application published anything since the last pump? Three loads, no system call. */
+/* Has the application published anything since the last pump that meshd must act on now? A few
+ * loads, no system call. About what it kicks for when meshd sleeps (ring.h): bytes for meshd to
+ * post, reads that may be worth a credit (a quarter ring: the pump decides with mesh_ring_credit_step),
+ * a shutdown, its QP's state. Bytes its own QP posted (the half granted to it) and smaller reads
+ * are taken at the next pump that runs anyway: counted as moves, they kept a polling meshd polling
+ * (cluster.polling = adaptive) for as long as two applications exchanged over their own QPs, every
+ * read and write of theirs a "move". */
 static bool channel_app_moved(const struct channel *ch)
 {
 	const struct mesh_ring_ctrl *k = ch->ctrl;
+	uint64_t rx_cons = atomic_load_explicit(&k->rx_cons, memory_order_relaxed);
 
-	return atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->app_tx_prod ||
-	       atomic_load_explicit(&k->rx_cons, memory_order_relaxed) != ch->app_rx_cons ||
+	/* A value that went back passes the step (unsigned): the pump then breaks the channel. */
+	return (!ch->aq_granted && atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->app_tx_prod) ||
+	       (rx_cons != ch->app_rx_cons && rx_cons - ch->credit_sent >= MESH_RING_CREDIT_MIN(ch->size)) ||
 	       ((atomic_load_explicit(&k->app_flags, memory_order_relaxed) & MESH_APP_SHUT_WR) && !ch->app_shut) ||
 	       (ch->aq_offered &&
 		atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != ch->aq_app);

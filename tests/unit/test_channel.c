@@ -2039,7 +2039,7 @@ static void channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window(void *
 	mt_finish(&c->t);
 }
 
-static void channel_on_kick__half_consumed__one_credit_then_next_after_completion(void **state)
+static void channel_on_kick__stream_quarter_consumed__one_credit_then_next_after_completion(void **state)
 {
 	struct ct *c = *state;
 	struct fake_post *p;
@@ -2050,19 +2050,17 @@ static void channel_on_kick__half_consumed__one_credit_then_next_after_completio
 	ct_init(c, 2);
 	h = open_out(c, RING, 2, PEER_SLOT);
 	r = find_regs(c, RING);
-	for (uint16_t s = 0; s < 4; s++)
+	for (uint16_t s = 0; s < 3; s++)
 		peer_data(c, h, s % 2, s, s * CHUNK, CHUNK);
-	assert_true(ring_rx_prod(h) == 4 * CHUNK);
+	assert_true(ring_rx_prod(h) == 3 * CHUNK);
 	from = c->t.fx->n_posts;
-	/* Less than half the ring (MESH_RING_CREDIT_STEP), a quarter too: no credit yet. */
+	/* Three quarters of the ring arrived uncredited (a stream: its sender is short of room): a
+	 * quarter read is worth a credit (ring.h mesh_ring_credit_step). Less than a quarter: none. */
 	app_read(h, 1000);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, true), 0);
+	/* A quarter. */
 	app_read(h, CHUNK - 1000);
-	app_kick(c, h);
-	assert_int_equal(write_count(c, h, from, true), 0);
-	/* Half. */
-	app_read(h, CHUNK);
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, true), 1);
 	p = write_post(c, h, from, true, 0);
@@ -2072,8 +2070,8 @@ static void channel_on_kick__half_consumed__one_credit_then_next_after_completio
 	assert_int_equal(p->rkey, PEER_CREDIT_RKEY);
 	assert_int_equal(p->imm, MESH_IMM(1, PEER_SLOT, 0));
 	assert_ptr_equal(p->mr->addr, r.cout->addr);
-	assert_true(((const uint64_t *)p->buf)[0] == 2 * CHUNK);
-	assert_true(((const uint64_t *)p->buf)[1] == 4 * CHUNK); /* placed */
+	assert_true(((const uint64_t *)p->buf)[0] == CHUNK);
+	assert_true(((const uint64_t *)p->buf)[1] == 3 * CHUNK); /* placed */
 	assert_int_equal(write_count(c, h, from, false), 0);
 	/* Everything read, but a credit is in flight: the next waits for its completion. */
 	app_read(h, 2 * CHUNK);
@@ -2081,14 +2079,14 @@ static void channel_on_kick__half_consumed__one_credit_then_next_after_completio
 	tick(&c->t);
 	assert_int_equal(write_count(c, h, from, true), 1);
 	complete_write(c, h, p);
-	assert_true(h->peer_credit[0] == 2 * CHUNK);
+	assert_true(h->peer_credit[0] == CHUNK);
 	assert_int_equal(write_count(c, h, from, true), 2);
 	p = write_post(c, h, from, true, 1);
 	assert_int_equal(p->imm, MESH_IMM(1, PEER_SLOT, 1)); /* the next slot */
-	assert_true(*(const uint64_t *)p->buf == 4 * CHUNK);
+	assert_true(*(const uint64_t *)p->buf == 3 * CHUNK);
 	complete_write(c, h, p);
-	assert_true(h->peer_credit[2] == 4 * CHUNK);
-	assert_true(h->peer_credit[0] == 2 * CHUNK);
+	assert_true(h->peer_credit[2] == 3 * CHUNK);
+	assert_true(h->peer_credit[0] == CHUNK);
 	/* Nothing new consumed: nothing more. */
 	app_kick(c, h);
 	assert_int_equal(write_count(c, h, from, true), 2);
@@ -2096,7 +2094,30 @@ static void channel_on_kick__half_consumed__one_credit_then_next_after_completio
 	mt_finish(&c->t);
 }
 
-static void channel_on_kick__caught_up_below_half__no_credit(void **state)
+/* A sender with room (less than three quarters of the ring arrived uncredited: requests and
+ * answers, an echo) is credited per half ring, not per quarter (ring.h mesh_ring_credit_step). */
+static void channel_on_kick__sender_with_room__credit_per_half_ring(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	peer_data(c, h, 0, 0, 0, CHUNK);
+	peer_data(c, h, 1, 1, CHUNK, CHUNK);
+	from = c->t.fx->n_posts;
+	app_read(h, CHUNK);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 0); /* a quarter: not yet */
+	app_read(h, CHUNK);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, true), 1);
+	assert_true(((const uint64_t *)write_post(c, h, from, true, 0)->buf)[0] == 2 * CHUNK);
+	mt_finish(&c->t);
+}
+
+static void channel_on_kick__caught_up_below_a_quarter__no_credit(void **state)
 {
 	struct ct *c = *state;
 	struct chan *h;
@@ -2140,6 +2161,30 @@ static void channel_poll__published_without_kick__posted_and_counted(void **stat
 	atomic_fetch_or(&h->app->ctrl->app_flags, MESH_APP_SHUT_WR);
 	assert_int_equal(channel_poll(&c->t.m, 0), 1);
 	assert_true(chn(c, h)->app_shut);
+	mt_finish(&c->t);
+}
+
+/* A polling meshd counts a read only once it is worth a credit (what the application kicks for
+ * while meshd sleeps): every smaller one counted kept an adaptive meshd polling through a whole
+ * stream of two applications that post their own writes. */
+static void channel_poll__reads_below_a_credit_step__not_a_move(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	for (uint16_t s = 0; s < 4; s++)
+		peer_data(c, h, s % 2, s, s * CHUNK, CHUNK);
+	from = c->t.fx->n_posts;
+	app_read(h, 1000);
+	assert_int_equal(channel_poll(&c->t.m, 0), 0);
+	app_read(h, CHUNK - 1000); /* a quarter, and a whole ring arrived: worth a credit */
+	assert_int_equal(channel_poll(&c->t.m, 0), 1);
+	assert_int_equal(write_count(c, h, from, true), 1);
+	/* Taken: the next look finds nothing new. */
+	assert_int_equal(channel_poll(&c->t.m, 0), 0);
 	mt_finish(&c->t);
 }
 
@@ -3540,6 +3585,26 @@ static void channel_app_send__granted__tx_space_ends_at_the_readers_credit(void 
 	mt_finish(&c->t);
 }
 
+/* Bytes the application posted on its own QP are no move for a polling meshd: it takes them at its
+ * next pump, as it does when it sleeps (libmesh does not kick for them). */
+static void channel_poll__granted_applications_writes__not_a_move(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	aq_granted(c, h);
+	app_write(h, 3000);
+	assert_int_equal(channel_poll(&c->t.m, 0), 0);
+	/* The next pump takes them all the same: the reader's credit is within them. */
+	peer_credit_placed(c, h, 1000, 3000);
+	assert_int_equal(ring_tx_cons(h), 1000);
+	assert_true(chn(c, h)->tx_bytes == 3000);
+	mt_finish(&c->t);
+}
+
 static void channel_app_send__hostile_qp_words__channel_broken_eproto(void **state)
 {
 	struct ct *c = *state;
@@ -4739,9 +4804,11 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_imm__longer_than_ring__channel_error_eproto),
 	T(channel_on_imm__beyond_reader_credit__channel_error_eproto),
 	T(channel_on_imm__beyond_reader_credit__rx_prod_stays_in_window),
-	T(channel_on_kick__half_consumed__one_credit_then_next_after_completion),
-	T(channel_on_kick__caught_up_below_half__no_credit),
+	T(channel_on_kick__stream_quarter_consumed__one_credit_then_next_after_completion),
+	T(channel_on_kick__sender_with_room__credit_per_half_ring),
+	T(channel_on_kick__caught_up_below_a_quarter__no_credit),
 	T(channel_poll__published_without_kick__posted_and_counted),
+	T(channel_poll__reads_below_a_credit_step__not_a_move),
 	T(mesh_fast_event__open_channel_stream__taken_as_the_usual_way_would),
 	T(mesh_fast_event__control_shutdown_or_failure__left_to_the_usual_way),
 	T(channel_set_polling__on_and_off__every_ring_flag_and_new_channels),
@@ -4761,6 +4828,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_link_down__open_channel__econnreset_freed_when_app_closes),
 	T(channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_takes_credits),
 	T(channel_app_send__granted__tx_space_ends_at_the_readers_credit),
+	T(channel_poll__granted_applications_writes__not_a_move),
 	T(channel_app_send__hostile_qp_words__channel_broken_eproto),
 	T(channel_app_send__peer_sends_from_an_unfit_position__channel_broken),
 	T(channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there),

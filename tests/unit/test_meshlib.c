@@ -1508,7 +1508,7 @@ static void meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end(void *
 	assert_int_equal(mesh_close(c), 0);
 }
 
-static void meshlib_recv__half_consumed__kicks_catching_up_below_half_does_not(void **state)
+static void meshlib_recv__quarter_consumed__kicks_catching_up_below_a_quarter_does_not(void **state)
 {
 	struct fake *f = *state;
 	mesh_channel_t *c = open_small(f);
@@ -1521,20 +1521,36 @@ static void meshlib_recv__half_consumed__kicks_catching_up_below_half_does_not(v
 	assert_int_equal(efd_take(ch->kick), 0);
 	assert_int_equal(mesh_recv(c, out, 23, 0), 23);
 	assert_int_equal(efd_take(ch->kick), 0);
-	assert_int_equal(mesh_recv(c, out, 1, 0), 1); /* 1024: a quarter is not worth a credit */
-	assert_int_equal(efd_take(ch->kick), 0);
-	assert_int_equal(mesh_recv(c, out, 1024, 0), 1024); /* 2048 = half (MESH_RING_CREDIT_STEP) */
+	assert_int_equal(mesh_recv(c, out, 1, 0), 1); /* 1024 = a quarter */
 	assert_int_equal(efd_take(ch->kick), 1);
 	assert_int_equal(mesh_recv(c, out, 100, 0), 100);
 	assert_int_equal(efd_take(ch->kick), 0);
-	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 1852); /* caught up, 1952 since the kick */
-	assert_int_equal(efd_take(ch->kick), 0);
+	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 2876); /* caught up, 2976 since the kick */
+	assert_int_equal(efd_take(ch->kick), 1);
 	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 4000);
-	/* A small message read to the end: meshd would not credit less than half, so no kick. */
+	/* A small message read to the end: meshd would not credit less than a quarter, so no kick. */
 	ring_rx_put(ch, in, 64);
 	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 64);
 	assert_int_equal(efd_take(ch->kick), 0);
 	assert_int_equal(atomic_load(&ch->ctrl->rx_cons), 4064);
+	assert_int_equal(mesh_close(c), 0);
+}
+
+/* A sender with room (less than three quarters of the ring arrived since the last kick) is credited
+ * per half ring: the reader kicks meshd for that, not for a quarter (ring.h mesh_ring_credit_step). */
+static void meshlib_recv__sender_with_room__kicks_per_half_ring(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	static uint8_t in[2048], out[2048];
+
+	fill_random(in, sizeof(in));
+	ring_rx_put(ch, in, 2048);
+	assert_int_equal(mesh_recv(c, out, 1024, 0), 1024); /* a quarter */
+	assert_int_equal(efd_take(ch->kick), 0);
+	assert_int_equal(mesh_recv(c, out, sizeof(out), 0), 1024); /* half */
+	assert_int_equal(efd_take(ch->kick), 1);
 	assert_int_equal(mesh_close(c), 0);
 }
 
@@ -2507,7 +2523,8 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_recv__waits_longer_than_the_spin__sleeps_at_once),
 	T(meshlib_recv__partial__returns_what_is_there),
 	T(meshlib_recv__wrapped_data__copied_in_order_peek_stops_at_end),
-	T(meshlib_recv__half_consumed__kicks_catching_up_below_half_does_not),
+	T(meshlib_recv__quarter_consumed__kicks_catching_up_below_a_quarter_does_not),
+	T(meshlib_recv__sender_with_room__kicks_per_half_ring),
 	T(meshlib_recv__peer_eof__bytes_then_zero),
 	T(meshlib_recv__error_state__bytes_first_then_error),
 	T(meshlib_recv__error_value_not_negative_errno__eproto),
