@@ -18,10 +18,12 @@ which say whether the CPUs were the limit and what a request costs each way.
 Then the test's own blocking echo programs (tests/integration/preload_echo.c), which every library
 can run: the mean 64 B round trip and the rate of a 64 MiB echo, with the machine's CPU-milliseconds
 per MB echoed (where the device's emulation holds both libraries to one rate, the CPU each spends
-on it is what differs), and who spent it: the two echo programs, the two meshd, and the rest. The
-rest is mostly the device's work in the kernel that the per-process figures leave out (rxe's
-tasklets run as softirqs, whose time the kernel accounts apart from the process they interrupted):
-only the machine's total compares libraries fairly.
+on it is what differs), and who spent it: the two echo programs, the two meshd, and the rest, which
+the per-process figures (/proc, sampled at the kernel's tick) did not attribute. Take the split as a
+hint and the machine's total as the comparison: rxe does a packet's work in whichever process's
+system call or softirq it lands (one meshd post may process the applications' queued packets on
+the VM's loopback), and perf of the same echo in the VM put about 86% of the busy samples in the
+echo programs, 12% in meshd and 1% elsewhere, where the tick's accounting showed a fifth as rest.
 
 --set KEY=VALUE adds a cluster setting to both meshd (polling=event, app_spin_us=0, ...) for
 comparing; --cases and --echo-only shorten a run to what is being compared.
@@ -244,8 +246,8 @@ def main():
         br = f"({res[1] / ebase[1]:.2f}x)" if isinstance(ebase, tuple) else ""
         cr = f"({res[2] / ebase[2]:.2f}x)" if isinstance(ebase, tuple) and ebase[2] else ""
         print(f"{name:<22} {res[0]:>8.1f} {rr:>7} {res[1]:>10.1f} {br:>7} {res[2] * 1e3:>10.2f} {cr:>7} {res[3]:>6.0%}")
-    print("\nthe 64 MiB echo's CPU-milliseconds per MB by who spent them (REST: the kernel's device work, "
-          "rxe's tasklets and UDP, and everything else on the machine)")
+    print("\nthe 64 MiB echo's CPU-milliseconds per MB by who spent them, as the kernel's per-process accounting "
+          "says (REST: what it attributed to none of them; a hint, see --help)")
     print(f"{'CASE':<22} {'ECHO_PROGRAMS':>14} {'MESHD':>8} {'REST':>8}")
     for name, res in echo_rows:
         if isinstance(res, tuple):
