@@ -109,10 +109,11 @@
  * ran 5% slower with half always (its window trailed the reader by more). A sender is stalled
  * only with a whole ring uncredited, so it always hears once its reader made room for a quarter.
  * libmesh (when to kick) and meshd (when to credit) both take it from here. */
+/* The smallest step: a polling meshd looks at a reader's progress from it on. */
 #define MESH_RING_CREDIT_MIN(size) ((size) / 4)
 static inline uint64_t mesh_ring_credit_step(uint64_t size, uint64_t uncredited)
 {
-	return uncredited >= size - size / 4 ? size / 4 : size / 2;
+	return uncredited >= size - size / 4 ? MESH_RING_CREDIT_MIN(size) : size / 2;
 }
 #define MESH_CACHELINE 64
 
