@@ -91,7 +91,8 @@ def echo_bench(a, mesh, env_srv, env_cli, host, port, workdir):
     of 64 B (TCP_NODELAY) and the rate of a 64 MiB echo in blocking 64 KiB write/read pairs (the
     "bulk" client: plain read and write only, which rsocket's preload serves too); (rtt_us, MB/s),
     or a string saying why not. With the rate, the machine's CPU per MB and its split: the two echo
-    programs, the two meshd, and the rest (the kernel's device work: rxe's tasklets and UDP)."""
+    programs, the two meshd, and the rest the per-process accounting attributed to neither (a hint:
+    see the module's help)."""
     echo = os.path.join(a.build, "tests", "integration", "preload_echo")
     srv = subprocess.Popen([echo, "bserver", str(port), "2"], env=env_srv, stdout=subprocess.DEVNULL,
                            stderr=open(os.path.join(workdir, f"echo-{port}.log"), "w"))
