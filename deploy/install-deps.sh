@@ -8,7 +8,7 @@ set -euo pipefail
 build_pkgs=(
     build-essential cmake pkg-config git
     libibverbs-dev librdmacm-dev rdma-core ibverbs-providers
-    libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev libssl-dev
+    libconfig-dev protobuf-c-compiler libprotobuf-c-dev libnuma-dev libcmocka-dev nettle-dev
     libsystemd-dev libmicrohttpd-dev iproute2 python3
     prometheus    # its promtool checks meshd's metrics text (tests/integration/metrics_test.py)
     scdoc man-db

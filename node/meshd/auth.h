@@ -1,7 +1,7 @@
 /*
  * The cluster key and the proof of it (as NVMe-oF's DH-HMAC-CHAP proves a pre-shared key, without
  * the DH): each side of a link attempt, or of a rail's join, sends a fresh nonce (in the CM private
- * data), then an HMAC-SHA256 (OpenSSL's libcrypto) under the cluster key over a transcript that binds
+ * data), then an HMAC-SHA256 (GNU Nettle) under the cluster key over a transcript that binds
  * the cluster name, the prover's role, both node ids, the link epoch, the rail and its incarnation and
  * both nonces: the acceptor's in its accept, the dialler's in an AuthProof once connected. Nothing of
  * the link (mailbox key, channels) is given before the peer's proof verified.

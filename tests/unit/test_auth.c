@@ -126,6 +126,45 @@ static void auth_load_keys__bad_files__refused_naming_file_and_problem(void **st
 	assert_non_null(strstr(err, "/nonexistent/cluster.key: cannot open"));
 }
 
+/* The key file's base64 and the proof's bytes, against Python's base64 and hmac over the transcript
+ * as auth.h describes it: the proof is wire format, and meshd of another build (OpenSSL's HMAC before
+ * Nettle's) must agree on it. A reflected role or another rail must not. */
+static void auth_prove__known_answer__matches_an_independent_hmac(void **state)
+{
+	static const uint8_t key[AUTH_KEY_LEN] = {
+		0x27, 0xa0, 0xaf, 0x8c, 0x31, 0x66, 0x70, 0x98, 0x7d, 0x66, 0x37, 0xb4, 0xa0, 0xb1, 0x21, 0x64,
+		0x0e, 0x25, 0xe3, 0x96, 0x90, 0x06, 0xdb, 0x9b, 0x4a, 0x64, 0x83, 0x09, 0x91, 0x6e, 0x65, 0xc5};
+	static const uint8_t want[AUTH_MAC_LEN] = {
+		0x8a, 0x71, 0x28, 0xdd, 0xc0, 0x52, 0x87, 0x3e, 0x4f, 0xe5, 0x24, 0xad, 0x51, 0x2c, 0xbb, 0x92,
+		0x09, 0x2a, 0x72, 0x10, 0xe9, 0x22, 0xba, 0xa1, 0xad, 0x29, 0x84, 0x25, 0x22, 0xb8, 0x75, 0xc5};
+	uint8_t nd[AUTH_NONCE_LEN], na[AUTH_NONCE_LEN], mac[AUTH_MAC_LEN];
+	struct auth_transcript t = {.cluster = "kat", .dialler_proves = true, .dialler = 7, .acceptor = 3,
+				    .link_epoch = 0x0102030405060708ull, .rail = 1, .gen = 2,
+				    .nonce_dialler = nd, .nonce_acceptor = na};
+	struct auth_keys k;
+	struct kf f = {0};
+	char err[256];
+
+	(void)state;
+	for (unsigned i = 0; i < AUTH_NONCE_LEN; i++) {
+		nd[i] = (uint8_t)i;
+		na[i] = (uint8_t)(16 + i);
+	}
+	kf_write(&f, "J6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZFuZcU=\n", 0600);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), 0);
+	kf_done(&f);
+	assert_memory_equal(k.key[0], key, AUTH_KEY_LEN);
+	assert_int_equal(auth_prove(&k, &t, mac), 0);
+	assert_memory_equal(mac, want, AUTH_MAC_LEN);
+	assert_true(auth_verify(&k, &t, want, AUTH_MAC_LEN));
+	assert_false(auth_verify(&k, &t, want, AUTH_MAC_LEN - 1));
+	t.dialler_proves = false;
+	assert_false(auth_verify(&k, &t, want, AUTH_MAC_LEN));
+	t.dialler_proves = true;
+	t.rail = 0;
+	assert_false(auth_verify(&k, &t, want, AUTH_MAC_LEN));
+}
+
 /* ---- the proof in the handshake ------------------------------------------------------------------ */
 
 static void keys_of(struct auth_keys *k, uint8_t fill)
@@ -520,6 +559,7 @@ static void mesh_auth__newer_epoch_on_live_up_link__refused_until_quiet(void **s
 static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(auth_load_keys__keygen_output__loads_one_key_of_32_bytes),
 	cmocka_unit_test(auth_load_keys__bad_files__refused_naming_file_and_problem),
+	cmocka_unit_test(auth_prove__known_answer__matches_an_independent_hmac),
 	T(mesh_auth__same_key__proofs_then_hello_then_up),
 	T(mesh_auth__other_key__eauth_and_no_hello),
 	T(mesh_auth__peer_without_key__hello_refused_eauth),
