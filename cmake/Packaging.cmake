@@ -54,7 +54,14 @@ set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS OFF)
 
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME rdmamesh)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION net)
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS "libmesh0 (= ${MESH_DEB_VERSION})")
+# meshd opens libsystemd and libmicrohttpd itself (util_dl_load), which dpkg-shlibdeps cannot see:
+# named here, by Debian's rule for a library's package name (libfoo.so.N: libfooN).
+set(MESH_DEB_DLOPEN_DEPENDS "")
+foreach(soname ${MESH_SYSTEMD_SONAME} ${MESH_MHD_SONAME})
+  string(REGEX REPLACE "^(.*)\\.so\\.([0-9]+)$" "\\1\\2" pkg "${soname}")
+  string(APPEND MESH_DEB_DLOPEN_DEPENDS ", ${pkg}")
+endforeach()
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS "libmesh0 (= ${MESH_DEB_VERSION})${MESH_DEB_DLOPEN_DEPENDS}")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA
     ${PROJECT_SOURCE_DIR}/deploy/debian/postinst ${PROJECT_SOURCE_DIR}/deploy/debian/postrm)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_STRICT_PERMISSION ON)

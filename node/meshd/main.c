@@ -119,13 +119,49 @@ struct daemon {
 	struct log_ratelimit late_rl; /* a loaded machine's late ticks: a few lines a minute */
 };
 
+/* libsystemd's sd_notify(3), loaded only when $NOTIFY_SOCKET names a service manager's socket
+ * (systemd's Type=notify sets it): linked, libsystemd mapped itself and six compression and crypto
+ * libraries into every meshd, a run by hand or in a test included, which was a tenth of meshd's start
+ * where 64 start at once (docs/design.md, "Formation"). Without the socket sd_notify does nothing. */
+static const char *const sd_names[] = {"sd_notify", "sd_watchdog_enabled"};
+enum { SD_NOTIFY, SD_WATCHDOG, SD_NSYMS };
+static void *sd_sym[SD_NSYMS];
+
+/* 0, or -ENOENT said (the manager would wait for READY=1 until its start timeout). */
+static int notify_load(void)
+{
+	const char *sock = getenv("NOTIFY_SOCKET");
+	char err[256];
+	int ret;
+
+	_Static_assert(ARRAY_SIZE(sd_names) == SD_NSYMS, "one name per symbol");
+	if (!sock || !*sock)
+		return 0;
+	ret = util_dl_load(MESH_SYSTEMD_SONAME, sd_names, sd_sym, SD_NSYMS, err, sizeof(err));
+	if (ret) {
+		memset(sd_sym, 0, sizeof(sd_sym));
+		log_error("NOTIFY_SOCKET is set (a service manager waits for READY=1) but %s (Debian's libsystemd0)",
+			  err);
+	}
+	return ret;
+}
+
+static void notify(const char *state)
+{
+	if (sd_sym[SD_NOTIFY])
+		((__typeof__(sd_notify) *)sd_sym[SD_NOTIFY])(0, state);
+}
+
 /* STATUS= for systemctl status: links UP of all. No-op without $NOTIFY_SOCKET. */
 static void notify_status(struct daemon *d, const char *extra)
 {
 	uint32_t up = mesh_links_up(&d->mesh);
+	char state[128];
 
 	d->status_up = up;
-	sd_notifyf(0, "%sSTATUS=node %u: %u of %zu links UP", extra, d->mesh.self->id, up, d->mesh.n_links);
+	snprintf(state, sizeof(state), "%sSTATUS=node %u: %u of %zu links UP", extra, d->mesh.self->id, up,
+		 d->mesh.n_links);
+	notify(state);
 }
 
 /* From the tick, which runs only after the batch's receives: a stalled loop stops feeding the
@@ -133,7 +169,7 @@ static void notify_status(struct daemon *d, const char *extra)
 static void notify_tick(struct daemon *d, uint64_t now)
 {
 	if (d->wd_every_ms && now - d->wd_last_ms >= d->wd_every_ms) {
-		sd_notify(0, "WATCHDOG=1");
+		notify("WATCHDOG=1");
 		d->wd_last_ms = now;
 	}
 	if (mesh_links_up(&d->mesh) != d->status_up)
@@ -960,7 +996,7 @@ int main(int argc, char **argv)
 	log_time = getenv("MESH_LOG_TIME");
 	log_set_timestamps(log_time && *log_time && strcmp(log_time, "0"));
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
-	if (load_keys(&d.cfg, cfg_path, &keys)) {
+	if (notify_load() || load_keys(&d.cfg, cfg_path, &keys)) {
 		config_free(&d.cfg);
 		return 1;
 	}
@@ -1054,7 +1090,7 @@ int main(int argc, char **argv)
 		uint64_t usec = 0;
 
 		/* Half the interval systemd allows, as sd_watchdog_enabled(3) advises. */
-		if (sd_watchdog_enabled(0, &usec) > 0)
+		if (sd_sym[SD_WATCHDOG] && ((__typeof__(sd_watchdog_enabled) *)sd_sym[SD_WATCHDOG])(0, &usec) > 0)
 			d.wd_every_ms = MAX(1u, usec / 2000);
 		d.wd_last_ms = util_now_ms();
 		/* The listeners and the control socket are up and served: applications may connect. */
@@ -1062,7 +1098,7 @@ int main(int argc, char **argv)
 		if (!run_data_path(&d))
 			status = 0;
 	}
-	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+	notify("STOPPING=1\nSTATUS=stopping");
 	admin_stop(&d.admin);
 out_metrics:
 	metrics_http_close(&d.metrics);

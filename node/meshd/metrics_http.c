@@ -15,6 +15,35 @@
 
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
+/* libmicrohttpd is loaded by the first metrics_http_open that serves (MESH_MHD_SONAME, from the
+ * build): linked, it mapped itself and GnuTLS with its eight libraries into every meshd, a tenth of
+ * meshd's start-up where 64 start at once (docs/design.md, "Formation"), for an endpoint that is off
+ * unless configured. Its header still gives every type, checked by the compiler through MHD(). */
+static const char *const mhd_names[] = {
+	"MHD_start_daemon",	  "MHD_stop_daemon",	   "MHD_run",
+	"MHD_get_daemon_info",	  "MHD_create_response_from_buffer", "MHD_add_response_header",
+	"MHD_queue_response",	  "MHD_destroy_response",
+};
+enum { MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_CREATE, MHD_HEADER, MHD_QUEUE, MHD_DESTROY, MHD_NSYMS };
+static void *mhd_sym[MHD_NSYMS];
+#define MHD(i, fn) ((__typeof__(fn) *)mhd_sym[i])
+
+static int mhd_load(const char *listen)
+{
+	char err[256];
+	int ret;
+
+	_Static_assert(ARRAY_SIZE(mhd_names) == MHD_NSYMS, "one name per symbol");
+	if (mhd_sym[MHD_NSYMS - 1])
+		return 0;
+	ret = util_dl_load(MESH_MHD_SONAME, mhd_names, mhd_sym, MHD_NSYMS, err, sizeof(err));
+	if (ret) {
+		memset(mhd_sym, 0, sizeof(mhd_sym));
+		log_error("cannot serve metrics on %s: %s (Debian's libmicrohttpd12)", listen, err);
+	}
+	return ret;
+}
+
 /* libmicrohttpd's format and arguments, passed through. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
@@ -39,16 +68,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status, const char *text)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
 	enum MHD_Result ret;
 
 	if (!r)
 		return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
 	if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-	ret = MHD_queue_response(conn, status, r);
-	MHD_destroy_response(r);
+		MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+	ret = MHD(MHD_QUEUE, MHD_queue_response)(conn, status, r);
+	MHD(MHD_DESTROY, MHD_destroy_response)(r);
 	return ret;
 }
 
@@ -77,14 +106,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
 	}
 	text = metrics_buf_take(&b, &len);
-	r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(len, text, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
 		free(text);
 		return MHD_NO;
 	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
-	ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
+	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
+	ret = MHD(MHD_QUEUE, MHD_queue_response)(conn, MHD_HTTP_OK, r);
+	MHD(MHD_DESTROY, MHD_destroy_response)(r);
 	return ret;
 }
 
@@ -97,7 +126,7 @@ static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_st
 	 * the slot back only when it releases the connection, in a later run that also handles the new
 	 * accept first (a scraper's reconnect was reset in one try in two to eight, also after running
 	 * libmicrohttpd again at once). */
-	return MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
+	return MHD(MHD_START, MHD_start_daemon)(MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_MAX,
 				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_PER_IP,
@@ -123,6 +152,9 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	if (!listen[0])
 		return 0;
 	util_strlcpy(h->listen, listen, sizeof(h->listen));
+	ret = mhd_load(listen);
+	if (ret)
+		return ret;
 	/* config_load checked it: a failure here is a bug, still named. */
 	ret = config_listen_parse(listen, &ss, &len, &why);
 	if (ret) {
@@ -149,7 +181,7 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 		log_error("cannot serve metrics on %s: %s", listen, strerror(-ret));
 		return ret;
 	}
-	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	info = MHD(MHD_INFO, MHD_get_daemon_info)(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	if (!info || info->epoll_fd < 0) {
 		log_error("metrics endpoint %s: libmicrohttpd has no epoll descriptor", listen);
 		metrics_http_close(h);
@@ -164,13 +196,13 @@ void metrics_http_run(struct metrics_http *h)
 {
 	if (!h->mhd)
 		return;
-	if (MHD_run(h->mhd) != MHD_YES)
+	if (MHD(MHD_RUN, MHD_run)(h->mhd) != MHD_YES)
 		log_debug("metrics endpoint %s: MHD_run failed", h->listen);
 	/* A connection that timed out is shut down in one run but only released (its descriptor closed
 	 * and its slot of the per-address limit given back) in the next: its client already reads EOF
 	 * and may connect again at once, and would be refused for a slot still held. The second run
 	 * releases it now rather than at the next tick; it costs one epoll_wait that returns at once. */
-	MHD_run(h->mhd);
+	MHD(MHD_RUN, MHD_run)(h->mhd);
 }
 
 void metrics_http_close(struct metrics_http *h)
@@ -178,7 +210,7 @@ void metrics_http_close(struct metrics_http *h)
 	if (!h)
 		return;
 	if (h->mhd)
-		MHD_stop_daemon(h->mhd);
+		MHD(MHD_STOP, MHD_stop_daemon)(h->mhd);
 	h->mhd = NULL;
 	h->fd = -1;
 }

@@ -1,8 +1,10 @@
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -194,4 +196,26 @@ int util_mutex_init_pi(pthread_mutex_t *m)
 	ret = pthread_mutex_init(m, &at);
 	pthread_mutexattr_destroy(&at);
 	return ret ? pthread_mutex_init(m, NULL) : 0;
+}
+
+int util_dl_load(const char *soname, const char *const *names, void **fns, size_t n, char *err, size_t errlen)
+{
+	void *dl = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	const char *e;
+
+	if (!dl) {
+		e = dlerror();
+		snprintf(err, errlen, "cannot load %s: %s", soname, e ? e : "dlopen failed");
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < n; i++) {
+		dlerror();
+		fns[i] = dlsym(dl, names[i]);
+		if (!fns[i]) {
+			e = dlerror();
+			snprintf(err, errlen, "%s has no %s: %s", soname, names[i], e ? e : "dlsym failed");
+			return -ENOENT;
+		}
+	}
+	return 0;
 }

@@ -44,4 +44,11 @@ int util_parse_bytes(const char *s, uint64_t *out);
  * the system has no such protocol. 0 or a positive errno, as pthread_mutex_init. */
 int util_mutex_init_pi(pthread_mutex_t *m);
 
+/* Opens the shared library soname (RTLD_NOW | RTLD_LOCAL) and resolves n symbols names[i] into
+ * fns[i]: for a library that only some configurations use, loaded when one does, so that every
+ * other meshd neither maps it nor pays its loading at start. 0, or -ENOENT with err naming the
+ * library and what dlopen or dlsym said (the library is left open: it is never closed, as a
+ * library's atexit handlers may run at exit). */
+int util_dl_load(const char *soname, const char *const *names, void **fns, size_t n, char *err, size_t errlen);
+
 #endif

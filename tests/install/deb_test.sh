@@ -51,7 +51,7 @@ else
 fi
 deb() { echo "$b/$1_"*.deb; }
 deps=$(dpkg-deb -f "$(deb rdmamesh)" Depends)
-for d in 'libmesh0 (= ' libibverbs1 librdmacm1 libconfig9 libnuma1 libprotobuf-c1 libnettle8 libsystemd0 libc6; do
+for d in 'libmesh0 (= ' libibverbs1 librdmacm1 libconfig9 libnuma1 libprotobuf-c1 libnettle8 libsystemd0 libmicrohttpd12 libc6; do
 	[[ "$deps" == *"$d"* ]] || bad "rdmamesh's Depends lacks $d: $deps"
 done
 ok "rdmamesh Depends: $deps"

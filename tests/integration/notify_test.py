@@ -5,7 +5,9 @@ $NOTIFY_SOCKET names and reads what meshd sends (sd_notify(3), through libsystem
   1. READY=1 comes once the control socket answers (meshctl works as soon as it is read), with
      STATUS= "node 1: 0 of 1 links UP"; STATUS= follows the count when node 2 comes UP.
   2. With WATCHDOG_USEC=400000: WATCHDOG=1 about every 200 ms (at least 4 in 1.5 s).
-  3. SIGTERM: STOPPING=1, exit 0.
+  3. A meshd without $NOTIFY_SOCKET (node 2) maps no libsystemd, neither maps libmicrohttpd (no
+     metrics address): both are opened only when used.
+  4. SIGTERM: STOPPING=1, exit 0.
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
 import argparse
@@ -84,9 +86,20 @@ def main():
         dogs = [t for _, t in msgs[n0:] if "WATCHDOG=1" in t]
         check(len(dogs) >= 4, f"WATCHDOG_USEC=400000: {len(dogs)} WATCHDOG=1 in 1.5 s (every ~200 ms)")
 
-        start(2)
+        start(2, {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"})
         check(got(lambda t: "STATUS=node 1: 1 of 1 links UP" in t, 20),
               "node 2 comes UP: STATUS=node 1: 1 of 1 links UP")
+
+        # meshd opens libsystemd only for a service manager, libmicrohttpd only for a metrics
+        # address (neither is configured here): node 2, run by hand, maps neither.
+        def libs(i):
+            with open(f"/proc/{procs[i].pid}/maps") as f:
+                text = f.read()
+            return {n for n in ("libsystemd.so", "libmicrohttpd.so", "libgnutls.so") if n in text}
+        l1, l2 = libs(1), libs(2)
+        check(l1 == {"libsystemd.so"} and not l2,
+              f"libsystemd mapped only under NOTIFY_SOCKET, libmicrohttpd not at all: node 1 {sorted(l1)}, "
+              f"node 2 {sorted(l2)}")
 
         procs[1].send_signal(signal.SIGTERM)
         code = procs[1].wait(timeout=15)
