@@ -20,11 +20,10 @@
  * meshd's start-up where 64 start at once (docs/design.md, "Formation"), for an endpoint that is off
  * unless configured. Its header still gives every type, checked by the compiler through MHD(). */
 static const char *const mhd_names[] = {
-	"MHD_start_daemon",	  "MHD_stop_daemon",	   "MHD_run",
-	"MHD_get_daemon_info",	  "MHD_create_response_from_buffer", "MHD_add_response_header",
-	"MHD_queue_response",	  "MHD_destroy_response",
+	"MHD_start_daemon",   "MHD_stop_daemon",		 "MHD_run",		 "MHD_get_daemon_info",
+	"MHD_queue_response", "MHD_create_response_from_buffer", "MHD_add_response_header", "MHD_destroy_response",
 };
-enum { MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_CREATE, MHD_HEADER, MHD_QUEUE, MHD_DESTROY, MHD_NSYMS };
+enum { MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_QUEUE, MHD_CREATE, MHD_HEADER, MHD_DESTROY, MHD_NSYMS };
 static void *mhd_sym[MHD_NSYMS];
 #define MHD(i, fn) ((__typeof__(fn) *)mhd_sym[i])
 
@@ -68,9 +67,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status, const char *text)
 {
-	struct MHD_Response *r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r;
 	enum MHD_Result ret;
 
+	r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
 	if (!r)
 		return MHD_NO;
 	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
@@ -126,13 +126,13 @@ static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_st
 	 * the slot back only when it releases the connection, in a later run that also handles the new
 	 * accept first (a scraper's reconnect was reset in one try in two to eight, also after running
 	 * libmicrohttpd again at once). */
-	return MHD(MHD_START, MHD_start_daemon)(MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
-				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_MAX,
-				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_PER_IP,
-				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
-				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY,
-				MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)METRICS_HTTP_BACKLOG, MHD_OPTION_END);
+	return MHD(MHD_START, MHD_start_daemon)(
+		MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+		(unsigned)METRICS_HTTP_CONNS_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+		(unsigned)METRICS_HTTP_BACKLOG, MHD_OPTION_END);
 }
 
 int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a)
