@@ -138,11 +138,9 @@ static int notify_load(void)
 	if (!sock || !*sock)
 		return 0;
 	ret = util_dl_load(MESH_SYSTEMD_SONAME, sd_names, sd_sym, SD_NSYMS, err, sizeof(err));
-	if (ret) {
-		memset(sd_sym, 0, sizeof(sd_sym));
+	if (ret)
 		log_error("NOTIFY_SOCKET is set (a service manager waits for READY=1) but %s (Debian's libsystemd0)",
 			  err);
-	}
 	return ret;
 }
 

@@ -2293,10 +2293,11 @@ static void mesh_disconnect_all(struct mesh *m)
 
 /* A link's buffers and mailbox: whole pages of their own (registered, the mailbox for the peer's
  * writes), zero, and touched only when a link registers them: with 63 peers, allocating and clearing
- * them all at start was 6 MiB of memset per meshd before its first dial. NULL on failure. */
+ * them all at start was 6 MiB of memset per meshd before its first dial. mmap and munmap round len up
+ * to whole pages themselves. NULL on failure. */
 static void *link_mem_alloc(size_t len)
 {
-	void *p = mmap(NULL, (len + 4095) & ~(size_t)4095, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	return p == MAP_FAILED ? NULL : p;
 }
@@ -2304,7 +2305,7 @@ static void *link_mem_alloc(size_t len)
 static void link_mem_free(void *p, size_t len)
 {
 	if (p)
-		munmap(p, (len + 4095) & ~(size_t)4095);
+		munmap(p, len);
 }
 
 int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *const *xports,

@@ -36,10 +36,8 @@ static int mhd_load(const char *listen)
 	if (mhd_sym[MHD_NSYMS - 1])
 		return 0;
 	ret = util_dl_load(MESH_MHD_SONAME, mhd_names, mhd_sym, MHD_NSYMS, err, sizeof(err));
-	if (ret) {
-		memset(mhd_sym, 0, sizeof(mhd_sym));
+	if (ret)
 		log_error("cannot serve metrics on %s: %s (Debian's libmicrohttpd12)", listen, err);
-	}
 	return ret;
 }
 

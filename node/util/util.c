@@ -214,6 +214,7 @@ int util_dl_load(const char *soname, const char *const *names, void **fns, size_
 		if (!fns[i]) {
 			e = dlerror();
 			snprintf(err, errlen, "%s has no %s: %s", soname, names[i], e ? e : "dlsym failed");
+			memset(fns, 0, n * sizeof(*fns)); /* none half resolved: callers test fns[] */
 			return -ENOENT;
 		}
 	}

@@ -47,8 +47,8 @@ int util_mutex_init_pi(pthread_mutex_t *m);
 /* Opens the shared library soname (RTLD_NOW | RTLD_LOCAL) and resolves n symbols names[i] into
  * fns[i]: for a library that only some configurations use, loaded when one does, so that every
  * other meshd neither maps it nor pays its loading at start. 0, or -ENOENT with err naming the
- * library and what dlopen or dlsym said (the library is left open: it is never closed, as a
- * library's atexit handlers may run at exit). */
+ * library and what dlopen or dlsym said and every fns[i] NULL (a library once loaded is never
+ * closed, as a library's atexit handlers may run at exit). */
 int util_dl_load(const char *soname, const char *const *names, void **fns, size_t n, char *err, size_t errlen);
 
 #endif
