@@ -123,19 +123,6 @@ int auth_load_keys(const char *path, struct auth_keys *k, char *err, size_t errl
 	if (!k->n)
 		ret = auth_fail(err, errlen, -EINVAL, "cluster.key_file %s: no key in it (`meshctl keygen > %s`)", path,
 				path);
-	if (!ret) {
-		/* A key that cannot make a proof is said now, before the listener opens (Nettle needs no
-		 * set-up: OpenSSL's, on the first HMAC of a process, cost 1 ms here and 40-50 ms of CPU in
-		 * the emulated VM, for each of 64 meshd starting at once). */
-		static const uint8_t zero[AUTH_NONCE_LEN];
-		struct auth_transcript t = {.cluster = "", .nonce_dialler = zero, .nonce_acceptor = zero};
-		uint8_t mac[AUTH_MAC_LEN];
-
-		if (auth_prove(k, &t, mac))
-			ret = auth_fail(err, errlen, -EIO, "cluster.key_file %s: HMAC-SHA256 (OpenSSL) does not work",
-					path);
-		explicit_bzero(mac, sizeof(mac));
-	}
 out:
 	explicit_bzero(buf, sizeof(buf));
 	if (ret)
