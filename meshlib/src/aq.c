@@ -50,6 +50,9 @@
 #define AQ_CHUNK (64u << 10)       /* largest write when positions ride in immediates (aq_flush_imm) */
 #define AQ_CHUNK_FIRST (16u << 10) /* the first one's when nothing of ours is in flight */
 #define AQ_BATCH 16          /* writes per chain there (a fifo entry counts at most 255) */
+/* Writes up to this size go inline, where the device takes that much: the bytes travel in the work
+ * request, and the device need not read them from the ring (perftest's latency tests do the same). */
+#define AQ_INLINE 256
 
 /* One verbs context and protection domain per device, shared by this process's channels: a context
  * costs two descriptors and a scan of the devices in sysfs, which a server with a thousand
@@ -86,6 +89,7 @@ struct lib_aq {
 	uint64_t done;      /* position covered by completed pairs (all writes before them completed) */
 	uint32_t sq_out;    /* send work requests not completed */
 	uint32_t rq_posted; /* receives posted */
+	uint32_t max_inline; /* writes up to this size go inline (the QP's limit, at most AQ_INLINE) */
 	uint8_t fifo[AQ_SQ]; /* work requests per signalled pair, oldest first */
 	uint32_t fifo_head, fifo_len;
 	uint64_t peer_rx_addr, peer_dir_addr;
@@ -299,10 +303,15 @@ void aq_open(mesh_channel_t *c)
 	qi.cap.max_send_wr = AQ_SQ;
 	qi.cap.max_recv_wr = AQ_RQ;
 	qi.cap.max_send_sge = qi.cap.max_recv_sge = 1;
-	qi.cap.max_inline_data = MESH_RING_DIRECT_LEN;
+	qi.cap.max_inline_data = AQ_INLINE;
 	q->qp = ibv_create_qp(q->dev->pd, &qi);
+	if (!q->qp) {
+		qi.cap.max_inline_data = MESH_RING_DIRECT_LEN; /* a device with less inline room */
+		q->qp = ibv_create_qp(q->dev->pd, &qi);
+	}
 	if (!q->qp)
 		goto err_verbs;
+	q->max_inline = qi.cap.max_inline_data < AQ_INLINE ? qi.cap.max_inline_data : AQ_INLINE;
 	qa.qp_state = IBV_QPS_INIT;
 	qa.port_num = a->port;
 	qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
@@ -537,10 +546,12 @@ static void aq_flush_imm(mesh_channel_t *c)
 			pos += len;
 			wr[n].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
 			wr[n].imm_data = htonl(MESH_AQ_IMM_POS | (uint32_t)(pos & MESH_AQ_IMM_MASK));
+			if (len <= q->max_inline)
+				wr[n].send_flags = IBV_SEND_INLINE;
 			n++;
 		}
 		wr[n - 1].wr_id = (pos << 1) | 1;
-		wr[n - 1].send_flags = IBV_SEND_SIGNALED;
+		wr[n - 1].send_flags |= IBV_SEND_SIGNALED;
 		wr[n - 1].next = NULL;
 		if (!aq_post(c, wr, n, pos))
 			return;

@@ -210,25 +210,30 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* One clock reading per round trip, as perftest and meshbench take them: a round trip lasts from
+ * its reading to the next one's. */
 static int run_lat(int fd, uint32_t size, long iters)
 {
 	long warm = iters / 10, n = 0;
-	double *half = calloc((size_t)iters, sizeof(*half)), sum = 0;
+	double *half = calloc((size_t)iters, sizeof(*half)), sum = 0, prev = 0;
 	char *buf = calloc(1, size);
 	int ret = 2;
 
 	if (!half || !buf)
 		goto out;
-	for (long i = -warm; i < iters; i++) {
-		double t0 = now_s();
+	for (long i = -warm; i <= iters; i++) {
+		double t = now_s();
 
+		if (i > 0) {
+			half[n] = (t - prev) / 2 * 1e6;
+			sum += half[n++];
+		}
+		prev = t;
+		if (i == iters)
+			break;
 		if (write_all(fd, buf, size) || read_all(fd, buf, size)) {
 			fprintf(stderr, "tcp_ref: ping-pong broke at round trip %ld: %s\n", i, strerror(errno));
 			goto out;
-		}
-		if (i >= 0) {
-			half[n] = (now_s() - t0) / 2 * 1e6;
-			sum += half[n++];
 		}
 	}
 	qsort(half, (size_t)n, sizeof(*half), cmp_double);
