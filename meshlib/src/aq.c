@@ -44,6 +44,7 @@
 #define AQ_SQ 128      /* send work requests: chains of 3 (two runs of the ring, a pair) or AQ_BATCH */
 #define AQ_RQ 128      /* receives for the peer's pairs or immediates (a reader slow to refill: RNR) */
 #define AQ_CQ (AQ_SQ + AQ_RQ)
+#define AQ_REFILL 16   /* receives posted at once: one call of the provider (and its lock) for all */
 #define AQ_WR_RECV 0ull /* wr_id of a receive; a pair's is (pos << 1) | 1 */
 #define AQ_WR_DATA 2ull /* of a data write: unsignalled, seen only when flushed in error */
 #define AQ_RELEASE_MS 1000 /* how long a shutdown waits for our writes to complete */
@@ -382,16 +383,27 @@ static int aq_connect(mesh_channel_t *c)
 	return 0;
 }
 
+/* Keeps AQ_RQ receives posted for the peer's immediates, AQ_REFILL at a time once that many are
+ * used: a post per message was a call into the provider, and its lock, per message. */
 static void aq_refill(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;
+	struct ibv_recv_wr wr[AQ_REFILL], *bad;
+	uint32_t n = AQ_RQ - q->rq_posted;
 
-	while (q->rq_posted < AQ_RQ) {
-		struct ibv_recv_wr wr = {.wr_id = AQ_WR_RECV}, *bad;
+	if (n < AQ_REFILL && q->rq_posted)
+		return; /* plenty left: the next poll posts a whole batch */
+	for (; n; n = AQ_RQ - q->rq_posted) {
+		uint32_t k = n < AQ_REFILL ? n : AQ_REFILL;
 
-		if (ibv_post_recv(q->qp, &wr, &bad))
+		for (uint32_t i = 0; i < k; i++)
+			wr[i] = (struct ibv_recv_wr){.wr_id = AQ_WR_RECV, .next = i + 1 < k ? &wr[i + 1] : NULL};
+		if (ibv_post_recv(q->qp, wr, &bad)) {
+			for (uint32_t i = 0; i < k && bad != &wr[i]; i++)
+				q->rq_posted++;
 			return;
-		q->rq_posted++;
+		}
+		q->rq_posted += k;
 	}
 }
 

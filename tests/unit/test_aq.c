@@ -35,6 +35,7 @@ struct fake_wr {
 	uint32_t len;
 	uint32_t imm;          /* host order */
 	bool signalled;
+	bool inlined;
 	uint64_t wr_id;
 	uint64_t shown;        /* the page's tx_prod when it was posted */
 };
@@ -55,6 +56,9 @@ static struct {
 	int fail_post_at; /* the post_send call (counted from 1) that fails, 0: none */
 	int posts;
 	int recvs;   /* receives posted and not completed */
+	int recv_calls; /* post_recv calls */
+	int arrived; /* the peer's writes landed, each completing a receive while the QP works */
+	uint64_t arrived_pos; /* the stream position the last of them named */
 	int flushed; /* of wr[]: completed (flushed once the QP is in error) */
 } fk;
 
@@ -75,6 +79,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		f->len = wr->sg_list[0].length;
 		f->imm = ntohl(wr->imm_data);
 		f->signalled = wr->send_flags & IBV_SEND_SIGNALED;
+		f->inlined = wr->send_flags & IBV_SEND_INLINE;
 		f->wr_id = wr->wr_id;
 		f->shown = shown;
 		f->off = wr->wr.rdma.remote_addr - 0x100000000ull;
@@ -84,18 +89,30 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 
 static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
-	fk.recvs++;
+	fk.recv_calls++;
+	for (; wr; wr = wr->next)
+		fk.recvs++;
 	return 0;
 }
 
-/* Nothing completes while the QP works (the chains stay outstanding); once it is in error every
- * work request completes, flushed, as a real one's do. */
+/* While the QP works only the peer's writes complete (fk.arrived of them, 64 bytes each, naming
+ * their end in the immediate); our chains stay outstanding. Once it is in error every work request
+ * completes, flushed, as a real one's do. */
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int i = 0;
 
-	if (fk.qp.state != IBV_QPS_ERR)
-		return 0;
+	if (fk.qp.state != IBV_QPS_ERR) {
+		for (; i < n && fk.arrived && fk.recvs; i++, fk.arrived--, fk.recvs--) {
+			memset(&wc[i], 0, sizeof(wc[i]));
+			fk.arrived_pos += 64;
+			wc[i].status = IBV_WC_SUCCESS;
+			wc[i].opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+			wc[i].wc_flags = IBV_WC_WITH_IMM;
+			wc[i].imm_data = htonl(MESH_AQ_IMM_POS | (uint32_t)(fk.arrived_pos & MESH_AQ_IMM_MASK));
+		}
+		return i;
+	}
 	for (; i < n && (fk.flushed < fk.nwr || fk.recvs); i++) {
 		memset(&wc[i], 0, sizeof(wc[i]));
 		wc[i].status = IBV_WC_WR_FLUSH_ERR;
@@ -400,11 +417,70 @@ static void aq_flush__post_fails__half_given_back_with_all_published(void **stat
 	aq_fixture_close(&f);
 }
 
+/* Messages of up to 256 bytes go inline, as perftest sends its own: the device need not read them
+ * from the ring. Bigger ones do not. */
+static void aq_flush__small_write__inline_bigger_not(void **state)
+{
+	struct aq_fixture f;
+
+	aq_fixture_open(&f);
+	aq_meshd_grants(&f, 0);
+	aq_progress(&f.c);
+	assert_true(aq_owned(&f.c));
+	f.c.tx_prod += 64;
+	aq_progress(&f.c);
+	f.c.tx_prod += 256;
+	aq_progress(&f.c);
+	f.c.tx_prod += 257;
+	aq_progress(&f.c);
+	assert_int_equal(fk.nwr, 3);
+	assert_int_equal(fk.wr[0].len, 64);
+	assert_int_equal(fk.wr[1].len, 256);
+	assert_int_equal(fk.wr[2].len, 257);
+	assert_int_equal(fk.wr[2].off, 64 + 256);
+	assert_int_equal(fk.wr[2].imm, MESH_AQ_IMM_POS | (64 + 256 + 257));
+	assert_true(fk.wr[0].inlined && fk.wr[0].signalled);
+	assert_true(fk.wr[1].inlined && fk.wr[1].signalled);
+	assert_true(!fk.wr[2].inlined && fk.wr[2].signalled);
+	aq_fixture_close(&f);
+}
+
+/* The peer's immediates each use one of our receives: they are posted again 16 at once, in one
+ * call, not one call per message; and every immediate's position is taken. */
+static void aq_poll__receives_used__posted_again_sixteen_at_once(void **state)
+{
+	struct aq_fixture f;
+
+	aq_fixture_open(&f);
+	assert_int_equal(fk.recvs, 128); /* connected: the whole queue */
+	assert_int_equal(fk.recv_calls, 8);
+	fk.arrived = 15;
+	aq_progress(&f.c);
+	assert_int_equal(fk.arrived, 0);
+	assert_int_equal(fk.recvs, 128 - 15); /* plenty left: none posted */
+	assert_int_equal(fk.recv_calls, 8);
+	assert_int_equal(aq_rx_seen(&f.c), 15 * 64);
+	assert_int_equal(atomic_load(&mesh_ring_aq(f.c.ctrl)->rx_seen), 15 * 64);
+	fk.arrived = 1;
+	aq_progress(&f.c);
+	assert_int_equal(fk.recvs, 128); /* the 16th: 16 posted again */
+	assert_int_equal(fk.recv_calls, 9);
+	assert_int_equal(aq_rx_seen(&f.c), 16 * 64);
+	fk.arrived = 100; /* a burst: every receive it took is back after the poll */
+	aq_progress(&f.c);
+	assert_int_equal(fk.arrived, 0);
+	assert_int_equal(fk.recvs, 128);
+	assert_int_equal(aq_rx_seen(&f.c), 116 * 64);
+	aq_fixture_close(&f);
+}
+
 static const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test(f)
 	T(aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back),
 	T(aq_flush__owned_then_written__each_chain_published_before_its_post),
 	T(aq_flush__post_fails__half_given_back_with_all_published),
+	T(aq_flush__small_write__inline_bigger_not),
+	T(aq_poll__receives_used__posted_again_sixteen_at_once),
 };
 
 UNIT_MAIN("aq", tests, NULL, NULL)
