@@ -352,10 +352,18 @@ class Bench:
     def perftest_row(self, tool, size, extra, ncols, ok=lambda v: True):
         """The result row of a perftest run, as floats. Under emulation perftest's cycle calibration
         sometimes fails and every figure comes out inf/nan (or a bandwidth of 0 after a run that moved
-        data): such a run is repeated (at most twice, counted in the result); a run that fails or
-        prints no row is a failure at once."""
+        data), and now and then its client dies of a signal (SIGSEGV, seen in ib_write_lat): such a
+        run is repeated (at most twice, counted in the result); a run that exits with an error of
+        its own or prints no row is a failure at once."""
         for attempt in range(3):
-            out = self.perftest(tool, size, extra)
+            try:
+                out = self.perftest(tool, size, extra)
+            except Failure as e:
+                if attempt == 2 or not re.search(r": exit -\d+:", str(e)):
+                    raise
+                self.say(f"{tool} -s {size} died of a signal ({str(e).splitlines()[0]}); running it again")
+                self.reap()
+                continue
             m = re.search(r"^[ \t]*%d[ \t]+(\d+)((?:[ \t]+\S+){%d})" % (size, ncols), out, re.M)
             if not m:
                 raise Failure(f"{tool}: no result row for {size} bytes in:\n{out}")
@@ -366,7 +374,7 @@ class Bench:
             if all(math.isfinite(v) for v in vals) and ok(vals):
                 return int(m.group(1)), vals, attempt
             self.say(f"{tool} -s {size} printed non-finite or zero figures ({m.group(0).strip()}); running it again")
-        raise Failure(f"{tool} -s {size}: non-finite or zero figures three times")
+        raise Failure(f"{tool} -s {size}: no usable figures in three runs")
 
     def ib_write_bw(self, size):
         # In duration mode perftest counts the iterations of the middle of the run only.
@@ -772,7 +780,7 @@ class Bench:
             spread = f"{min(vals):.2f}..{max(vals):.2f}" if len(vals) > 1 else ""
             reruns = sum(x.get("retries", 0) for x in runs)
             if reruns:
-                spread += f"{'; ' if spread else ''}{reruns} rerun(s) after inf/nan output"
+                spread += f"{'; ' if spread else ''}{reruns} rerun(s) after inf/nan output or a crash"
             if test == "bw":
                 also = f"{m['mb_s'] * 8 / 1e3:.3f} Gbit/s"
                 w(f"{name + ' ' + label:<52} {fmt_size(f['size']):>7} {m[key]:>10.2f} {'MB/s':<7} {len(runs):>4}  "
