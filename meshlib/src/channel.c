@@ -703,6 +703,24 @@ MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len)
 
 /* ---- the rest ---- */
 
+/* Whether the channel has something the caller has not seen: bytes to read, space freed since
+ * its last look, EOF or an error. With our own QP, its CQ is armed first (as before any last look),
+ * then polled. */
+static bool chan_changed(mesh_channel_t *c)
+{
+	if (c->err || (chan_state(c) & (MESH_STATE_PEER_EOF | MESH_STATE_ERROR)))
+		return true;
+	if (atomic_load_explicit(&c->ctrl->tx_cons, memory_order_acquire) != c->tx_cons)
+		return true;
+	if (c->aq) {
+		aq_wait_fd(c);
+		aq_progress(c);
+	}
+	if (rx_sync(c))
+		return true;
+	return c->rx_prod != c->rx_cons;
+}
+
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
 {
 	struct epoll_event ev = {.events = EPOLLIN};
@@ -736,6 +754,16 @@ MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
 	c->epfd = fd;
 	/* From now on meshd writes the wake eventfd on every change. */
 	atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
+	/* A change meshd published between the caller's last look and the flag found it clear and woke
+	 * no one (a consumer that first asked for the fd once it had sent and read everything waited
+	 * for an EOF that had come: install_consumers). Look once more: what is there now makes the fd
+	 * readable at once, as the wake would have. */
+	if (chan_changed(c)) {
+		uint64_t one = 1;
+
+		if (write(c->wake, &one, sizeof(one)) < 0)
+			lib_debug("channel %u: cannot wake our own fd: %s", c->info.channel_id, strerror(errno));
+	}
 	return fd;
 
 err_close_epoll:

@@ -82,6 +82,16 @@ for c in "$work/consumer_pc" "$work/cmake-consumer/consumer_cmake"; do
 		ok "${c##*/}: ${out//$'\n'/; }"
 	else
 		bad "${c##*/}: $out"
+		# What each side saw, for the one reading this: the channels as meshd has them now, and
+		# the logs.
+		for i in 1 2; do
+			echo "--- meshd $i: channels"
+			"$prefix/bin/meshctl" -s "$work/meshd$i.sock" channels 2>&1 | tail -n 5
+			echo "--- meshd $i: log (tail)"
+			tail -n 20 "$work/meshd$i.log"
+		done
+		echo "--- meshecho: log"
+		tail -n 20 "$work/meshecho.log"
 	fi
 done
 exit $fail

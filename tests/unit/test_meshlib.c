@@ -1798,7 +1798,7 @@ static void meshlib_recv__rx_prod_huge_or_backwards__eproto(void **state)
 	assert_int_equal(mesh_close(c), 0);
 
 	c = open_small(f);
-	ch = &f->ch[1];
+	ch = &f->ch[f->nch - 1];
 	ring_rx_put(ch, "abcdef", 6);
 	assert_int_equal(mesh_recv(c, b, 2, 0), 2);
 	atomic_store(&ch->ctrl->rx_prod, 4); /* it was 6, and never goes back */
@@ -2043,6 +2043,44 @@ static void meshlib_channel_fd__wake_and_hangup__readable_waiting_kept(void **st
 	ch->lifeline = -1;
 	assert_true(fd_readable(fd, 1000));
 	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -ECONNRESET);
+	assert_int_equal(mesh_close(c), 0);
+}
+
+/* What meshd published while the application had not asked for the fd yet found MESH_APP_WAITING
+ * clear and woke no one: the fd must be readable as soon as it is asked for. A consumer that first
+ * asked once it had sent and read everything waited 10 s for an EOF that had come (the sanitizer
+ * build's install_consumers, about one run in 20). */
+static void meshlib_channel_fd__published_before_asked__readable_at_once(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	static char fill[SMALL_RING];
+	char b[16];
+	int fd;
+
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN);
+	assert_false(ring_app_flags(ch) & MESH_APP_WAITING);
+	ring_rx_put(ch, "last", 4); /* nobody waits: no wake */
+	ring_set_state(ch, MESH_STATE_PEER_EOF, 0);
+	fd = mesh_channel_fd(c);
+	assert_true(fd >= 0);
+	assert_true(fd_readable(fd, 0));
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 4);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 0);
+	assert_int_equal(mesh_close(c), 0);
+
+	/* Space freed the same way. */
+	c = open_small(f);
+	ch = &f->ch[f->nch - 1];
+	assert_int_equal(mesh_send(c, fill, sizeof(fill), MESH_NONBLOCK), (ssize_t)sizeof(fill));
+	assert_int_equal(mesh_send(c, "x", 1, MESH_NONBLOCK), -EAGAIN);
+	ring_tx_take(ch, NULL, 8); /* nobody waits: no wake */
+	fd = mesh_channel_fd(c);
+	assert_true(fd_readable(fd, 0));
+	assert_int_equal(mesh_send(c, "x", 1, MESH_NONBLOCK), 1);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -EAGAIN); /* clears it */
+	assert_false(fd_readable(fd, 0));
 	assert_int_equal(mesh_close(c), 0);
 }
 
@@ -2545,6 +2583,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__meshd_dies_while_blocked__econnreset),
 	T(meshlib_recv__meshd_gone_nonblock__bytes_then_econnreset),
 	T(meshlib_channel_fd__wake_and_hangup__readable_waiting_kept),
+	T(meshlib_channel_fd__published_before_asked__readable_at_once),
 	T(meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_wake),
 	T(meshlib_send_recv__loopback_odd_sizes_over_1mib__round_trip_intact),
 	T(meshlib_reserve_peek__loopback_zero_copy__round_trip_intact),
