@@ -703,22 +703,14 @@ MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len)
 
 /* ---- the rest ---- */
 
-/* Whether the channel has something the caller has not seen: bytes to read, space freed since
- * its last look, EOF or an error. With our own QP, its CQ is armed first (as before any last look),
- * then polled. */
+/* Whether the channel has something the caller has not seen: what a receive would return without
+ * waiting (bytes, EOF, an error), or space freed since its last look. Armed first, as before any
+ * last look (our QP's CQ included). */
 static bool chan_changed(mesh_channel_t *c)
 {
-	if (c->err || (chan_state(c) & (MESH_STATE_PEER_EOF | MESH_STATE_ERROR)))
-		return true;
-	if (atomic_load_explicit(&c->ctrl->tx_cons, memory_order_acquire) != c->tx_cons)
-		return true;
-	if (c->aq) {
-		aq_wait_fd(c);
-		aq_progress(c);
-	}
-	if (rx_sync(c))
-		return true;
-	return c->rx_prod != c->rx_cons;
+	chan_arm(c);
+	return rx_avail(c) != -EAGAIN ||
+	       atomic_load_explicit(&c->ctrl->tx_cons, memory_order_acquire) != c->tx_cons;
 }
 
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
