@@ -83,6 +83,18 @@
  * NONE: the application writes nothing while it is IDLE) and then increments round (release).
  * An application that is IDLE and sees round change destroys its QP and offers a new one, as at
  * the start; one that never looks (an older libmesh, a forked child) keeps meshd's path.
+ * Over the tcp provider (path_valid == MESH_AQ_PATH_TCP) the same rounds, grant and revocation
+ * hold, with a TCP connection for the QP. meshd writes the rail's two addresses. The application
+ * listens on its own address (port 0: any) and publishes the port and a random token in place of
+ * QPN and keys; meshd relays them as it relays a QP. Each application connects from its address
+ * to the peer's port, sends MESH_AQ_TCP_MAGIC and the peer's token (a stranger that cannot
+ * say the token is closed unheard), and says READY once connected: that connection carries its
+ * sending half only. Once granted, it sends the grant's position (8 bytes) and then the stream's
+ * bytes from there, as they are; the receiving application reads them straight into its RX area
+ * at their offsets, within its own reader's window (bytes below rx_cons are skipped, none goes
+ * beyond rx_cons + ring), and publishes how far it read in rx_seen. A connection that breaks is a
+ * QP that failed: IDLE, and meshd posts from what the peer's reader has. Bytes that a revoked
+ * connection still delivers are the same bytes at the same offsets as meshd's resumed writes.
  * Everything the application writes here is hostile to meshd, and everything meshd writes is
  * hostile to the application: each side checks before use.
  */
@@ -182,6 +194,12 @@ struct mesh_ring_direct {
 #define MESH_AQ_IMM_POS 0x80000000u
 #define MESH_AQ_IMM_MASK 0x7fffffffu /* a ring is at most 256 MiB: the reader resolves the rest */
 #define MESH_AQ_DEV_LEN 32
+/* path_valid (written by meshd) */
+#define MESH_AQ_PATH_RDMA 1 /* dev, port, GIDs and the rest: an RC QP of its own */
+#define MESH_AQ_PATH_TCP 2  /* tcp_*: a TCP connection of its own (below) */
+#define MESH_AQ_TOKEN_LEN 16
+/* The first bytes of an application's own TCP connection, then the token (MESH_AQ_PATH_TCP). */
+#define MESH_AQ_TCP_MAGIC 0x4d415154u /* "MAQT" */
 struct mesh_ring_aq {
 	/* set by meshd before the memfd is handed over, rewritten only for a new round (above) while
 	 * the application is IDLE; path_valid 0: no offer */
@@ -207,6 +225,17 @@ struct mesh_ring_aq {
 	/* the application's, written as it polls its CQ (MESH_AQ_CAP_IMM_POS): every byte of the peer
 	 * application's below it is in the RX area (its own line: it changes with every message) */
 	alignas(MESH_CACHELINE) _Atomic uint64_t rx_seen;
+	/* path_valid == MESH_AQ_PATH_TCP (the tcp provider, below): meshd's, set with the path */
+	alignas(MESH_CACHELINE) uint8_t tcp_family; /* AF_INET or AF_INET6 */
+	uint8_t tcp_pad[3];
+	uint8_t tcp_local[16], tcp_peer[16]; /* our node's and the peer's address on the rail (network order) */
+	/* the application's: where it listens for the peer application's connection, and the token that
+	 * connection must open with */
+	alignas(MESH_CACHELINE) uint32_t tcp_port;
+	uint8_t tcp_token[MESH_AQ_TOKEN_LEN];
+	/* meshd's: the peer application's, as its meshd relayed them (peer_state >= PEER_INFO) */
+	alignas(MESH_CACHELINE) uint32_t peer_tcp_port;
+	uint8_t peer_tcp_token[MESH_AQ_TOKEN_LEN];
 };
 _Static_assert(MESH_RING_DIRECT_OFF + MESH_RING_DIRECT_LEN <= MESH_RING_AQ_OFF, "direct pair overlaps the AQ area");
 _Static_assert(MESH_RING_AQ_OFF + sizeof(struct mesh_ring_aq) <= MESH_RING_CTRL_SIZE, "AQ area overflows the page");

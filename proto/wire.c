@@ -216,6 +216,15 @@ static const char *peer_msg_check(const PeerMsg *m)
 			return "channel_app_qp.state out of range 1..6";
 		if (a->qpn > 0xffffff || a->psn > 0xffffff)
 			return "channel_app_qp: QP number or PSN beyond 24 bits";
+		if (a->tcp_token.len && a->tcp_token.len != MESH_AQ_TOKEN_LEN)
+			return "channel_app_qp.tcp_token is not 16 bytes";
+		if (a->tcp_port > 65535)
+			return "channel_app_qp.tcp_port beyond 16 bits";
+		if (a->state == 1 && a->tcp_token.len) {
+			if (!a->tcp_port || a->qpn || a->rx_rkey || a->dir_rkey)
+				return "channel_app_qp: a tcp offer without a port, or with QP keys";
+			return NULL;
+		}
 		if (a->state == 1 && (!a->rx_addr || !a->rx_rkey || !direct_ok(a->dir_addr, a->dir_rkey) || !a->dir_rkey))
 			return "channel_app_qp: an offer without ring or direct pair keys";
 		return NULL;

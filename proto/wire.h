@@ -54,9 +54,12 @@
 /* After a resume that revoked an application's QP, it is offered a new one (ring.h round,
  * ChannelAppQp.round): without the bit, a revoked channel stays meshd-posted for its life. */
 #define MESH_FEAT_APPQP_RENEW (1ull << 8)
+/* Over the tcp provider, an application's own TCP connection stands for its QP (ring.h
+ * MESH_AQ_PATH_TCP, ChannelAppQp.tcp_port and tcp_token): without the bit, tcp links offer nothing. */
+#define MESH_FEAT_APPTCP (1ull << 9)
 #define MESH_FEAT_ALL \
 	(MESH_FEAT_KEEPALIVE | MESH_FEAT_GOODBYE | MESH_FEAT_CHANNELS | MESH_FEAT_RESUME | MESH_FEAT_RAILS | \
-	 MESH_FEAT_KA_WRITE | MESH_FEAT_APPQP | MESH_FEAT_APPQP_RENEW)
+	 MESH_FEAT_KA_WRITE | MESH_FEAT_APPQP | MESH_FEAT_APPQP_RENEW | MESH_FEAT_APPTCP)
 
 /* Immediate data of the channel data path (RDMA WRITE_WITH_IMM):
  *   bit 31      0 = data chunk, 1 = credit update

@@ -39,15 +39,13 @@
 
 #include <infiniband/verbs.h>
 
-#include "internal.h"
+#include "aq_int.h"
 
-#define AQ_SQ 128      /* send work requests: chains of 3 (two runs of the ring, a pair) or AQ_BATCH */
 #define AQ_RQ 128      /* receives for the peer's pairs or immediates (a reader slow to refill: RNR) */
 #define AQ_CQ (AQ_SQ + AQ_RQ)
 #define AQ_REFILL 16   /* receives posted at once: one call of the provider (and its lock) for all */
 #define AQ_WR_RECV 0ull /* wr_id of a receive; a pair's is (pos << 1) | 1 */
 #define AQ_WR_DATA 2ull /* of a data write: unsignalled, seen only when flushed in error */
-#define AQ_RELEASE_MS 1000 /* how long a shutdown waits for our writes to complete */
 #define AQ_CHUNK (64u << 10)       /* largest write when positions ride in immediates (aq_flush_imm) */
 #define AQ_CHUNK_FIRST (16u << 10) /* the first one's when nothing of ours is in flight */
 #define AQ_BATCH 16          /* writes per chain there (a fifo entry counts at most 255) */
@@ -70,32 +68,6 @@ struct aq_dev {
 
 #define AQ_DEVS 16 /* devices one process posts on at once; more: meshd posts for the rest */
 
-struct lib_aq {
-	struct aq_dev *dev;
-	struct ibv_comp_channel *cch;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	struct ibv_mr *mr_tx, *mr_rx, *mr_dir;
-	unsigned gen;       /* aq_forks when it was made: a forked child must not use it */
-	uint32_t round;     /* meshd's offer round it answers (ring.h) */
-	uint32_t state;     /* what we said in app_state */
-	bool owned;         /* meshd granted us the sending half */
-	bool failed;        /* our QP erred (or we gave up): IDLE once nothing is in flight */
-	bool armed;         /* the CQ will raise an event on its next completion */
-	bool connected;     /* in RTS: the peer's pairs land, consume receives and raise events */
-	bool qp_err;        /* a completion failed: the QP is in error, nothing more goes or comes */
-	bool imm_pos;       /* the peer's QP takes the position in an immediate (MESH_AQ_CAP_IMM_POS) */
-	uint64_t rx_seen;   /* the peer's bytes below it are in our RX area (its immediates) */
-	uint64_t posted;    /* stream position our writes cover */
-	uint64_t done;      /* position covered by completed pairs (all writes before them completed) */
-	uint32_t sq_out;    /* send work requests not completed */
-	uint32_t rq_posted; /* receives posted */
-	uint32_t max_inline; /* writes up to this size go inline (the QP's limit, at most AQ_INLINE) */
-	uint8_t fifo[AQ_SQ]; /* work requests per signalled pair, oldest first */
-	uint32_t fifo_head, fifo_len;
-	uint64_t peer_rx_addr, peer_dir_addr;
-	uint32_t peer_rx_rkey, peer_dir_rkey;
-};
 
 /* Forks of this process so far, counted in the child (pthread_atfork): cheaper than getpid() on
  * every look at the ring, and a child sees at once that its QPs are its parent's. */
@@ -127,7 +99,7 @@ static void aq_register_fork(void)
 		lib_debug("pthread_atfork failed: a forked child would not know its QPs are its parent's");
 }
 
-static bool aq_mine(const struct lib_aq *q)
+bool aq_mine(const struct lib_aq *q)
 {
 	return q->gen == atomic_load_explicit(&aq_forks, memory_order_relaxed);
 }
@@ -141,7 +113,7 @@ static bool aq_env_pairs(void)
 	return v && !strcmp(v, "pairs");
 }
 
-static bool aq_env_off(void)
+bool aq_env_off(void)
 {
 	const char *e = getenv("MESH_APP_SEND");
 
@@ -224,6 +196,8 @@ static void aq_dev_put(struct aq_dev *d)
 
 static void aq_destroy(struct lib_aq *q)
 {
+	if (q->tcp)
+		aq_tcp_destroy(q);
 	if (q->qp)
 		ibv_destroy_qp(q->qp);
 	if (q->mr_tx)
@@ -241,7 +215,7 @@ static void aq_destroy(struct lib_aq *q)
 	free(q);
 }
 
-static void aq_say(mesh_channel_t *c, uint32_t state)
+void aq_say(mesh_channel_t *c, uint32_t state)
 {
 	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
 
@@ -269,6 +243,27 @@ void aq_open(mesh_channel_t *c)
 	/* The round first: meshd rewrites the path before it changes it (release). */
 	round = atomic_load_explicit(&a->round, memory_order_acquire);
 	if (!a->path_valid || aq_env_off())
+		return;
+	if (a->path_valid == MESH_AQ_PATH_TCP) {
+		int ret;
+
+		q = calloc(1, sizeof(*q));
+		if (!q)
+			return;
+		pthread_once(&aq_once, aq_register_fork);
+		q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
+		q->round = round;
+		c->aq = q;
+		ret = aq_tcp_open(c, q);
+		if (ret) {
+			lib_debug("channel %u: cannot listen for the peer's own connection (%s): meshd sends our bytes",
+				  c->info.channel_id, strerror(-ret));
+			c->aq = NULL;
+			aq_destroy(q);
+		}
+		return;
+	}
+	if (a->path_valid != MESH_AQ_PATH_RDMA)
 		return;
 	memcpy(dev, a->dev, sizeof(dev));
 	if (!memchr(dev, '\0', sizeof(dev)) || !a->port || a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096) {
@@ -630,7 +625,7 @@ static void aq_stop(mesh_channel_t *c)
 
 /* Done with our QP: whatever we published but could not post is meshd's to post now, and meshd
  * hears that the half is its own again. */
-static void aq_give_back(mesh_channel_t *c)
+void aq_give_back(mesh_channel_t *c)
 {
 	c->aq->owned = false;
 	c->aq->failed = true;
@@ -688,6 +683,10 @@ void aq_progress(mesh_channel_t *c)
 		aq_renew(c);
 		q = c->aq;
 	}
+	if (q && q->tcp) {
+		aq_tcp_progress(c, true);
+		return;
+	}
 	if (!q || (q->state == MESH_AQ_IDLE && (!q->connected || !aq_mine(q))))
 		return;
 	a = mesh_ring_aq(c->ctrl);
@@ -742,6 +741,14 @@ void aq_progress(mesh_channel_t *c)
 		aq_give_back(c);
 }
 
+void aq_progress_send(mesh_channel_t *c)
+{
+	if (c->aq && c->aq->tcp && c->aq->state != MESH_AQ_IDLE)
+		aq_tcp_progress(c, false);
+	else
+		aq_progress(c);
+}
+
 bool aq_connected(const mesh_channel_t *c)
 {
 	return c->aq && c->aq->connected && !c->aq->qp_err;
@@ -749,13 +756,17 @@ bool aq_connected(const mesh_channel_t *c)
 
 int aq_fd(const mesh_channel_t *c)
 {
-	return c->aq && aq_mine(c->aq) ? c->aq->cch->fd : -1;
+	if (!c->aq || !aq_mine(c->aq))
+		return -1;
+	return c->aq->tcp ? aq_tcp_fd(c->aq) : c->aq->cch->fd;
 }
 
 int aq_wait_fd(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;
 
+	if (q && q->tcp)
+		return aq_tcp_wait_fd(c);
 	/* A QP in error still completes what it had queued (flushed): until all of that is in, we
 	 * cannot say IDLE, and meshd, waiting for it, has nothing to wake us for. So the CQ stays
 	 * in the sleep while anything of ours is outstanding. */
@@ -775,15 +786,15 @@ void aq_event(mesh_channel_t *c)
 	struct ibv_cq *cq;
 	void *ctx;
 
-	if (!q || !aq_mine(q))
-		return;
+	if (!q || q->tcp || !aq_mine(q))
+		return; /* a TCP connection's readiness is its own: nothing to take */
 	while (!ibv_get_cq_event(q->cch, &cq, &ctx)) {
 		ibv_ack_cq_events(cq, 1);
 		q->armed = false;
 	}
 }
 
-static uint64_t aq_now_ms(void)
+uint64_t aq_now_ms(void)
 {
 	struct timespec ts;
 
@@ -796,6 +807,10 @@ void aq_release(mesh_channel_t *c)
 	struct lib_aq *q = c->aq;
 	uint64_t until = aq_now_ms() + AQ_RELEASE_MS;
 
+	if (q && q->tcp) {
+		aq_tcp_release(c);
+		return;
+	}
 	if (!q || q->state == MESH_AQ_IDLE || !aq_mine(q))
 		return;
 	/* A clean shutdown: the rest posted, and what we posted out, usually within a poll or two.
@@ -820,8 +835,8 @@ void aq_close(mesh_channel_t *c)
 {
 	if (!c->aq)
 		return;
-	if (aq_mine(c->aq))
-		aq_destroy(c->aq);
+	if (aq_mine(c->aq) || c->aq->tcp)
+		aq_destroy(c->aq); /* a child's descriptors are its own copies: closing them is right */
 	else
 		free(c->aq); /* the parent's verbs objects: not ours to destroy */
 	c->aq = NULL;

@@ -302,7 +302,7 @@ static void tx_publish(mesh_channel_t *c, uint64_t len)
 {
 	c->tx_prod += len;
 	if (c->aq) {
-		aq_progress(c);
+		aq_progress_send(c);
 		if (aq_owned(c))
 			return; /* posted and published by aq_progress: meshd need not hear at once */
 	}
@@ -515,7 +515,7 @@ static ssize_t tx_space(mesh_channel_t *c)
 	if (chan_state(c) & MESH_STATE_ERROR)
 		return chan_state_error(c);
 	if (c->aq)
-		aq_progress(c);
+		aq_progress_send(c);
 	ret = tx_sync(c);
 	if (ret)
 		return ret;

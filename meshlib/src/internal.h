@@ -133,6 +133,10 @@ void aq_open(mesh_channel_t *c);
 /* Connects, polls completions, follows meshd's grant, posts what is published: every step of a
  * call that reads or writes the ring calls it first. */
 void aq_progress(mesh_channel_t *c);
+/* aq_progress for a send step: over tcp without a look for the peer's bytes, a system call per
+ * message that the receive steps make anyway (a send that waits looks before it sleeps:
+ * aq_wait_fd). */
+void aq_progress_send(mesh_channel_t *c);
 /* The stream position the peer application's immediates said arrived (0: none). */
 uint64_t aq_rx_seen(const mesh_channel_t *c);
 /* Whether our QP posts the sending half now: aq_progress then posts and publishes what

@@ -946,6 +946,12 @@ static bool channel_aq_possible(const struct channel *ch)
 	       !strcmp(cfg->app_send, "on") && !strcmp(cfg->direct_receive, "on");
 }
 
+/* The page's path is the tcp provider's: the application's own TCP connection stands for its QP. */
+static bool channel_aq_tcp(const struct channel *ch)
+{
+	return mesh_ring_aq(ch->ctrl)->path_valid == MESH_AQ_PATH_TCP;
+}
+
 /* The path of the channel's rail (read off its first QP) into the control page. */
 static bool channel_aq_path(struct channel *ch)
 {
@@ -953,11 +959,23 @@ static bool channel_aq_path(struct channel *ch)
 	struct xport_path p;
 	int ret;
 
+	memset(&p, 0, sizeof(p));
 	ret = xport_path(ch->link->conns[ch->qp0], &p);
 	if (ret) {
 		if (ret != -EOPNOTSUPP)
 			log_debug("channel %u: no path for application-posted writes: %s", ch->id, mesh_strerror(ret));
 		return false;
+	}
+	if (p.kind == XPORT_PATH_TCP) {
+		if (!(ch->link->features & MESH_FEAT_APPTCP))
+			return false; /* the peer's meshd would not relay such an offer */
+		memset(q->dev, 0, sizeof(q->dev));
+		q->port = 0; /* an older libmesh takes no offer without a port */
+		q->tcp_family = (uint8_t)p.family;
+		memcpy(q->tcp_local, p.local, sizeof(q->tcp_local));
+		memcpy(q->tcp_peer, p.peer, sizeof(q->tcp_peer));
+		q->path_valid = MESH_AQ_PATH_TCP;
+		return true;
 	}
 	memcpy(q->dev, p.dev, sizeof(q->dev));
 	q->dev[sizeof(q->dev) - 1] = '\0';
@@ -968,7 +986,7 @@ static bool channel_aq_path(struct channel *ch)
 	q->traffic_class = p.traffic_class;
 	q->ack_timeout = p.ack_timeout;
 	memcpy(q->dgid, p.dgid, sizeof(q->dgid));
-	q->path_valid = 1;
+	q->path_valid = MESH_AQ_PATH_RDMA;
 	return true;
 }
 
@@ -1007,6 +1025,8 @@ static void channel_aq_install(struct channel *ch)
 	q->peer_dir_addr = ch->aq_pend.dir_addr;
 	q->peer_dir_rkey = ch->aq_pend.dir_rkey;
 	q->peer_caps = ch->aq_pend.caps;
+	q->peer_tcp_port = ch->aq_pend.tcp_port;
+	memcpy(q->peer_tcp_token, ch->aq_pend.tcp_token, sizeof(q->peer_tcp_token));
 	ch->aq_peer_round = ch->aq_pend.round;
 	ch->aq_peer_next = (uint64_t)ch->aq_pend.round + 1;
 	ch->aq_peer_ready = ch->aq_pend.ready;
@@ -1050,12 +1070,22 @@ static void channel_aq_renew(struct channel *ch)
 	channel_wake_app(ch);
 }
 
+static bool aq_token_zero(const uint8_t t[MESH_AQ_TOKEN_LEN])
+{
+	uint8_t acc = 0;
+
+	for (int i = 0; i < MESH_AQ_TOKEN_LEN; i++)
+		acc |= t[i];
+	return !acc;
+}
+
 /* Relays what our application did with its QP. Its words are hostile: a state that goes back or
  * a QP number beyond 24 bits breaks its own channel, as any other breach of the ring contract. */
 static void channel_aq_app(struct channel *ch)
 {
 	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
 	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+	uint8_t token[MESH_AQ_TOKEN_LEN];
 	uint32_t st;
 
 	/* Even once the application is gone: its last word (IDLE, before its shutdown) still counts. */
@@ -1077,7 +1107,22 @@ static void channel_aq_app(struct channel *ch)
 		a.dir_addr = q->dir_addr;
 		a.dir_rkey = q->dir_rkey;
 		a.caps = q->caps; /* the peer's application checks what it uses */
-		if (a.qpn > 0xffffff || a.psn > 0xffffff || !a.rx_rkey || !a.dir_rkey) {
+		if (channel_aq_tcp(ch)) {
+			uint32_t port = q->tcp_port;
+
+			/* A port and a token in place of a QP: the rest goes as zero. */
+			channel_app_qp__init(&a);
+			a.state = AQ_MSG_OFFER;
+			a.tcp_port = port;
+			a.tcp_token.data = token;
+			a.tcp_token.len = sizeof(token);
+			memcpy(token, q->tcp_token, sizeof(token));
+			if (!port || port > 65535 || aq_token_zero(token)) {
+				channel_break(ch, -EPROTO, "application offered TCP port %u with %s token", port,
+					      aq_token_zero(token) ? "a zero" : "a");
+				return;
+			}
+		} else if (a.qpn > 0xffffff || a.psn > 0xffffff || !a.rx_rkey || !a.dir_rkey) {
 			channel_break(ch, -EPROTO, "application offered QP %u PSN %u with keys %u/%u", a.qpn, a.psn,
 				      a.rx_rkey, a.dir_rkey);
 			return;
@@ -1144,6 +1189,7 @@ static void channel_aq_grant(struct channel *ch)
 		return;
 	ch->aq_granted = true;
 	ch->aq_grants++;
+	ch->link->metrics.app_grants++;
 	atomic_store_explicit(&q->grant_pos, ch->tx_sent, memory_order_relaxed);
 	atomic_store_explicit(&q->grant, MESH_AQ_APP, memory_order_release);
 	log_debug("channel %u: the application posts its own writes from %llu", ch->id, (unsigned long long)ch->tx_sent);
@@ -1253,6 +1299,11 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 		ch->aq_pend.dir_addr = a->dir_addr;
 		ch->aq_pend.dir_rkey = a->dir_rkey;
 		ch->aq_pend.caps = a->caps;
+		/* Checked by the decoder: 16 bytes or none; the application checks it fits its path. */
+		ch->aq_pend.tcp_port = a->tcp_port;
+		memset(ch->aq_pend.tcp_token, 0, sizeof(ch->aq_pend.tcp_token));
+		if (a->tcp_token.len == sizeof(ch->aq_pend.tcp_token))
+			memcpy(ch->aq_pend.tcp_token, a->tcp_token.data, a->tcp_token.len);
 		channel_aq_install(ch);
 		break;
 	case AQ_MSG_READY:
@@ -1841,6 +1892,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		return;
 	}
 	ch->state = CH_OPEN;
+	l->metrics.channels_opened++;
 	ch->owner_uid = li->uid;
 	ch->peer_slot = o->slot;
 	ch->local_port = (uint16_t)o->dst_port;
@@ -1884,6 +1936,7 @@ static int channel_on_message(struct link *l, const PeerMsg *msg)
 		ch->peer_slot = a->peer_slot;
 		CHANNEL_KEYS_TAKE(ch, a);
 		ch->state = CH_OPEN;
+		l->metrics.channels_opened++;
 		if (!mesh_link_rail_up(l, ch->rail))
 			channel_rail_lost(ch); /* its rail failed while it opened: it moves at once */
 		channel_publish(ch);

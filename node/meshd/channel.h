@@ -161,8 +161,9 @@ struct channel {
 	uint64_t aq_peer_from, aq_peer_next;
 	struct {
 		bool valid, ready;
-		uint32_t round, qpn, psn, rx_rkey, dir_rkey, caps;
+		uint32_t round, qpn, psn, rx_rkey, dir_rkey, caps, tcp_port;
 		uint64_t rx_addr, dir_addr;
+		uint8_t tcp_token[MESH_AQ_TOKEN_LEN];
 	} aq_pend;
 
 	/* lifecycle */

@@ -385,6 +385,15 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 	       "Channels over the link that resumed after it (or their rail) came back.");
 	for (size_t i = 0; i < m->n_links; i++)
 		link_sample(b, "rdmamesh_link_channel_resumes_total", &m->links[i], "", m->links[i].metrics.channel_resumes);
+	family(b, "rdmamesh_link_channels_opened_total", "counter",
+	       "Channels that opened over the link, asked for by either side.");
+	for (size_t i = 0; i < m->n_links; i++)
+		link_sample(b, "rdmamesh_link_channels_opened_total", &m->links[i], "", m->links[i].metrics.channels_opened);
+	family(b, "rdmamesh_link_app_grants_total", "counter",
+	       "Times one of our applications took over its channel's sending half (cluster.app_send: its own "
+	       "QP, or over tcp its own connection).");
+	for (size_t i = 0; i < m->n_links; i++)
+		link_sample(b, "rdmamesh_link_app_grants_total", &m->links[i], "", m->links[i].metrics.app_grants);
 	family(b, "rdmamesh_link_channels_open", "gauge", "Open channels over the link (resuming and half-closed ones too).");
 	for (size_t i = 0; i < m->n_links; i++)
 		link_sample(b, "rdmamesh_link_channels_open", &m->links[i], "", open[i]);

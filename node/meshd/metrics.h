@@ -54,6 +54,9 @@ struct link_metrics {
 	/* Channel payload over the link: bytes and chunks (RDMA writes) each way, credit stalls. */
 	uint64_t tx_bytes, rx_bytes, tx_chunks, rx_chunks, credit_stalls;
 	uint64_t channel_resumes;
+	/* Channels that opened over the link (either side asked), and grants of a sending half to one
+	 * of our applications (cluster.app_send: its own QP or TCP connection). */
+	uint64_t channels_opened, app_grants;
 };
 
 /* An attempt (was_up false) or an UP link (was_up true) ended with err. */

@@ -1662,6 +1662,38 @@ static int tcp_probe(const char *addr)
 	return tcp_addr_parse(addr, 0, &ss, &sl) ? 0 : 1;
 }
 
+/* The two addresses of an established connection: an application's own connection between them
+ * (proto/ring.h MESH_AQ_PATH_TCP) goes the way this one goes. */
+static int tcp_path(xport_conn_t *xc, struct xport_path *out)
+{
+	struct tcp_conn *c = to_tc(xc);
+	struct sockaddr_storage l, r;
+	socklen_t ll = sizeof(l), rl = sizeof(r);
+
+	if (c->state != TC_ESTABLISHED || c->fd < 0)
+		return -ENOTCONN;
+	if (getsockname(c->fd, (struct sockaddr *)&l, &ll) || getpeername(c->fd, (struct sockaddr *)&r, &rl))
+		return -errno;
+	if (l.ss_family != r.ss_family)
+		return -EAFNOSUPPORT;
+	memset(out, 0, sizeof(*out));
+	out->kind = XPORT_PATH_TCP;
+	out->family = l.ss_family;
+	util_strlcpy(out->dev, "tcp", sizeof(out->dev));
+	if (l.ss_family == AF_INET) {
+		memcpy(out->local, &((struct sockaddr_in *)&l)->sin_addr, 4);
+		memcpy(out->peer, &((struct sockaddr_in *)&r)->sin_addr, 4);
+	} else if (l.ss_family == AF_INET6) {
+		if (IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)&r)->sin6_addr))
+			return -EOPNOTSUPP; /* its scope is not in the page */
+		memcpy(out->local, &((struct sockaddr_in6 *)&l)->sin6_addr, 16);
+		memcpy(out->peer, &((struct sockaddr_in6 *)&r)->sin6_addr, 16);
+	} else {
+		return -EAFNOSUPPORT;
+	}
+	return 0;
+}
+
 const struct xport_ops xport_tcp_ops = {
 	.name = "tcp",
 	.probe = tcp_probe,
@@ -1683,4 +1715,5 @@ const struct xport_ops xport_tcp_ops = {
 	.post_read = tcp_post_read,
 	.poll = tcp_poll,
 	.device = tcp_device,
+	.path = tcp_path,
 };

@@ -112,8 +112,15 @@ struct xport_attr {
 };
 
 /* The path of a connected RDMA QP (xport_ops.path): what a QP of another process, on the same
- * device and port, needs to reach the same peer (proto/ring.h's AQ area). */
+ * device and port, needs to reach the same peer (proto/ring.h's AQ area). Over tcp (kind
+ * XPORT_PATH_TCP) only the two addresses: another process's own connection between them takes
+ * the same route. */
+enum xport_path_kind { XPORT_PATH_RDMA, XPORT_PATH_TCP };
 struct xport_path {
+	enum xport_path_kind kind;
+	int family;         /* XPORT_PATH_TCP: AF_INET or AF_INET6 */
+	uint8_t local[16];  /* XPORT_PATH_TCP: our address and the peer's, in network order */
+	uint8_t peer[16];
 	char dev[32];      /* the device, NUL-terminated */
 	uint8_t port;      /* its port number */
 	uint8_t sgid_index;
@@ -169,7 +176,7 @@ struct xport_ops {
 	/* Optional: the owner stops busy polling and will sleep on event_fd; notifications poll_all
 	 * left unarmed are armed again. The owner calls poll_all once more afterwards. */
 	void (*arm)(xport_t *x);
-	/* Optional: the path of a connected conn's QP (struct xport_path); NULL: none (tcp). */
+	/* Optional: the path of a connected conn's QP (struct xport_path); NULL: none. */
 	int (*path)(xport_conn_t *c, struct xport_path *out);
 };
 

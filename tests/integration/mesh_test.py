@@ -48,9 +48,10 @@ def check(ok, what, detail=""):
 def app_send(value, transport):
     """cluster.app_send as a test's --app-send asked for it (None: meshd's default, on, as
     node/meshd/config.c says): the config line to write (empty for the default), and whether the
-    applications post their own writes (over rdma only: the tcp provider has no QP for them)."""
+    applications post their own writes (over rdma on a QP of their own, over tcp on a connection of
+    their own)."""
     line = f'  app_send = "{value}";\n' if value else ""
-    return line, (value or "on") == "on" and transport == "rdma"
+    return line, (value or "on") == "on"
 
 
 def cluster_key(build, workdir, name="cluster.key"):

@@ -194,8 +194,8 @@ class Pair(netns_test.Cluster):
 
 
 def app_writes(p, port):
-    """With cluster.app_send (on by default, over rdma): node 1's application posts the stream's
-    writes itself (meshctl writer), and node 2's meshd takes them from its pairs, within 10 s of the
+    """With cluster.app_send (on by default): node 1's application posts the stream's writes itself
+    (meshctl writer), and node 2's meshd takes them from its pairs or rx_seen, within 10 s of the
     channel's start. True without it."""
     if not p.a.app_send:
         return True
@@ -204,8 +204,12 @@ def app_writes(p, port):
 
 
 def chan_test(p, node, *args):
-    """chan_test against node's meshd; applications need no network, only the control socket."""
-    return subprocess.Popen([os.path.join(p.a.build, "tests", "integration", "chan_test"), "-s",
+    """chan_test against node's meshd, on its host (its network namespace): over tcp with
+    cluster.app_send the application's own connection goes from its host's address on the rail, and
+    loses the rail with it."""
+    ns = p.nodes[node]["ns"]
+    enter = ["ip", "netns", "exec", ns] if ns else []
+    return subprocess.Popen(enter + [os.path.join(p.a.build, "tests", "integration", "chan_test"), "-s",
                              p.nodes[node]["sock"], *map(str, args)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

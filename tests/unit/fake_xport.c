@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
@@ -350,6 +351,16 @@ static int fake_path(xport_conn_t *c, struct xport_path *out)
 	if (!fx->path_ok)
 		return -EOPNOTSUPP;
 	memset(out, 0, sizeof(*out));
+	if (fx->path_tcp) {
+		static const uint8_t l[4] = {10, 0, 0, 1}, p[4] = {10, 0, 0, 2};
+
+		out->kind = XPORT_PATH_TCP;
+		out->family = AF_INET;
+		memcpy(out->local, l, 4);
+		memcpy(out->peer, p, 4);
+		strcpy(out->dev, "tcp");
+		return 0;
+	}
 	strcpy(out->dev, "fake0");
 	out->port = 1;
 	out->sgid_index = 1;

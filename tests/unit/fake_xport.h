@@ -114,6 +114,8 @@ struct fake_xport {
 	struct fake_fail fail_post_write; /* WRITE_WITH_IMM */
 	/* xport_path answers (device "fake0", port 1) when set, else -EOPNOTSUPP as the tcp provider */
 	bool path_ok;
+	/* with path_ok: the tcp provider's path instead (10.0.0.1 to 10.0.0.2) */
+	bool path_tcp;
 	struct fake_fail fail_post_plain_write; /* WRITE without immediate (direct pairs, keepalives) */
 	struct fake_fail fail_post_recv;
 	struct fake_fail fail_accept;

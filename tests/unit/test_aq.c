@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -474,6 +476,281 @@ static void aq_poll__receives_used__posted_again_sixteen_at_once(void **state)
 	aq_fixture_close(&f);
 }
 
+/* ---- over the tcp provider (aq_tcp.c): real sockets on the loopback ---- */
+
+#define TRING (64u << 10)
+
+/* Two applications' channels, a and b, whose meshd offer the tcp path on 127.0.0.1; the test relays
+ * their ports and tokens as meshd would. */
+struct aqt_fixture {
+	mesh_channel_t c[2];
+	void *mem[2];
+};
+
+static void aqt_chan_open(mesh_channel_t *c, void **mem)
+{
+	struct mesh_ring_aq *a;
+	uint32_t lo = htonl(INADDR_LOOPBACK);
+
+	memset(c, 0, sizeof(*c));
+	*mem = aligned_alloc(4096, MESH_RING_CTRL_SIZE + 2 * TRING);
+	assert_non_null(*mem);
+	memset(*mem, 0, MESH_RING_CTRL_SIZE + 2 * TRING);
+	c->ctrl = *mem;
+	c->tx = (uint8_t *)*mem + MESH_RING_CTRL_SIZE;
+	c->rx = c->tx + TRING;
+	c->size = TRING;
+	c->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->wake = c->lifeline = c->epfd = -1;
+	assert_true(c->kick >= 0);
+	a = mesh_ring_aq(c->ctrl);
+	a->path_valid = MESH_AQ_PATH_TCP;
+	a->tcp_family = AF_INET;
+	memcpy(a->tcp_local, &lo, 4);
+	memcpy(a->tcp_peer, &lo, 4);
+	aq_open(c);
+	assert_non_null(c->aq);
+	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_OFFER);
+	assert_true(a->tcp_port > 0 && a->tcp_port < 65536);
+}
+
+/* What meshd relays: one application's port and token into the other's page. */
+static void aqt_relay(mesh_channel_t *from, mesh_channel_t *to)
+{
+	struct mesh_ring_aq *f = mesh_ring_aq(from->ctrl), *t = mesh_ring_aq(to->ctrl);
+
+	t->peer_tcp_port = f->tcp_port;
+	memcpy(t->peer_tcp_token, f->tcp_token, sizeof(t->peer_tcp_token));
+	atomic_store(&t->peer_state, MESH_AQ_PEER_INFO);
+}
+
+static void aqt_grant(mesh_channel_t *c, uint64_t from)
+{
+	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
+
+	atomic_store(&a->grant_pos, from);
+	atomic_store(&a->grant, MESH_AQ_APP);
+}
+
+static uint32_t aqt_state(mesh_channel_t *c)
+{
+	return atomic_load(&mesh_ring_aq(c->ctrl)->app_state);
+}
+
+/* Both progress until cond holds (or a second passes). */
+static bool aqt_run(struct aqt_fixture *f, bool (*cond)(struct aqt_fixture *f))
+{
+	for (int i = 0; i < 1000; i++) {
+		aq_progress(&f->c[0]);
+		aq_progress(&f->c[1]);
+		if (cond(f))
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+static bool aqt_both_ready(struct aqt_fixture *f)
+{
+	return aqt_state(&f->c[0]) == MESH_AQ_READY && aqt_state(&f->c[1]) == MESH_AQ_READY;
+}
+
+static void aqt_fixture_open(struct aqt_fixture *f)
+{
+	memset(&fk, 0, sizeof(fk));
+	aqt_chan_open(&f->c[0], &f->mem[0]);
+	aqt_chan_open(&f->c[1], &f->mem[1]);
+	aqt_relay(&f->c[0], &f->c[1]);
+	aqt_relay(&f->c[1], &f->c[0]);
+	assert_true(aqt_run(f, aqt_both_ready));
+	assert_true(aq_connected(&f->c[0]) && aq_connected(&f->c[1]));
+}
+
+static void aqt_fixture_close(struct aqt_fixture *f)
+{
+	for (int i = 0; i < 2; i++) {
+		aq_close(&f->c[i]);
+		close(f->c[i].kick);
+		free(f->mem[i]);
+	}
+}
+
+/* The application writes len bytes of the pattern at its tx_prod (as mesh_send does) and publishes. */
+static void aqt_write(mesh_channel_t *c, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++) {
+		uint64_t pos = c->tx_prod + i;
+
+		c->tx[pos & (c->size - 1)] = (uint8_t)(pos * 7 + 3);
+	}
+	c->tx_prod += len;
+	aq_progress(c);
+	if (!aq_owned(c))
+		tx_show(c, c->tx_prod);
+}
+
+static uint64_t aqt_want;
+static bool aqt_b_seen(struct aqt_fixture *f)
+{
+	return aq_rx_seen(&f->c[1]) >= aqt_want;
+}
+
+/* The reader's RX area holds the pattern at every offset of [from, to). */
+static void aqt_check_rx(mesh_channel_t *c, uint64_t from, uint64_t to)
+{
+	for (uint64_t pos = from; pos < to; pos++)
+		if (c->rx[pos & (c->size - 1)] != (uint8_t)(pos * 7 + 3))
+			fail_msg("byte %llu is %u, not %u", (unsigned long long)pos, c->rx[pos & (c->size - 1)],
+				 (uint8_t)(pos * 7 + 3));
+}
+
+/* Granted from where meshd left off, a's bytes go on its own connection straight into b's RX area
+ * at their offsets, across the ring's end; b publishes each arrival in rx_seen, never past its
+ * reader's window (it stops reading, and goes on once its reader made room). */
+static void aq_tcp__granted__bytes_land_at_their_offsets_within_the_window(void **state)
+{
+	struct aqt_fixture f;
+	mesh_channel_t *a = &f.c[0], *b = &f.c[1];
+
+	aqt_fixture_open(&f);
+	/* meshd sent the first 1000 bytes itself; b's reader took 900 of them */
+	a->tx_prod = 1000;
+	tx_show(a, 1000);
+	a->tx_cons = 900;
+	b->rx_cons = 900;
+	aqt_grant(a, 1000);
+	aq_progress(a);
+	assert_true(aq_owned(a));
+	aqt_write(a, TRING - 100); /* fills b's window exactly: [900, 900 + TRING) */
+	assert_int_equal(atomic_load(&a->ctrl->tx_prod), 1000 + TRING - 100);
+	aqt_want = 900 + TRING;
+	assert_true(aqt_run(&f, aqt_b_seen));
+	assert_int_equal(aq_rx_seen(b), 900 + TRING);
+	aqt_check_rx(b, 1000, 900 + TRING);
+	assert_int_equal(atomic_load(&mesh_ring_aq(b->ctrl)->rx_seen), 900 + TRING);
+	/* more than b's window: b reads none of it until its reader makes room */
+	a->tx_cons = 900 + TRING - 4096; /* (meshd's credits: a may reuse that much) */
+	aqt_write(a, 4096);
+	for (int i = 0; i < 50; i++) {
+		aq_progress(a);
+		aq_progress(b);
+		usleep(1000);
+	}
+	assert_int_equal(aq_rx_seen(b), 900 + TRING);
+	b->rx_cons += 4096;
+	aqt_want = 900 + TRING + 4096;
+	assert_true(aqt_run(&f, aqt_b_seen));
+	aqt_check_rx(b, 900 + 4096, 900 + TRING + 4096);
+	aqt_fixture_close(&f);
+}
+
+/* Strangers on b's port: one that says a wrong token and one that says nothing are closed or left,
+ * the real peer gets in all the same, and nothing of theirs reaches b's ring. */
+static void aq_tcp__strangers_on_the_port__closed_and_the_peer_gets_in(void **state)
+{
+	struct aqt_fixture f;
+	mesh_channel_t *a = &f.c[0], *b = &f.c[1];
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	uint8_t hello[4 + MESH_AQ_TOKEN_LEN], junk[256];
+	uint32_t magic = htonl(MESH_AQ_TCP_MAGIC);
+	int s[2], i;
+	ssize_t r;
+	char c;
+
+	memset(&fk, 0, sizeof(fk));
+	aqt_chan_open(a, &f.mem[0]);
+	aqt_chan_open(b, &f.mem[1]);
+	sin.sin_port = htons((uint16_t)mesh_ring_aq(b->ctrl)->tcp_port);
+	memcpy(hello, &magic, 4);
+	memcpy(hello + 4, mesh_ring_aq(b->ctrl)->tcp_token, MESH_AQ_TOKEN_LEN);
+	hello[4] ^= 1; /* one bit off */
+	memset(junk, 0x55, sizeof(junk));
+	for (i = 0; i < 2; i++) {
+		s[i] = socket(AF_INET, SOCK_STREAM, 0);
+		assert_true(s[i] >= 0);
+		assert_int_equal(connect(s[i], (struct sockaddr *)&sin, sizeof(sin)), 0);
+	}
+	assert_int_equal(send(s[0], hello, sizeof(hello), 0), sizeof(hello));
+	assert_int_equal(send(s[0], junk, sizeof(junk), MSG_NOSIGNAL), sizeof(junk));
+	/* s[1] says nothing */
+	for (i = 0; i < 20; i++) {
+		aq_progress(b);
+		usleep(1000);
+	}
+	r = recv(s[0], &c, 1, MSG_DONTWAIT); /* closed by b: an end, or a reset for the junk it left unread */
+	assert_true(r == 0 || (r < 0 && errno == ECONNRESET));
+	aqt_relay(a, b);
+	aqt_relay(b, a);
+	assert_true(aqt_run(&f, aqt_both_ready));
+	a->tx_prod = 0;
+	aqt_grant(a, 0);
+	aq_progress(a);
+	aqt_write(a, 100);
+	aqt_want = 100;
+	assert_true(aqt_run(&f, aqt_b_seen));
+	aqt_check_rx(b, 0, 100);
+	assert_int_equal(aq_rx_seen(b), 100);
+	close(s[0]);
+	close(s[1]);
+	aqt_fixture_close(&f);
+}
+
+/* A revocation (its link or rail went): a stops sending on its connection, says IDLE, and whatever
+ * it published is meshd's to send; what arrives on the dead connection after b's reader went past
+ * it is dropped, not written over what the reader has. */
+static void aq_tcp__revoked__idle_and_nothing_more_sent(void **state)
+{
+	struct aqt_fixture f;
+	mesh_channel_t *a = &f.c[0], *b = &f.c[1];
+	struct mesh_ring_aq *qa;
+
+	aqt_fixture_open(&f);
+	qa = mesh_ring_aq(a->ctrl);
+	aqt_grant(a, 0);
+	aq_progress(a);
+	aqt_write(a, 200);
+	aqt_want = 200;
+	assert_true(aqt_run(&f, aqt_b_seen));
+	atomic_store(&qa->grant, MESH_AQ_REVOKED);
+	aq_progress(a);
+	assert_int_equal(aqt_state(a), MESH_AQ_IDLE);
+	assert_false(aq_owned(a));
+	a->tx_prod += 50; /* written after: meshd's */
+	aq_progress(a);
+	assert_int_equal(atomic_load(&qa->rx_seen), 0);
+	for (int i = 0; i < 20; i++) {
+		aq_progress(b);
+		usleep(1000);
+	}
+	assert_int_equal(aq_rx_seen(b), 200); /* nothing more came */
+	aqt_fixture_close(&f);
+}
+
+/* meshd's page names a port or token that cannot be the peer's: no connection is tried, and the
+ * half is given back at once (IDLE) for meshd to send. */
+static void aq_tcp__peer_port_zero__idle_without_connecting(void **state)
+{
+	struct aqt_fixture f;
+	struct mesh_ring_aq *qa;
+
+	memset(&fk, 0, sizeof(fk));
+	aqt_chan_open(&f.c[0], &f.mem[0]);
+	aqt_chan_open(&f.c[1], &f.mem[1]);
+	aqt_relay(&f.c[1], &f.c[0]);
+	qa = mesh_ring_aq(f.c[0].ctrl);
+	qa->peer_tcp_port = 0;
+	aq_progress(&f.c[0]);
+	assert_int_equal(aqt_state(&f.c[0]), MESH_AQ_IDLE);
+	assert_false(aq_connected(&f.c[0]));
+	aqt_relay(&f.c[1], &f.c[0]);
+	memset(mesh_ring_aq(f.c[1].ctrl)->peer_tcp_token, 0, MESH_AQ_TOKEN_LEN);
+	mesh_ring_aq(f.c[1].ctrl)->peer_tcp_port = 1;
+	atomic_store(&mesh_ring_aq(f.c[1].ctrl)->peer_state, MESH_AQ_PEER_INFO);
+	aq_progress(&f.c[1]);
+	assert_int_equal(aqt_state(&f.c[1]), MESH_AQ_IDLE);
+	aqt_fixture_close(&f);
+}
+
 static const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test(f)
 	T(aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back),
@@ -481,6 +758,10 @@ static const struct CMUnitTest tests[] = {
 	T(aq_flush__post_fails__half_given_back_with_all_published),
 	T(aq_flush__small_write__inline_bigger_not),
 	T(aq_poll__receives_used__posted_again_sixteen_at_once),
+	T(aq_tcp__granted__bytes_land_at_their_offsets_within_the_window),
+	T(aq_tcp__strangers_on_the_port__closed_and_the_peer_gets_in),
+	T(aq_tcp__revoked__idle_and_nothing_more_sent),
+	T(aq_tcp__peer_port_zero__idle_without_connecting),
 };
 
 UNIT_MAIN("aq", tests, NULL, NULL)

@@ -3969,6 +3969,106 @@ static void channel_app_send__tcp_provider__nothing_offered(void **state)
 	mt_finish(&c->t);
 }
 
+/* Over the tcp provider the page gets the rail's two addresses, and the applications' ports and
+ * tokens are relayed where QP numbers and keys would be; a grant follows as over rdma. */
+static void channel_app_send__tcp_path__port_and_token_relayed_and_granted(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct mesh_ring_aq *q;
+	PeerMsg m = PEER_MSG__INIT, *s;
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+	uint8_t token[MESH_AQ_TOKEN_LEN], ptoken[MESH_AQ_TOKEN_LEN];
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	c->t.fx->path_tcp = true;
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	assert_int_equal(q->path_valid, MESH_AQ_PATH_TCP);
+	assert_int_equal(q->port, 0); /* an older libmesh takes no offer */
+	assert_int_equal(q->tcp_family, AF_INET);
+	assert_int_equal(q->tcp_local[3], 1);
+	assert_int_equal(q->tcp_peer[3], 2);
+	/* our application listens on 40000 */
+	memset(token, 0x5a, sizeof(token));
+	q->tcp_port = 40000;
+	memcpy(q->tcp_token, token, sizeof(token));
+	from = c->t.fx->n_posts;
+	atomic_store_explicit(&q->app_state, MESH_AQ_OFFER, memory_order_release);
+	app_kick(c, h);
+	s = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_APP_QP, 0);
+	assert_non_null(s);
+	assert_int_equal(s->channel_app_qp->state, 1);
+	assert_int_equal(s->channel_app_qp->tcp_port, 40000);
+	assert_int_equal(s->channel_app_qp->tcp_token.len, MESH_AQ_TOKEN_LEN);
+	assert_memory_equal(s->channel_app_qp->tcp_token.data, token, sizeof(token));
+	assert_int_equal(s->channel_app_qp->qpn, 0);
+	mesh_peer_msg_free(s);
+	/* the peer's application listens on 40001 */
+	memset(ptoken, 0xa5, sizeof(ptoken));
+	a.slot = h->slot;
+	a.state = 1;
+	a.tcp_port = 40001;
+	a.tcp_token.data = ptoken;
+	a.tcp_token.len = sizeof(ptoken);
+	m.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
+	m.channel_app_qp = &a;
+	peer_msg(c, &m);
+	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_INFO);
+	assert_int_equal(q->peer_tcp_port, 40001);
+	assert_memory_equal(q->peer_tcp_token, ptoken, sizeof(ptoken));
+	atomic_store_explicit(&q->app_state, MESH_AQ_READY, memory_order_release);
+	app_kick(c, h);
+	peer_app_qp(c, h, 2, 0);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* A peer's meshd that does not relay tcp offers (no MESH_FEAT_APPTCP): nothing is offered. */
+static void channel_app_send__tcp_path_peer_without_the_feature__nothing_offered(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	aq_on(c);
+	c->t.fx->path_tcp = true;
+	c->l->features &= ~MESH_FEAT_APPTCP;
+	h = open_out(c, RING, 2, PEER_SLOT);
+	assert_int_equal(mesh_ring_aq(h->app->ctrl)->path_valid, 0);
+	assert_false(chn(c, h)->aq_offered);
+	mt_finish(&c->t);
+}
+
+/* Our application's tcp offer is hostile: a port of 0, or a token of zeros, breaks its channel. */
+static void channel_app_send__tcp_offer_without_port_or_token__channel_broken_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	struct mesh_ring_aq *q;
+
+	ct_init(c, 2);
+	aq_on(c);
+	c->t.fx->path_tcp = true;
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	memset(q->tcp_token, 1, MESH_AQ_TOKEN_LEN);
+	q->tcp_port = 0;
+	atomic_store_explicit(&q->app_state, MESH_AQ_OFFER, memory_order_release);
+	app_kick(c, h);
+	expect_broken(c, h, -EPROTO);
+	h = open_out(c, RING, 2, PEER_SLOT + 1);
+	q = mesh_ring_aq(h->app->ctrl);
+	q->tcp_port = 40000;
+	atomic_store_explicit(&q->app_state, MESH_AQ_OFFER, memory_order_release);
+	app_kick(c, h);
+	expect_broken(c, h, -EPROTO);
+	mt_finish(&c->t);
+}
+
 static void channel_link_down__opening_channel__client_told_econnreset(void **state)
 {
 	struct ct *c = *state;
@@ -4840,6 +4940,9 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__offer_not_taken__no_new_round_after_a_resume),
 	T(channel_app_send__peer_writes_by_immediate__rx_follows_the_applications_rx_seen),
 	T(channel_app_send__tcp_provider__nothing_offered),
+	T(channel_app_send__tcp_path__port_and_token_relayed_and_granted),
+	T(channel_app_send__tcp_path_peer_without_the_feature__nothing_offered),
+	T(channel_app_send__tcp_offer_without_port_or_token__channel_broken_eproto),
 	T(channel_link_down__opening_channel__client_told_econnreset),
 	T(channel_on_imm__data_before_accept__kept_until_accept),
 	T(channel_on_lifeline__send_buffers_busy__close_sent_once_one_frees),

@@ -693,6 +693,50 @@ static void mesh_peer_msg_decode__channel_direct_pair_bad_addr__eproto(void **st
 	assert_non_null(strstr(why, "direct pair"));
 }
 
+/* An application's tcp offer as a peer's meshd relays it (token of tlen bytes, and a QP number). */
+static int decode_app_tcp_offer(uint32_t port, size_t tlen, uint32_t qpn, const char **why)
+{
+	PeerMsg in = PEER_MSG__INIT, *m = NULL;
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+	uint8_t buf[MESH_PEER_MSG_MAX], token[32];
+	int len, ret;
+
+	memset(token, 0x5a, sizeof(token));
+	a.slot = 1;
+	a.state = 1;
+	a.tcp_port = port;
+	a.tcp_token.data = token;
+	a.tcp_token.len = tlen;
+	a.qpn = qpn;
+	in.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
+	in.channel_app_qp = &a;
+	len = mesh_peer_msg_encode(&in, buf, sizeof(buf));
+	assert_true(len > 0);
+	ret = mesh_peer_msg_decode(buf, (size_t)len, &m, why);
+	if (!ret) {
+		assert_int_equal(m->channel_app_qp->tcp_port, port);
+		assert_memory_equal(m->channel_app_qp->tcp_token.data, token, tlen);
+		mesh_peer_msg_free(m);
+	}
+	return ret;
+}
+
+static void mesh_peer_msg_decode__channel_app_qp_tcp_offer__port_and_16_byte_token_only(void **state)
+{
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(decode_app_tcp_offer(40000, 16, 0, &why), 0);
+	assert_int_equal(decode_app_tcp_offer(40000, 15, 0, &why), -EPROTO);
+	assert_non_null(strstr(why, "tcp_token"));
+	assert_int_equal(decode_app_tcp_offer(70000, 16, 0, &why), -EPROTO);
+	assert_non_null(strstr(why, "tcp_port"));
+	assert_int_equal(decode_app_tcp_offer(0, 16, 0, &why), -EPROTO);
+	assert_non_null(strstr(why, "tcp offer"));
+	assert_int_equal(decode_app_tcp_offer(40000, 16, 0x42, &why), -EPROTO); /* and a QP's words */
+	assert_non_null(strstr(why, "tcp offer"));
+}
+
 static void mesh_peer_msg_decode__no_body__eproto(void **state)
 {
 	PeerMsg in = PEER_MSG__INIT;
@@ -920,6 +964,7 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_peer_msg_decode__hello_small_mailbox__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__hello_bad_mailbox_addr__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__channel_direct_pair_bad_addr__eproto),
+	cmocka_unit_test(mesh_peer_msg_decode__channel_app_qp_tcp_offer__port_and_16_byte_token_only),
 	cmocka_unit_test(mesh_peer_msg_decode__no_body__eproto),
 	cmocka_unit_test(mesh_peer_msg_decode__random_garbage__never_crashes),
 	cmocka_unit_test(mesh_ctl_req_decode__valid__decodes),
