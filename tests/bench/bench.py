@@ -218,11 +218,12 @@ class Bench:
         # Two meshes of two meshd each, alike but for cluster.direct_receive: meshd 1 and 2 with it on
         # (the default), meshd 3 and 4 (nodes 1 and 2 of the second) with it off, so that the latency
         # with and without direct receive is measured in the same rounds.
-        # Over rdma a third (meshd 5 and 6) with cluster.app_send on (the default): the applications
-        # post their own writes, so that the data path without a meshd hop is measured in the same
-        # rounds; the first two have it off, so that theirs is the path through meshd.
+        # A third (meshd 5 and 6) with cluster.app_send on (the default): the applications post
+        # their own writes (over rdma on QPs of their own, over tcp on connections of their own), so
+        # that the data path without a meshd hop is measured in the same rounds; the first two have
+        # it off, so that theirs is the path through meshd.
         confs = {}
-        kinds = (("on", a.mesh_port), ("off", a.mesh_port + 2)) + ((("app", a.mesh_port + 4),) if a.mode == "rdma" else ())
+        kinds = (("on", a.mesh_port), ("off", a.mesh_port + 2), ("app", a.mesh_port + 4))
         for direct, port in kinds:
             confs[direct] = {"on": conf, "off": os.path.join(self.work, "mesh-direct-off.conf"),
                              "app": os.path.join(self.work, "mesh-app-send.conf")}[direct]
@@ -634,7 +635,7 @@ class Bench:
         self.say("link UP")
         self.server_proc, port = self.meshbench_server()
         self.server_off_proc, port_off = self.meshbench_server(3)
-        self.server_app_proc, port_app = self.meshbench_server(5) if a.mode == "rdma" else (None, None)
+        self.server_app_proc, port_app = self.meshbench_server(5)
         d = ["-D", str(a.duration)]
         if a.numa_compare:
             # Both meshd have numa = 0: data-path threads and the server's rings on node 0. The client
@@ -677,10 +678,10 @@ class Bench:
             self.attempt("meshbench lat", self.meshbench, "meshbench", port, "lat", [64], "-n", str(a.lat_iters))
             self.attempt("meshbench lat, direct receive off", self.meshbench, "meshbench-direct-off", port_off, "lat",
                          [64], "-n", str(a.lat_iters))
+            self.attempt("meshbench bw 64K, app_send", self.meshbench, "meshbench-app", port_app, "bw", [65536], *d)
+            self.attempt("meshbench lat, app_send", self.meshbench, "meshbench-app", port_app, "lat", [64], "-n",
+                         str(a.lat_iters))
             if rdma:
-                self.attempt("meshbench bw 64K, app_send", self.meshbench, "meshbench-app", port_app, "bw", [65536], *d)
-                self.attempt("meshbench lat, app_send", self.meshbench, "meshbench-app", port_app, "lat", [64], "-n",
-                             str(a.lat_iters))
                 self.attempt("meshbench lat, app_send with pairs", self.meshbench, "meshbench-app-pairs", port_app,
                              "lat", [64], "-n", str(a.lat_iters))
             if rdma:
@@ -860,6 +861,16 @@ class Bench:
             ratio("app_send: half-RTT @64 B / through meshd (typical)", mal, ml, "typ_us", "typ_us")
             ratio("app_send: half-RTT @64 B, position in the immediate / a pair per write", mal,
                   ("meshbench-app-pairs", "lat", 64), "typ_us", "typ_us")
+        if a.mode == "tcp":
+            # cluster.app_send over tcp: each application sends on a TCP connection of its own, and
+            # the other reads it into its ring: kernel TCP is the floor of that path.
+            mab, mal = ("meshbench-app", "bw", 65536), ("meshbench-app", "lat", 64)
+            ratio("app_send: channel bw @64 KiB / TCP (C) bw @64 KiB", mab, ("tcp-c", "bw", 65536), "mb_s", "mb_s")
+            ratio("app_send: half-RTT @64 B / TCP (C, blocking) @64 B (typical)", mal, ("tcp-c", "lat", 64), "typ_us",
+                  "typ_us")
+            ratio("app_send: half-RTT @64 B / TCP (C, busy-poll) @64 B (typical)", mal, ("tcp-c-poll", "lat", 64),
+                  "typ_us", "typ_us")
+            ratio("app_send: half-RTT @64 B / through meshd (typical)", mal, ml, "typ_us", "typ_us")
         for p in self.profiles:
             w("")
             w(f"profile: meshbench {p['test']} {fmt_size(p['size'])}, {p['seconds']:.1f} s sampled mid-run")
