@@ -33,6 +33,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -111,13 +112,27 @@ static int aqt_addr(const struct mesh_ring_aq *a, const uint8_t addr[16], uint16
 	return -EAFNOSUPPORT;
 }
 
+/* The program's own descriptors come first: ours (three per channel, where a QP of our own costs
+ * one) stop at three quarters of RLIMIT_NOFILE, and meshd sends for channels beyond. Descriptors
+ * are numbered lowest first, so fd's number is about how many are open. */
+static int aqt_fd_check(int fd)
+{
+	struct rlimit rl;
+
+	if (fd < 0 || getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+	    (rlim_t)fd < rl.rlim_cur - rl.rlim_cur / 4)
+		return fd;
+	close(fd);
+	return -EMFILE;
+}
+
 static int aqt_socket(int family)
 {
 	int one = 1;
-	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = aqt_fd_check(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 
 	if (fd < 0)
-		return -errno;
+		return fd == -1 ? -errno : fd;
 	/* A message is one segment at once, as meshd's own connections send it. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
@@ -146,6 +161,9 @@ int aq_tcp_open(mesh_channel_t *c, struct lib_aq *q)
 	t->ep = epoll_create1(EPOLL_CLOEXEC);
 	if (t->ep < 0)
 		return -errno;
+	t->ep = aqt_fd_check(t->ep);
+	if (t->ep < 0)
+		return t->ep;
 	t->lfd = aqt_socket(ss.ss_family);
 	if (t->lfd < 0)
 		return t->lfd;
@@ -216,6 +234,11 @@ static void aqt_accept(mesh_channel_t *c)
 
 		if (fd < 0)
 			break;
+		if (aqt_fd_check(fd) < 0) {
+			/* The peer's sender fails on it and gives its half back to its meshd. */
+			lib_debug("channel %u: a connection to our port refused: descriptors short", c->info.channel_id);
+			continue;
+		}
 		for (int i = 0; i < AQT_PENDING; i++)
 			if (t->pend[i].fd < 0) {
 				p = &t->pend[i];

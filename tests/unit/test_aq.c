@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -751,6 +752,49 @@ static void aq_tcp__peer_port_zero__idle_without_connecting(void **state)
 	aqt_fixture_close(&f);
 }
 
+/* A program near its RLIMIT_NOFILE keeps its descriptors for itself: the offer is declined (meshd
+ * sends), with nothing of it left open. */
+static void aq_tcp__descriptors_short__offer_declined(void **state)
+{
+	struct rlimit old, rl;
+	mesh_channel_t c;
+	struct mesh_ring_aq *a;
+	uint32_t lo = htonl(INADDR_LOOPBACK);
+	void *mem;
+	int probe;
+
+	memset(&c, 0, sizeof(c));
+	mem = aligned_alloc(4096, MESH_RING_CTRL_SIZE + 2 * TRING);
+	assert_non_null(mem);
+	memset(mem, 0, MESH_RING_CTRL_SIZE + 2 * TRING);
+	c.ctrl = mem;
+	c.tx = (uint8_t *)mem + MESH_RING_CTRL_SIZE;
+	c.rx = c.tx + TRING;
+	c.size = TRING;
+	c.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c.wake = c.lifeline = c.epfd = -1;
+	a = mesh_ring_aq(c.ctrl);
+	a->path_valid = MESH_AQ_PATH_TCP;
+	a->tcp_family = AF_INET;
+	memcpy(a->tcp_local, &lo, 4);
+	memcpy(a->tcp_peer, &lo, 4);
+	probe = dup(0); /* the lowest free descriptor */
+	assert_true(probe >= 0);
+	close(probe);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	rl = old;
+	rl.rlim_cur = (rlim_t)probe + 2; /* room for ours, but past three quarters */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	aq_open(&c);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_null(c.aq);
+	assert_int_equal(atomic_load(&a->app_state), MESH_AQ_NONE);
+	assert_int_equal(dup(0), probe); /* nothing left open */
+	close(probe);
+	close(c.kick);
+	free(mem);
+}
+
 static const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test(f)
 	T(aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back),
@@ -762,6 +806,7 @@ static const struct CMUnitTest tests[] = {
 	T(aq_tcp__strangers_on_the_port__closed_and_the_peer_gets_in),
 	T(aq_tcp__revoked__idle_and_nothing_more_sent),
 	T(aq_tcp__peer_port_zero__idle_without_connecting),
+	T(aq_tcp__descriptors_short__offer_declined),
 };
 
 UNIT_MAIN("aq", tests, NULL, NULL)
