@@ -54,6 +54,7 @@ struct aq_tcp {
 	int ep;  /* epoll over everything below that may need us: the fd the channel's waits watch */
 	int lfd; /* listening until the peer's connection said the token */
 	struct aqt_pend pend[AQT_PENDING];
+	uint32_t pend_next; /* the slot a newcomer takes when all are busy: the oldest, in turn */
 	uint8_t token[MESH_AQ_TOKEN_LEN];
 	/* the peer's connection: its sending half into our RX area */
 	int rfd;
@@ -230,20 +231,20 @@ static void aqt_accept(mesh_channel_t *c)
 
 	for (int n = 0; n < AQT_PENDING && t->lfd >= 0; n++) {
 		int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct aqt_pend *p = &t->pend[0];
+		struct aqt_pend *p = NULL;
 
 		if (fd < 0)
 			break;
+		for (int i = 0; i < AQT_PENDING && !p; i++)
+			if (t->pend[i].fd < 0)
+				p = &t->pend[i];
+		if (!p)
+			p = &t->pend[t->pend_next++ % AQT_PENDING];
 		if (aqt_fd_check(fd) < 0) {
 			/* The peer's sender fails on it and gives its half back to its meshd. */
 			lib_debug("channel %u: a connection to our port refused: descriptors short", c->info.channel_id);
 			continue;
 		}
-		for (int i = 0; i < AQT_PENDING; i++)
-			if (t->pend[i].fd < 0) {
-				p = &t->pend[i];
-				break;
-			}
 		if (p->fd >= 0) {
 			lib_debug("channel %u: more connections than the peer's on our port: one unproven closed",
 				  c->info.channel_id);
