@@ -56,7 +56,7 @@ uint64_t aq_now_ms(void);
 
 /* aq_tcp.c: the same steps over a TCP connection of our own (ring.h MESH_AQ_PATH_TCP). */
 int aq_tcp_open(mesh_channel_t *c, struct lib_aq *q);
-/* look_in: also take the peer's connection and bytes (not for a send step: aq_progress_send). */
+/* look_in: also take the peer's bytes (not for a send step: aq_progress_send). */
 void aq_tcp_progress(mesh_channel_t *c, bool look_in);
 int aq_tcp_fd(const struct lib_aq *q);
 int aq_tcp_wait_fd(mesh_channel_t *c);

@@ -536,11 +536,12 @@ void aq_tcp_progress(mesh_channel_t *c, bool look_in)
 		}
 		return;
 	}
-	/* Also once our half is meshd's: the peer's bytes may still come until it hears. */
-	if (look_in) {
-		aqt_accept(c);
+	/* Also once our half is meshd's: the peer's bytes may still come until it hears. The peer's
+	 * connection is taken by a send step too, so that a program that only sends does not keep
+	 * its port open (that costs calls only until the peer is in). */
+	aqt_accept(c);
+	if (look_in)
 		aqt_read(c);
-	}
 	if (q->state == MESH_AQ_IDLE) {
 		aqt_interest(c);
 		return;

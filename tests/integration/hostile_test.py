@@ -13,10 +13,18 @@
      grows by less than 8 MiB. 200 connections that never say who they are: node 1 holds at most
      64 from that address and closes the rest at once, and node 2, restarted meanwhile, rejoins
      within seconds.
-  3. SIGTERM: both exit 0; no error lines or sanitizer reports in the logs.
+  3. An application's own port (cluster.app_send over tcp: each application listens for the peer
+     application's connection, docs/design.md "Application-sent bytes over tcp"). A checked stream
+     from node 1 to node 2 whose receiver declines (MESH_APP_SEND=off), so the sender's port stays
+     open for the whole stream: 120 strangers from 127.0.0.2 that say a wrong token, junk or nothing
+     get nowhere, the sender holds at most 4 of them at a time, and the stream (meshd's) arrives
+     intact. Then one whose applications both send their own bytes: intact, and once both
+     connections are in neither process listens any more.
+  4. SIGTERM: both exit 0; no error lines or sanitizer reports in the logs.
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -58,6 +66,52 @@ def stranger(port, payload=b""):
         except OSError:
             pass
     return s
+
+
+def json_channels(meshctl, sock):
+    """meshctl -j channels of the meshd at sock (a list; empty if it cannot answer)."""
+    r = subprocess.run([meshctl, "-j", "-L", "-s", sock, "channels"], capture_output=True, text=True, timeout=10)
+    try:
+        return json.loads(r.stdout).get("channels", [])
+    except ValueError:
+        return []
+
+
+def tcp_sockets(pid, state):
+    """How many of process pid's TCP sockets are in state (hex, as /proc/net/tcp: 01 established)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            n += sum(1 for line in f.readlines()[1:] if line.split()[3] == state and line.split()[9] in inodes)
+    return n
+
+
+def listening_ports(pid):
+    """TCP ports process pid listens on (its socket inodes matched in /proc/net/tcp{,6})."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and parts[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def closed_by_peer(s):
@@ -192,6 +246,56 @@ def main():
         check(up, f"meanwhile node 2 restarts and rejoins node 1 in {time.monotonic() - t0:.1f} s")
         for s in idle:
             s.close()
+
+        # 3. An application's own port: first one whose peer never comes.
+        chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
+        rx = subprocess.Popen([chan_test, "-s", socks[2], "recv", "7601", "1"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, MESH_APP_SEND="off"))
+        line = rx.stdout.readline()
+        total = 64 << 20
+        tx = subprocess.Popen([chan_test, "-s", socks[1], "send", "2", "7601", str(total), "-R", str(16 << 20)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        hello_bad = struct.pack(">I", 0x4d415154) + b"\x00" * 16
+        ports = set()
+        wait_until(lambda: ports.update(listening_ports(tx.pid)) or ports, 10, 0.01)
+        pests, most = [], 0
+        for k in range(120) if ports else ():
+            payload = (hello_bad, b"GET / HTTP/1.0\r\n\r\n" * 10, b"")[k % 3]
+            try:
+                pests.append(stranger(min(ports), payload))
+            except OSError:
+                pass
+            if k % 10 == 9:
+                time.sleep(0.05)
+                most = max(most, tcp_sockets(tx.pid, "01"))
+        txr = tx.communicate(timeout=120)[0]
+        rxr = rx.communicate(timeout=120)[0]
+        check(tx.returncode == 0 and rx.returncode == 0 and "listening" in line and len(ports) == 1 and most <= 4,
+              f"a receiver that declines its own connection: 120 strangers on the sender's open port "
+              f"({sorted(ports)}) get nowhere, the sender holds at most {most} of them (4 slots), and the "
+              f"stream of {total} bytes arrives intact", (txr + rxr)[-800:])
+        for s in pests:
+            s.close()
+
+        # Then both applications on their own connections.
+        rx = subprocess.Popen([chan_test, "-s", socks[2], "recv", "7600", "1"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = rx.stdout.readline()
+        total = 128 << 20  # 8 s at the rate: the channel is still open when it is looked at
+        tx = subprocess.Popen([chan_test, "-s", socks[1], "send", "2", "7600", str(total), "-R", str(16 << 20)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        granted = wait_until(lambda: [c.get("writer") for c in json_channels(meshctl, socks[1])] == ["app"]
+                             and [c.get("writer") for c in json_channels(meshctl, socks[2])] == ["app"], 10, 0.05)
+        left = listening_ports(tx.pid) | listening_ports(rx.pid) if tx.poll() is None and rx.poll() is None \
+            else set()
+        txr = tx.communicate(timeout=120)[0]
+        rxr = rx.communicate(timeout=120)[0]
+        ok = tx.returncode == 0 and rx.returncode == 0
+        check(ok and "listening" in line and granted and not left,
+              f"a stream of {total} bytes whose applications both sent their own (meshctl writer app) arrives "
+              f"intact, and once their connections were in neither listened any more (ports left: {sorted(left)})",
+              (txr + rxr)[-800:])
         for i in (2, 1):
             procs[i].send_signal(signal.SIGTERM)
         codes = [procs[i].wait(timeout=15) for i in (2, 1)]
