@@ -86,15 +86,18 @@
  * Over the tcp provider (path_valid == MESH_AQ_PATH_TCP) the same rounds, grant and revocation
  * hold, with a TCP connection for the QP. meshd writes the rail's two addresses. The application
  * listens on its own address (port 0: any) and publishes the port and a random token in place of
- * QPN and keys; meshd relays them as it relays a QP. Each application connects from its address
- * to the peer's port, sends MESH_AQ_TCP_MAGIC and the peer's token (a stranger that cannot
- * say the token is closed unheard), and says READY once connected: that connection carries its
- * sending half only. Once granted, it sends the grant's position (8 bytes) and then the stream's
- * bytes from there, as they are; the receiving application reads them straight into its RX area
+ * QPN and keys; meshd relays them as it relays a QP. The application whose token is the greater
+ * (memcmp) connects from its address to the peer's port and sends MESH_AQ_TCP_MAGIC and the
+ * peer's token; the other accepts the connection that says its token (a stranger that cannot say
+ * it is closed unheard). Each says READY once it has the connection, which carries both halves,
+ * one per direction. Once granted, each sends the grant's position (8 bytes, little endian) and
+ * then the stream's bytes from there, as they are; the receiving application reads them straight
+ * into its RX area
  * at their offsets, within its own reader's window (bytes below rx_cons are skipped, none goes
  * beyond rx_cons + ring), and publishes how far it read in rx_seen. A connection that breaks is a
- * QP that failed: IDLE, and meshd posts from what the peer's reader has. Bytes that a revoked
- * connection still delivers are the same bytes at the same offsets as meshd's resumed writes.
+ * QP that failed: IDLE, and meshd posts from what the peer's reader has; a half that goes back
+ * shuts its direction (SHUT_WR). Bytes that a revoked direction still delivers are the same bytes
+ * at the same offsets as meshd's resumed writes.
  * Everything the application writes here is hostile to meshd, and everything meshd writes is
  * hostile to the application: each side checks before use.
  */
