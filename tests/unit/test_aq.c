@@ -576,6 +576,40 @@ static void aqt_fixture_close(struct aqt_fixture *f)
 	}
 }
 
+/* TCP sockets of this process that are established (/proc/self/fd matched in /proc/net/tcp). */
+static int aqt_established(void)
+{
+	char path[64], link[64], line[512];
+	unsigned long inodes[256];
+	int n = 0, found = 0;
+	FILE *f;
+
+	for (int fd = 0; fd < 1024 && n < 256; fd++) {
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0) {
+			link[len] = '\0';
+			if (!strncmp(link, "socket:[", 8))
+				inodes[n++] = strtoul(link + 8, NULL, 10);
+		}
+	}
+	f = fopen("/proc/net/tcp", "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned st;
+		unsigned long ino;
+
+		if (sscanf(line, "%*d: %*x:%*x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &st, &ino) != 2 || st != 1)
+			continue;
+		for (int i = 0; i < n; i++)
+			found += inodes[i] == ino;
+	}
+	fclose(f);
+	return found;
+}
+
 /* The application writes len bytes of the pattern at its tx_prod (as mesh_send does) and publishes. */
 static void aqt_write(mesh_channel_t *c, uint64_t len)
 {
@@ -605,7 +639,8 @@ static void aqt_check_rx(mesh_channel_t *c, uint64_t from, uint64_t to)
 				 (uint8_t)(pos * 7 + 3));
 }
 
-/* Granted from where meshd left off, a's bytes go on its own connection straight into b's RX area
+/* Both applications share one connection. Granted from where meshd left off, a's bytes go on it
+ * straight into b's RX area
  * at their offsets, across the ring's end; b publishes each arrival in rx_seen, never past its
  * reader's window (it stops reading, and goes on once its reader made room). */
 static void aq_tcp__granted__bytes_land_at_their_offsets_within_the_window(void **state)
@@ -614,6 +649,9 @@ static void aq_tcp__granted__bytes_land_at_their_offsets_within_the_window(void 
 	mesh_channel_t *a = &f.c[0], *b = &f.c[1];
 
 	aqt_fixture_open(&f);
+	/* One connection for both halves (its two ends here), as a TCP program's: a connection per
+	 * direction cost a pure ACK segment per message. */
+	assert_int_equal(aqt_established(), 2);
 	/* meshd sent the first 1000 bytes itself; b's reader took 900 of them */
 	a->tx_prod = 1000;
 	tx_show(a, 1000);
