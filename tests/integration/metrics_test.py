@@ -177,6 +177,10 @@ def main():
         # 1 MiB in chunks of at most 256 KiB (channel.h, CH_CHUNK_MAX): at least 4
         check(grew(after1, before1, ck, 4), f"node 1: {ck} grew (1 MiB: at least 4 chunks of at most 256 KiB)",
               f"{before1.get(ck)} -> {after1.get(ck)}")
+        for node, (a, b), peer in ((1, (after1, before1), 2), (2, (after2, before2), 1)):
+            op = f'rdmamesh_link_channels_opened_total{{peer="{peer}"}}'
+            check(a.get(op, 0) - b.get(op, 0) == 1, f"node {node}: {op} counts the channel once",
+                  f"{b.get(op)} -> {a.get(op)}")
         check(after1.get("rdmamesh_metrics_scrapes_total", 0) > before1.get("rdmamesh_metrics_scrapes_total", 0),
               "rdmamesh_metrics_scrapes_total counts the scrapes")
 

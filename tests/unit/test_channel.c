@@ -3956,13 +3956,13 @@ static void channel_app_send__peer_writes_by_immediate__rx_follows_the_applicati
 	mt_finish(&c->t);
 }
 
-static void channel_app_send__tcp_provider__nothing_offered(void **state)
+static void channel_app_send__provider_without_paths__nothing_offered(void **state)
 {
 	struct ct *c = *state;
 	struct chan *h;
 
 	ct_init(c, 2);
-	strcpy(c->t.cfg.app_send, "on"); /* but the provider has no paths, as tcp */
+	strcpy(c->t.cfg.app_send, "on"); /* but the provider has no paths */
 	h = open_out(c, RING, 2, PEER_SLOT);
 	assert_int_equal(mesh_ring_aq(h->app->ctrl)->path_valid, 0);
 	assert_false(chn(c, h)->aq_offered);
@@ -4939,7 +4939,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__peer_renews_after_a_hand_back__its_writes_followed_again),
 	T(channel_app_send__offer_not_taken__no_new_round_after_a_resume),
 	T(channel_app_send__peer_writes_by_immediate__rx_follows_the_applications_rx_seen),
-	T(channel_app_send__tcp_provider__nothing_offered),
+	T(channel_app_send__provider_without_paths__nothing_offered),
 	T(channel_app_send__tcp_path__port_and_token_relayed_and_granted),
 	T(channel_app_send__tcp_path_peer_without_the_feature__nothing_offered),
 	T(channel_app_send__tcp_offer_without_port_or_token__channel_broken_eproto),
