@@ -231,6 +231,19 @@ void aq_say(mesh_channel_t *c, uint32_t state)
 	}
 }
 
+/* A fresh lib_aq for meshd's offer of the given round, marked as this process's (not a child's). */
+static struct lib_aq *aq_new(uint32_t round)
+{
+	struct lib_aq *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	pthread_once(&aq_once, aq_register_fork);
+	q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
+	q->round = round;
+	return q;
+}
+
 void aq_open(mesh_channel_t *c)
 {
 	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
@@ -247,12 +260,9 @@ void aq_open(mesh_channel_t *c)
 	if (a->path_valid == MESH_AQ_PATH_TCP) {
 		int ret;
 
-		q = calloc(1, sizeof(*q));
+		q = aq_new(round);
 		if (!q)
 			return;
-		pthread_once(&aq_once, aq_register_fork);
-		q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
-		q->round = round;
 		c->aq = q;
 		ret = aq_tcp_open(c, q);
 		if (ret) {
@@ -270,12 +280,9 @@ void aq_open(mesh_channel_t *c)
 		lib_debug("channel %u: meshd's path for application-posted writes is not valid", c->info.channel_id);
 		return;
 	}
-	q = calloc(1, sizeof(*q));
+	q = aq_new(round);
 	if (!q)
 		return;
-	pthread_once(&aq_once, aq_register_fork);
-	q->gen = atomic_load_explicit(&aq_forks, memory_order_relaxed);
-	q->round = round;
 	q->dev = aq_dev_get(dev);
 	if (!q->dev) {
 		lib_debug("channel %u: cannot open RDMA device %s (%s): meshd posts our writes", c->info.channel_id, dev,

@@ -77,8 +77,8 @@ def json_channels(meshctl, sock):
         return []
 
 
-def tcp_sockets(pid, state):
-    """How many of process pid's TCP sockets are in state (hex, as /proc/net/tcp: 01 established)."""
+def socket_inodes(pid):
+    """The inodes of process pid's sockets, as /proc/net/tcp names them."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -87,6 +87,12 @@ def tcp_sockets(pid, state):
             continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
+    return inodes
+
+
+def tcp_sockets(pid, state):
+    """How many of process pid's TCP sockets are in state (hex, as /proc/net/tcp: 01 established)."""
+    inodes = socket_inodes(pid)
     n = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
@@ -96,14 +102,7 @@ def tcp_sockets(pid, state):
 
 def listening_ports(pid):
     """TCP ports process pid listens on (its socket inodes matched in /proc/net/tcp{,6})."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
+    inodes = socket_inodes(pid)
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
