@@ -308,6 +308,12 @@ static void tx_publish(mesh_channel_t *c, uint64_t len)
 	}
 	tx_show(c, c->tx_prod);
 	chan_kick(c);
+	/* meshd may have granted our half meanwhile, from before these bytes, and then counts them
+	 * as ours to send: look once more (chan_kick's fence orders our tx_prod before this look),
+	 * or they would wait for our next call, which a program that writes and then waits on
+	 * something else never makes (the Go binding's test of deadlines hung so). */
+	if (c->aq)
+		aq_progress_send(c);
 }
 
 /* ---- waiting ---- */

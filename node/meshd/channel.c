@@ -1183,6 +1183,14 @@ static void channel_aq_grant(struct channel *ch)
 	    ch->app_shut || !channel_may_post(ch) || ch->tx_sent != ch->app_tx_prod || ch->tx_done != ch->tx_sent ||
 	    ch->direct_busy)
 		return;
+	/* The page's tx_prod now, not as this pump read it: bytes the application published since
+	 * went without a grant in sight, and a program that writes and then waits elsewhere (for its
+	 * peer's answer on another channel) would not look again to send them. They are ours: the
+	 * grant waits until we posted them. (libmesh looks for the grant once more after each
+	 * publication, which closes the rest of the window: ring.h.) */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ch->ctrl->tx_prod, memory_order_acquire) != ch->tx_sent)
+		return;
 	a.state = AQ_MSG_SENDING;
 	a.pos = ch->tx_sent;
 	if (channel_aq_send(ch, &a))
