@@ -679,10 +679,33 @@ static void aq_renew(mesh_channel_t *c)
 	}
 }
 
+bool aq_grant_take(mesh_channel_t *c, uint32_t *grant, uint64_t *from)
+{
+	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
+	struct lib_aq *q = c->aq;
+	uint64_t pos;
+
+	*grant = atomic_load_explicit(&a->grant, memory_order_acquire);
+	if (*grant != MESH_AQ_APP || q->owned || q->failed || q->state != MESH_AQ_READY)
+		return false;
+	pos = atomic_load_explicit(&a->grant_pos, memory_order_acquire);
+	if (pos < c->tx_cons || pos > c->tx_prod) {
+		lib_debug("channel %u: meshd granted our writes from %" PRIu64 ", outside [%" PRIu64 ", %" PRIu64 "]",
+			  c->info.channel_id, pos, c->tx_cons, c->tx_prod);
+		q->failed = true;
+		return false;
+	}
+	q->owned = true;
+	q->posted = pos;
+	*from = pos;
+	return true;
+}
+
 void aq_progress(mesh_channel_t *c)
 {
 	struct mesh_ring_aq *a;
 	struct lib_aq *q = c->aq;
+	uint64_t from;
 	uint32_t v;
 
 	if (q && q->state == MESH_AQ_IDLE && !q->sq_out && aq_mine(q) && !c->shut_wr &&
@@ -722,20 +745,10 @@ void aq_progress(mesh_channel_t *c)
 	}
 	if (q->connected)
 		aq_poll(c);
-	v = atomic_load_explicit(&a->grant, memory_order_acquire);
-	if (v == MESH_AQ_APP && !q->owned && !q->failed && q->state == MESH_AQ_READY) {
-		uint64_t from = atomic_load_explicit(&a->grant_pos, memory_order_acquire);
-
-		if (from < c->tx_cons || from > c->tx_prod) {
-			lib_debug("channel %u: meshd granted our writes from %" PRIu64 ", outside [%" PRIu64 ", %" PRIu64 "]",
-				  c->info.channel_id, from, c->tx_cons, c->tx_prod);
-			q->failed = true;
-		} else {
-			q->owned = true;
-			q->posted = q->done = from;
-			lib_debug("channel %u: we post our writes from %" PRIu64 " (round %u, %s)", c->info.channel_id, from,
-				  q->round, q->imm_pos ? "positions in immediates" : "pairs");
-		}
+	if (aq_grant_take(c, &v, &from)) {
+		q->done = from;
+		lib_debug("channel %u: we post our writes from %" PRIu64 " (round %u, %s)", c->info.channel_id, from,
+			  q->round, q->imm_pos ? "positions in immediates" : "pairs");
 	} else if (v == MESH_AQ_REVOKED && (q->owned || !q->failed)) {
 		aq_stop(c); /* IDLE once its queue is flushed; meshd may offer a new round after */
 		aq_poll(c);

@@ -53,6 +53,10 @@ void aq_say(mesh_channel_t *c, uint32_t state);
 /* Done with the half: what we published but did not send is meshd's, and we say IDLE. */
 void aq_give_back(mesh_channel_t *c);
 uint64_t aq_now_ms(void);
+/* Reads meshd's grant word into *grant. When it grants us the half and we can take it (READY,
+ * not failed, not owned yet), its position is checked against our TX window: outside it we fail;
+ * inside we own the half from there (posted) and return true with *from. */
+bool aq_grant_take(mesh_channel_t *c, uint32_t *grant, uint64_t *from);
 
 /* aq_tcp.c: the same steps over a TCP connection of our own (ring.h MESH_AQ_PATH_TCP). */
 int aq_tcp_open(mesh_channel_t *c, struct lib_aq *q);

@@ -566,6 +566,7 @@ void aq_tcp_progress(mesh_channel_t *c, bool look_in)
 	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
 	struct lib_aq *q = c->aq;
 	struct aq_tcp *t = q->tcp;
+	uint64_t from;
 	uint32_t v;
 
 	if (!aq_mine(q)) {
@@ -593,24 +594,13 @@ void aq_tcp_progress(mesh_channel_t *c, bool look_in)
 		aqt_connect(c);
 	if (t->connecting && !q->failed)
 		aqt_connecting(c);
-	v = atomic_load_explicit(&a->grant, memory_order_acquire);
-	if (v == MESH_AQ_APP && !q->owned && !q->failed && q->state == MESH_AQ_READY) {
-		uint64_t from = atomic_load_explicit(&a->grant_pos, memory_order_acquire);
+	if (aq_grant_take(c, &v, &from)) {
+		uint64_t le = htole64(from);
 
-		if (from < c->tx_cons || from > c->tx_prod) {
-			lib_debug("channel %u: meshd granted our bytes from %" PRIu64 ", outside [%" PRIu64 ", %" PRIu64 "]",
-				  c->info.channel_id, from, c->tx_cons, c->tx_prod);
-			q->failed = true;
-		} else {
-			uint64_t le = htole64(from);
-
-			q->owned = true;
-			q->posted = from;
-			memcpy(t->hdr + t->hdr_len, &le, sizeof(le));
-			t->hdr_len += AQT_START_LEN;
-			lib_debug("channel %u: we send our bytes from %" PRIu64 " on our own connection (round %u)",
-				  c->info.channel_id, from, q->round);
-		}
+		memcpy(t->hdr + t->hdr_len, &le, sizeof(le));
+		t->hdr_len += AQT_START_LEN;
+		lib_debug("channel %u: we send our bytes from %" PRIu64 " on our own connection (round %u)",
+			  c->info.channel_id, from, q->round);
 	} else if (v == MESH_AQ_REVOKED && !q->failed) {
 		aqt_stop(c);
 	}
