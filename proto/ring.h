@@ -65,7 +65,17 @@
  * meshd, which writes them into its application's peer_* words (peer_state = MESH_AQ_PEER_INFO).
  * Each application connects its QP to the other's (INIT -> RTR -> RTS) and says MESH_AQ_READY;
  * once both are ready and none of meshd's own writes of the channel is in flight, meshd grants the
- * sending half (grant = MESH_AQ_APP from grant_pos) and posts no more data. The application then
+ * sending half (grant = MESH_AQ_APP from grant_pos) and posts no more data. Where the application's
+ * caps have MESH_AQ_CAP_TAKE, the grant is only offered until the application takes it: it turns
+ * grant from APP to TAKEN by compare-and-swap, reads grant_pos after that, and kicks; meshd then
+ * tells the peer's meshd. Bytes the application publishes while the grant is stored may go without
+ * it seeing the grant (a program that writes and then waits elsewhere would never send them), so
+ * meshd, after its store, fences and reads tx_prod, and on every pump until the grant is taken: if
+ * tx_prod moved past grant_pos (or the application said IDLE, or is gone), meshd turns grant from
+ * APP back to MESHD by compare-and-swap and posts those bytes itself, granting again later. The
+ * one compare-and-swap that succeeds decides who sends them; the application publishes before it
+ * looks and meshd stores before it looks (both fence seq_cst), so one of them always sees the
+ * other. grant is the one word both write, and only so. The application then
  * writes its bytes to the peer's RX area at the same offsets meshd would, each batch followed on
  * the same QP by a direct pair (WRITE_WITH_IMM, whose immediate wakes a peer sleeping on its
  * completion channel) or, where the peer's caps have MESH_AQ_CAP_IMM_POS, with the batch's last
@@ -190,10 +200,12 @@ struct mesh_ring_direct {
 #define MESH_AQ_MESHD 0   /* meshd posts the sending half */
 #define MESH_AQ_APP 1     /* the application posts every byte from grant_pos on */
 #define MESH_AQ_REVOKED 2 /* stop posting; say MESH_AQ_IDLE once nothing is in flight */
+#define MESH_AQ_TAKEN 3   /* written by the application (MESH_AQ_CAP_TAKE), from APP by CAS: it posts */
 /* caps (written by the application, relayed to the peer's as peer_caps) */
 #define MESH_AQ_CAP_IMM_POS (1u << 0) /* its QP takes, in place of a pair, a data write whose immediate
 				       * is MESH_AQ_IMM_POS | (end position & MESH_AQ_IMM_MASK):
 				       * it learns the position from its CQ and publishes it in rx_seen */
+#define MESH_AQ_CAP_TAKE (1u << 1) /* it takes a grant by CAS (above); its own meshd's, not relayed */
 #define MESH_AQ_IMM_POS 0x80000000u
 #define MESH_AQ_IMM_MASK 0x7fffffffu /* a ring is at most 256 MiB: the reader resolves the rest */
 #define MESH_AQ_DEV_LEN 32

@@ -215,20 +215,23 @@ static void aq_destroy(struct lib_aq *q)
 	free(q);
 }
 
+/* meshd must hear even while it sleeps (EAGAIN: a kick is pending anyway). */
+static void aq_kick(mesh_channel_t *c)
+{
+	uint64_t one = 1;
+
+	atomic_thread_fence(memory_order_seq_cst);
+	if (write(c->kick, &one, sizeof(one)) < 0)
+		return;
+}
+
 void aq_say(mesh_channel_t *c, uint32_t state)
 {
 	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
 
 	c->aq->state = state;
 	atomic_store_explicit(&a->app_state, state, memory_order_release);
-	/* meshd relays it: it must hear even while it sleeps. */
-	atomic_thread_fence(memory_order_seq_cst);
-	{
-		uint64_t one = 1;
-
-		if (write(c->kick, &one, sizeof(one)) < 0)
-			return;
-	}
+	aq_kick(c); /* meshd relays it */
 }
 
 /* A fresh lib_aq for meshd's offer of the given round, marked as this process's (not a child's). */
@@ -328,7 +331,7 @@ void aq_open(mesh_channel_t *c)
 	a->rx_rkey = q->mr_rx->rkey;
 	a->dir_addr = (uintptr_t)mesh_ring_direct(c->ctrl);
 	a->dir_rkey = q->mr_dir->rkey;
-	a->caps = aq_env_pairs() ? 0 : MESH_AQ_CAP_IMM_POS;
+	a->caps = MESH_AQ_CAP_TAKE | (aq_env_pairs() ? 0 : MESH_AQ_CAP_IMM_POS);
 	c->aq = q;
 	aq_say(c, MESH_AQ_OFFER);
 	return;
@@ -688,6 +691,14 @@ bool aq_grant_take(mesh_channel_t *c, uint32_t *grant, uint64_t *from)
 	*grant = atomic_load_explicit(&a->grant, memory_order_acquire);
 	if (*grant != MESH_AQ_APP || q->owned || q->failed || q->state != MESH_AQ_READY)
 		return false;
+	/* Ours only once we turned it to TAKEN (ring.h MESH_AQ_CAP_TAKE): meshd withdraws a grant that
+	 * bytes were published past without us, turning it back to MESHD, and then posts them itself.
+	 * grant_pos is read after: meshd writes it only while the grant is not APP, so it is the
+	 * position of the grant we took, even if meshd withdrew one and granted again in between. */
+	if (!atomic_compare_exchange_strong_explicit(&a->grant, grant, MESH_AQ_TAKEN, memory_order_acq_rel,
+						     memory_order_acquire))
+		return false; /* *grant: what it is now (MESHD, or REVOKED) */
+	*grant = MESH_AQ_TAKEN;
 	pos = atomic_load_explicit(&a->grant_pos, memory_order_acquire);
 	if (pos < c->tx_cons || pos > c->tx_prod) {
 		lib_debug("channel %u: meshd granted our writes from %" PRIu64 ", outside [%" PRIu64 ", %" PRIu64 "]",
@@ -698,6 +709,7 @@ bool aq_grant_take(mesh_channel_t *c, uint32_t *grant, uint64_t *from)
 	q->owned = true;
 	q->posted = pos;
 	*from = pos;
+	aq_kick(c); /* meshd tells the peer's meshd, which then counts and credits what we send */
 	return true;
 }
 

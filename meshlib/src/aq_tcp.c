@@ -185,7 +185,7 @@ int aq_tcp_open(mesh_channel_t *c, struct lib_aq *q)
 	a->tcp_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
 						   : ((struct sockaddr_in6 *)&ss)->sin6_port);
 	memcpy(a->tcp_token, t->token, sizeof(t->token));
-	a->caps = 0;
+	a->caps = MESH_AQ_CAP_TAKE;
 	aq_say(c, MESH_AQ_OFFER);
 	return 0;
 }

@@ -41,8 +41,9 @@ static void usage(FILE *out)
 		"            QPs, rail and device, ring, bytes and chunks\n"
 		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
 		"            again, NUMA node of the ring pages (JSON also: rail_moves, writer: who posts\n"
-		"            this side's writes, meshd or app, cluster.app_send; app_grants: times the\n"
-		"            application was given them, again after each resume)\n"
+		"            this side's writes, meshd or app, cluster.app_send, or offered: granted and\n"
+		"            not taken yet; app_grants: times the application took them, again after\n"
+		"            each resume; app_withdrawn: grants withdrawn before it took them)\n"
 		"  ports   one row per listening port: its user and process, channels accepted there\n"
 		"  metrics the node's metrics in Prometheus text format, the same as meshd serves at\n"
 		"          /metrics (cluster.metrics_listen); for node_exporter's textfile collector:\n"
@@ -211,6 +212,7 @@ static const struct field channel_fields[] = {
 	CF("writer", NULL, 0, F_STR, writer),
 	CF("peer_app_writes", NULL, 0, F_BOOL, peer_app_writes),
 	CF("app_grants", NULL, 0, F_U64, app_grants),
+	CF("app_withdrawn", NULL, 0, F_U64, app_withdrawn),
 	CF("numa_node", "NUMA", 6, F_NODE, numa_node),
 	CF("numa_want", NULL, 0, F_NODE, numa_want),
 	CF("tx_pending", NULL, 0, F_U64, tx_pending),

@@ -568,9 +568,10 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 	ci->direct_writes = ch->direct_writes;
 	ci->direct_paused = channel_pairs_paused(ch);
 	ci->pair_hints = ch->hint_writes;
-	ci->writer = ch->aq_granted ? "app" : "meshd";
+	ci->writer = !ch->aq_granted ? "meshd" : ch->aq_untaken ? "offered" : "app";
 	ci->peer_app_writes = ch->aq_peer_sends;
 	ci->app_grants = ch->aq_grants;
+	ci->app_withdrawn = ch->aq_withdrawn;
 	ci->error = (char *)ch->why;
 	ci->numa_want = ch->numa_want;
 	ci->rail = ch->rail;

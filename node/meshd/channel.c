@@ -721,6 +721,8 @@ static void channel_refused(struct channel *ch, uint32_t qp, int err, const char
 }
 
 static void channel_aq_account(struct channel *ch);
+static void channel_aq_ungrant(struct channel *ch);
+static void channel_aq_take(struct channel *ch, bool force);
 
 static void channel_post_data(struct channel *ch)
 {
@@ -1063,7 +1065,8 @@ static void channel_aq_renew(struct channel *ch)
 	ch->aq_round++;
 	atomic_store_explicit(&q->round, ch->aq_round, memory_order_release);
 	ch->aq_app = MESH_AQ_NONE;
-	ch->aq_done = ch->aq_granted = ch->aq_revoked = ch->aq_peer_ready = ch->aq_renew = false;
+	ch->aq_done = ch->aq_revoked = ch->aq_peer_ready = ch->aq_renew = false;
+	channel_aq_ungrant(ch);
 	log_info("channel %u (node %u port %u): the application may post its own writes again (rail %u, round %u)",
 		 ch->id, ch->peer_node, ch->peer_port, ch->rail, ch->aq_round);
 	channel_aq_install(ch);
@@ -1106,7 +1109,8 @@ static void channel_aq_app(struct channel *ch)
 		a.rx_rkey = q->rx_rkey;
 		a.dir_addr = q->dir_addr;
 		a.dir_rkey = q->dir_rkey;
-		a.caps = q->caps; /* the peer's application checks what it uses */
+		a.caps = q->caps & ~MESH_AQ_CAP_TAKE; /* the peer's application checks what it uses */
+		ch->aq_take = q->caps & MESH_AQ_CAP_TAKE; /* as offered: the words may change later */
 		if (channel_aq_tcp(ch)) {
 			uint32_t port = q->tcp_port;
 
@@ -1139,6 +1143,10 @@ static void channel_aq_app(struct channel *ch)
 		ch->aq_app = MESH_AQ_READY;
 	}
 	if (st == MESH_AQ_IDLE) {
+		/* A grant it never took goes back to us (nothing of it went); one it took, the peer
+		 * hears of before the hand-back. */
+		channel_aq_take(ch, false);
+		ch->aq_tell = false; /* could not go: the peer answers the hand-back from what it placed */
 		log_debug("channel %u: the application is done with its own QP (%s, peer's writes %s)", ch->id,
 			  !ch->aq_granted ? "not granted" : ch->resuming ? "resuming" : "granted",
 			  ch->aq_peer_sends ? "its own" : "ours");
@@ -1155,7 +1163,7 @@ static void channel_aq_app(struct channel *ch)
 			channel_aq_account(ch); /* its last publication, read by this pump */
 			if (ch->resuming) {
 				/* The resume rewinds our sending half to what the peer has. */
-				ch->aq_granted = false;
+				channel_aq_ungrant(ch);
 			} else {
 				/* It gave the half back: the peer says where its reader's bytes end, and we
 				 * post from there. */
@@ -1171,9 +1179,82 @@ static void channel_aq_app(struct channel *ch)
 	}
 }
 
+/* Not granted (any more): nothing of a grant offered and not taken is left either. */
+static void channel_aq_ungrant(struct channel *ch)
+{
+	ch->aq_granted = ch->aq_untaken = ch->aq_tell = false;
+}
+
+/* The application posts from now on: meshd counts the grant, and the peer's meshd is to hear from
+ * where (it then takes the arrived bytes from the pair, or rx_seen). */
+static void channel_aq_posts(struct channel *ch, uint64_t from)
+{
+	ch->aq_grants++;
+	if (ch->link)
+		ch->link->metrics.app_grants++;
+	log_debug("channel %u: the application posts its own writes from %llu", ch->id, (unsigned long long)from);
+}
+
+static void channel_aq_tell(struct channel *ch)
+{
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
+
+	a.state = AQ_MSG_SENDING;
+	a.pos = ch->aq_from;
+	if (!channel_aq_send(ch, &a))
+		ch->aq_tell = false; /* else the next pump retries */
+}
+
+/* A grant offered and not taken yet (aq_untaken; ring.h MESH_AQ_CAP_TAKE). Withdrawn, by turning
+ * the page's grant from APP back to MESHD, when bytes were published past its position (the
+ * application may have looked before our store: they would wait for its next call, which a program
+ * that writes and then waits elsewhere never makes; the Go binding's test of deadlines hung so),
+ * when the application said IDLE or is gone (it will not take it), or when `force` (a revocation).
+ * Whichever compare-and-swap succeeds, ours or the application's (APP to TAKEN), decides who sends
+ * them. Until it is decided nothing of the half is posted or counted. Taken: the peer hears. */
+static void channel_aq_take(struct channel *ch, bool force)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	uint32_t v;
+
+	if (!ch->aq_untaken) {
+		if (ch->aq_tell)
+			channel_aq_tell(ch);
+		return;
+	}
+	v = atomic_load_explicit(&q->grant, memory_order_acquire);
+	if (v == MESH_AQ_APP) {
+		/* After our store of the grant (and the application after its publication): one of
+		 * the two loads sees the other's store. */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (!force && !ch->app_gone &&
+		    atomic_load_explicit(&ch->ctrl->tx_prod, memory_order_relaxed) == ch->aq_from &&
+		    atomic_load_explicit(&q->app_state, memory_order_relaxed) == MESH_AQ_READY)
+			return; /* it takes it with its next bytes, or any call before */
+		if (atomic_compare_exchange_strong_explicit(&q->grant, &v, MESH_AQ_MESHD, memory_order_acq_rel,
+							    memory_order_acquire)) {
+			channel_aq_ungrant(ch);
+			ch->aq_withdrawn++;
+			log_debug("channel %u: the grant from %llu withdrawn before the application took it", ch->id,
+				  (unsigned long long)ch->aq_from);
+			return;
+		}
+	}
+	if (v != MESH_AQ_TAKEN) {
+		channel_break(ch, -EPROTO, "application wrote %u over meshd's grant (only %u may replace %u)", v,
+			      MESH_AQ_TAKEN, MESH_AQ_APP);
+		return;
+	}
+	ch->aq_untaken = false;
+	ch->aq_tell = true;
+	channel_aq_posts(ch, ch->aq_from);
+	if (!force)
+		channel_aq_tell(ch);
+}
+
 /* The application posts our sending half from now on: once both applications are ready and none
  * of our own data writes or pairs is in flight (the peer's meshd then has every byte below the
- * position, or will have it by the immediates already on their way). The peer hears first. */
+ * position, or will have it by the immediates already on their way). */
 static void channel_aq_grant(struct channel *ch)
 {
 	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
@@ -1183,24 +1264,34 @@ static void channel_aq_grant(struct channel *ch)
 	    ch->app_shut || !channel_may_post(ch) || ch->tx_sent != ch->app_tx_prod || ch->tx_done != ch->tx_sent ||
 	    ch->direct_busy)
 		return;
-	/* The page's tx_prod now, not as this pump read it: bytes the application published since
-	 * went without a grant in sight, and a program that writes and then waits elsewhere (for its
-	 * peer's answer on another channel) would not look again to send them. They are ours: the
-	 * grant waits until we posted them. (libmesh looks for the grant once more after each
-	 * publication, which closes the rest of the window: ring.h.) */
+	/* The page's tx_prod now, not as this pump read it: bytes published since are ours, and the
+	 * grant waits until we posted them. */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&ch->ctrl->tx_prod, memory_order_acquire) != ch->tx_sent)
 		return;
+	ch->aq_from = ch->tx_sent;
+	if (ch->aq_take) {
+		/* Offered until taken: channel_aq_take decides who sends what is published meanwhile,
+		 * and looks at once. */
+		ch->aq_granted = ch->aq_untaken = true;
+		atomic_store_explicit(&q->grant_pos, ch->aq_from, memory_order_relaxed);
+		atomic_store_explicit(&q->grant, MESH_AQ_APP, memory_order_release);
+		channel_aq_take(ch, false);
+		if (ch->aq_granted)
+			channel_wake_app(ch);
+		return;
+	}
+	/* An application that does not take grants (an older libmesh): the peer hears first, and
+	 * the grant is its own at once. A publication made while we send SENDING is left to its next
+	 * call, the race MESH_AQ_CAP_TAKE closes. */
 	a.state = AQ_MSG_SENDING;
 	a.pos = ch->tx_sent;
 	if (channel_aq_send(ch, &a))
 		return;
 	ch->aq_granted = true;
-	ch->aq_grants++;
-	ch->link->metrics.app_grants++;
+	channel_aq_posts(ch, ch->aq_from);
 	atomic_store_explicit(&q->grant_pos, ch->tx_sent, memory_order_relaxed);
 	atomic_store_explicit(&q->grant, MESH_AQ_APP, memory_order_release);
-	log_debug("channel %u: the application posts its own writes from %llu", ch->id, (unsigned long long)ch->tx_sent);
 	channel_wake_app(ch);
 }
 
@@ -1211,8 +1302,8 @@ static void channel_aq_account(struct channel *ch)
 {
 	uint64_t len = ch->app_tx_prod - ch->tx_sent;
 
-	if (!len)
-		return;
+	if (!len || ch->aq_untaken)
+		return; /* not taken (yet): nothing of it is the application's */
 	ch->tx_sent = ch->tx_done = ch->app_tx_prod;
 	ch->tx_bytes += len;
 	ch->tx_chunks++;
@@ -1265,6 +1356,8 @@ static void channel_aq_revoke(struct channel *ch)
 	if (ch->aq_offered && ch->aq_app != MESH_AQ_NONE && ch->link && (ch->link->features & MESH_FEAT_APPQP_RENEW))
 		ch->aq_renew = true;
 	ch->aq_pend.valid = false;
+	channel_aq_take(ch, true); /* not taken: withdrawn (nothing of it went); taken: counted */
+	ch->aq_tell = false;       /* the resume rewinds to what the peer has */
 	if (ch->aq_granted)
 		channel_aq_account(ch);
 	if (ch->aq_offered && !ch->aq_done)
@@ -1273,7 +1366,7 @@ static void channel_aq_revoke(struct channel *ch)
 		/* It said IDLE before (a hand-back whose PLACED the link took with it, or could not
 		 * send): nothing of its QP is in flight, and the resume's rewind stands for the PLACED.
 		 * Left granted, the channel would wait for an IDLE that already came. */
-		ch->aq_granted = false;
+		channel_aq_ungrant(ch);
 	ch->aq_wait_pos = false;
 	if (ch->aq_peer_sends) {
 		channel_aq_rx(ch);
@@ -1382,7 +1475,7 @@ static void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 		ch->tx_sent = ch->tx_done = a->pos;
 		ch->peer_placed = a->pos;
 		ch->aq_wait_pos = false;
-		ch->aq_granted = false;
+		channel_aq_ungrant(ch);
 		log_info("channel %u (node %u port %u): the application gave its writes back at %llu; meshd posts them",
 			 ch->id, l->peer->id, ch->peer_port, (unsigned long long)a->pos);
 		break;
@@ -1565,6 +1658,7 @@ static void channel_pump(struct channel *ch)
 	channel_aq_rx(ch);
 	if (!ch->app_gone || ch->app_shut)
 		channel_read_app(ch);
+	channel_aq_take(ch, false);
 	channel_aq_app(ch);
 	channel_aq_renew(ch);
 	/* Bytes published after the peer closed can never go: say so rather than let a sender wait. */
@@ -2172,7 +2266,7 @@ static bool channel_aq_settled(const struct channel *ch)
 	if (ch->aq_done && !ch->aq_granted && !ch->aq_wait_pos && !ch->aq_renew)
 		/* Unless its application moved: its IDLE is relayed by the usual pump. */
 		return atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) == ch->aq_app;
-	return ch->aq_granted && !ch->aq_revoked &&
+	return ch->aq_granted && !ch->aq_untaken && !ch->aq_tell && !ch->aq_revoked &&
 	       atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->app_state, memory_order_relaxed) != MESH_AQ_IDLE;
 }
 
@@ -2552,6 +2646,12 @@ static bool channel_app_moved(const struct channel *ch)
 	const struct mesh_ring_ctrl *k = ch->ctrl;
 	uint64_t rx_cons = atomic_load_explicit(&k->rx_cons, memory_order_relaxed);
 
+	/* A grant offered and not taken: the application took it, or published past it (channel_aq_take). */
+	if (ch->aq_tell ||
+	    (ch->aq_untaken &&
+	     (atomic_load_explicit(&mesh_ring_aq(ch->ctrl)->grant, memory_order_relaxed) != MESH_AQ_APP ||
+	      atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->aq_from)))
+		return true;
 	/* A value that went back passes the step (unsigned): the pump then breaks the channel. */
 	return (!ch->aq_granted && atomic_load_explicit(&k->tx_prod, memory_order_relaxed) != ch->app_tx_prod) ||
 	       (rx_cons != ch->app_rx_cons && rx_cons - ch->credit_sent >= MESH_RING_CREDIT_MIN(ch->size)) ||

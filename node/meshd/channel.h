@@ -153,8 +153,13 @@ struct channel {
 	 * once the application is IDLE. The peer's offers carry its own rounds: the latest is kept
 	 * (aq_pend) until our application's page can take it, and none below aq_peer_next (installed
 	 * already, or stale) is; aq_peer_round is the round installed, whose READY, SENDING and
-	 * REVOKE count. */
+	 * REVOKE count. An application with MESH_AQ_CAP_TAKE (aq_take) takes a grant before it is its
+	 * own: until then the grant is offered only (aq_untaken, from aq_from), and we may withdraw it;
+	 * once taken the peer is to hear SENDING (aq_tell, until it could be sent). */
 	bool aq_offered, aq_peer_ready, aq_granted, aq_revoked, aq_wait_pos, aq_peer_sends, aq_done, aq_renew;
+	bool aq_take, aq_untaken, aq_tell;
+	uint64_t aq_from;
+	uint64_t aq_withdrawn; /* grants withdrawn before they were taken (bytes published meanwhile) */
 	uint8_t aq_app;
 	uint32_t aq_round, aq_peer_round;
 	uint64_t aq_grants; /* times our application was granted the sending half */

@@ -364,9 +364,50 @@ static void aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back(void
 	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
 	aq_progress(&f.c); /* takes the grant from 0 and posts */
 	assert_true(aq_owned(&f.c));
+	assert_int_equal(atomic_load(&mesh_ring_aq(f.c.ctrl)->grant), MESH_AQ_TAKEN);
 	assert_int_equal(fk.nwr, 1 + (RING - 16384 + 65535) / 65536);
 	aq_check_posted(0, RING, RING);
 	assert_int_equal(atomic_load(&f.c.ctrl->tx_prod), RING);
+	aq_fixture_close(&f);
+}
+
+static uint64_t aq_kicks(struct aq_fixture *f)
+{
+	uint64_t n = 0;
+
+	return read(f->c.kick, &n, sizeof(n)) == sizeof(n) ? n : 0;
+}
+
+/* A grant is ours once we turned it to TAKEN (ring.h MESH_AQ_CAP_TAKE), and we say so to meshd; one
+ * that meshd withdrew before we looked (it saw bytes we published past it) is not taken, and
+ * nothing of ours is posted: meshd posts them. Its next grant is taken from its own position. */
+static void aq_grant__withdrawn_before_taken__not_ours_then_the_next_one_is(void **state)
+{
+	struct aq_fixture f;
+	struct mesh_ring_aq *a;
+
+	aq_fixture_open(&f);
+	a = mesh_ring_aq(f.c.ctrl);
+	assert_true(a->caps & MESH_AQ_CAP_TAKE);
+	aq_meshd_grants(&f, 0);
+	atomic_store(&a->grant, MESH_AQ_MESHD); /* withdrawn: we had published without seeing it */
+	(void)aq_kicks(&f);
+	aq_app_writes_unowned(&f, 100);
+	assert_int_equal(fk.nwr, 0);
+	assert_int_equal(atomic_load(&a->grant), MESH_AQ_MESHD);
+	aq_meshd_grants(&f, 100); /* meshd posted them, and grants again */
+	aq_progress(&f.c);
+	assert_true(aq_owned(&f.c));
+	assert_int_equal(atomic_load(&a->grant), MESH_AQ_TAKEN);
+	assert_true(aq_kicks(&f) >= 1); /* meshd tells the peer's now */
+	assert_int_equal(fk.nwr, 0);
+	f.c.tx_prod += 50;
+	aq_progress(&f.c);
+	aq_check_posted(100, 150, 100);
+	/* A revocation replaces TAKEN as it replaced APP. */
+	atomic_store(&a->grant, MESH_AQ_REVOKED);
+	aq_progress(&f.c);
+	assert_false(aq_owned(&f.c));
 	aq_fixture_close(&f);
 }
 
@@ -841,6 +882,7 @@ static const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test(f)
 	T(aq_flush__grant_after_unowned_publish__tx_prod_never_moves_back),
 	T(aq_flush__owned_then_written__each_chain_published_before_its_post),
+	T(aq_grant__withdrawn_before_taken__not_ours_then_the_next_one_is),
 	T(aq_flush__post_fails__half_given_back_with_all_published),
 	T(aq_flush__small_write__inline_bigger_not),
 	T(aq_poll__receives_used__posted_again_sixteen_at_once),

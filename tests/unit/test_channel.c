@@ -112,6 +112,7 @@ struct ct {
 	struct app apps[MAX_APPS];
 	size_t n_apps;
 	int deliver_err; /* armed: the next deliver fails with it (the client is gone) */
+	uint32_t aq_caps;  /* what our application's offers say it takes (aq_on: today's libmesh's) */
 	unsigned watch_add[MAX_IDS], watch_del[MAX_IDS];
 	unsigned moved[MAX_IDS];   /* channel_ops.moved calls */
 	uint32_t moved_from[MAX_IDS];
@@ -3415,6 +3416,7 @@ static void aq_on(struct ct *c)
 {
 	c->t.fx->path_ok = true;
 	strcpy(c->t.cfg.app_send, "on");
+	c->aq_caps = MESH_AQ_CAP_IMM_POS | MESH_AQ_CAP_TAKE;
 }
 
 /* The peer's ChannelAppQp about its application's QP of the given round. */
@@ -3457,9 +3459,19 @@ static void app_aq_say(struct ct *c, struct chan *h, uint32_t state, uint32_t qp
 	q->rx_rkey = 0x77;
 	q->dir_addr = 0x40000;
 	q->dir_rkey = 0x88;
-	q->caps = MESH_AQ_CAP_IMM_POS;
+	q->caps = c->aq_caps;
 	atomic_store_explicit(&q->app_state, state, memory_order_release);
 	app_kick(c, h);
+}
+
+/* Our application takes the grant meshd offered (MESH_AQ_CAP_TAKE), and kicks, as aq.c does. */
+static bool app_take(struct ct *c, struct chan *h)
+{
+	uint32_t v = MESH_AQ_APP;
+	bool took = atomic_compare_exchange_strong(&mesh_ring_aq(h->app->ctrl)->grant, &v, MESH_AQ_TAKEN);
+
+	app_kick(c, h);
+	return took;
 }
 
 static uint32_t sent_aq_state(struct ct *c, size_t from, size_t nth, uint64_t *pos)
@@ -3490,10 +3502,14 @@ static void aq_granted(struct ct *c, struct chan *h)
 	peer_app_qp(c, h, 2, 0);
 	assert_int_equal(sent_aq_state(c, from, 0, NULL), 1);
 	assert_int_equal(sent_aq_state(c, from, 1, NULL), 2);
-	assert_int_equal(sent_aq_state(c, from, 2, &pos), 3);
-	assert_int_equal(pos, h->app->tx_prod);
+	/* Offered: the peer hears once our application took it. */
+	assert_int_equal(sent_aq_state(c, from, 2, NULL), 0);
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
 	assert_int_equal(atomic_load(&q->grant_pos), h->app->tx_prod);
+	assert_true(app_take(c, h));
+	assert_int_equal(sent_aq_state(c, from, 2, &pos), 3);
+	assert_int_equal(pos, h->app->tx_prod);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_TAKEN);
 	complete_sends(c);
 }
 
@@ -3550,8 +3566,9 @@ static void channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_ta
 	from = c->t.fx->n_posts;
 	peer_app_qp(c, h, 2, 0);
 	assert_int_equal(atomic_load(&q->peer_state), MESH_AQ_PEER_READY);
-	assert_int_equal(sent_aq_state(c, from, 0, NULL), 3);
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_true(app_take(c, h));
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 3);
 	complete_sends(c);
 	/* Our application posts: meshd writes nothing of its bytes, yet counts them and takes the
 	 * peer's credit for them. */
@@ -3564,6 +3581,143 @@ static void channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_ta
 	assert_int_equal(chn(c, h)->tx_bytes, 1000);
 	assert_int_equal(ring_tx_cons(h), 1000);
 	assert_string_equal(chn(c, h)->aq_granted ? "app" : "meshd", "app");
+	mt_finish(&c->t);
+}
+
+/* Both applications offered and connected their QPs: meshd offers ours the grant, not taken yet. */
+static void aq_grant_offered(struct ct *c, struct chan *h)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(h->app->ctrl);
+
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_int_equal(atomic_load(&q->grant_pos), h->app->tx_prod);
+	complete_sends(c);
+}
+
+/* The race the grant's compare-and-swap closes (ring.h MESH_AQ_CAP_TAKE): our application published
+ * bytes after meshd stored the grant but looked for it just before, and makes no more calls (a
+ * program that writes and then waits on something else: the Go binding's test of deadlines hung
+ * so). meshd withdraws the grant and posts the bytes itself, then grants again from after them. */
+static void channel_app_send__published_before_the_grant_was_taken__meshd_withdraws_and_posts_them(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	uint64_t pos = 0;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	aq_grant_offered(c, h);
+	from = c->t.fx->n_posts;
+	app_write(h, 100);
+	app_kick(c, h); /* libmesh kicks for bytes it publishes without a grant in sight */
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	assert_int_equal(chn(c, h)->aq_withdrawn, 1);
+	assert_int_equal(chn(c, h)->aq_grants, 0);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 0); /* the peer heard of no grant */
+	assert_int_equal(write_count(c, h, from, false), 1);
+	/* Our application looks only now: the grant is not there to take. */
+	assert_false(app_take(c, h));
+	complete_data(c, h, from);
+	assert_int_equal(chn(c, h)->tx_done, 100);
+	/* Once they completed, the grant comes again, from after them. */
+	from = c->t.fx->n_posts;
+	app_kick(c, h);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_int_equal(atomic_load(&q->grant_pos), 100);
+	assert_true(app_take(c, h));
+	assert_int_equal(sent_aq_state(c, from, 0, &pos), 3);
+	assert_int_equal(pos, 100);
+	assert_int_equal(chn(c, h)->aq_grants, 1);
+	complete_sends(c);
+	/* And it is the application's: meshd posts nothing of what comes now, and counts it. */
+	from = c->t.fx->n_posts;
+	app_write(h, 50);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	peer_credit(c, h, 150);
+	assert_int_equal(chn(c, h)->tx_bytes, 150);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* The application says IDLE (a shutdown, a failed QP) without having taken the grant: nothing of it
+ * went, so no hand-back: meshd posts what it published. */
+static void channel_app_send__idle_before_taking_the_grant__withdrawn_no_hand_back(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	aq_grant_offered(c, h);
+	from = c->t.fx->n_posts;
+	app_write(h, 50);
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 0); /* neither SENDING nor HANDBACK */
+	assert_int_equal(write_count(c, h, from, false), 1);
+	assert_false(chn(c, h)->aq_granted);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* An older libmesh (no MESH_AQ_CAP_TAKE) gets the grant as before: its own at once, the peer told
+ * first. */
+static void channel_app_send__application_without_take__granted_at_once(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	c->aq_caps = MESH_AQ_CAP_IMM_POS;
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	from = c->t.fx->n_posts;
+	peer_app_qp(c, h, 2, 0);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 3);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
+	assert_int_equal(chn(c, h)->aq_grants, 1);
+	complete_sends(c);
+	from = c->t.fx->n_posts;
+	app_write(h, 100);
+	app_kick(c, h);
+	assert_int_equal(write_count(c, h, from, false), 0);
+	assert_int_equal(chn(c, h)->aq_withdrawn, 0);
+	mt_finish(&c->t);
+}
+
+/* Only TAKEN may replace an offered grant: anything else the application writes there breaks its
+ * own channel, named. */
+static void channel_app_send__application_writes_over_the_grant__channel_broken_eproto(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	aq_grant_offered(c, h);
+	atomic_store(&mesh_ring_aq(h->app->ctrl)->grant, 7);
+	app_kick(c, h);
+	expect_broken(c, h, -EPROTO);
 	mt_finish(&c->t);
 }
 
@@ -3810,9 +3964,10 @@ static void channel_app_send__resume_revoked_the_qp__new_round_offered_and_grant
 	from = c->t.fx->n_posts;
 	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN + 1);
 	assert_int_equal(sent_aq_state(c, from, 0, NULL), 2);
-	assert_int_equal(sent_aq_state(c, from, 1, NULL), 3); /* SENDING: granted again */
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
 	assert_int_equal(atomic_load(&q->grant_pos), 3000);
+	assert_true(app_take(c, h));
+	assert_int_equal(sent_aq_state(c, from, 1, NULL), 3); /* SENDING: granted again */
 	assert_int_equal(chn(c, h)->aq_grants, 2);
 	complete_sends(c);
 	/* The peer's application posts its half again too, from its new QP. */
@@ -4928,6 +5083,10 @@ static const struct CMUnitTest tests[] = {
 	T(channel_link_down__open_channel__econnreset_freed_when_app_closes),
 	T(channel_app_send__offer_relayed_and_granted__meshd_posts_none_and_takes_credits),
 	T(channel_app_send__granted__tx_space_ends_at_the_readers_credit),
+	T(channel_app_send__published_before_the_grant_was_taken__meshd_withdraws_and_posts_them),
+	T(channel_app_send__idle_before_taking_the_grant__withdrawn_no_hand_back),
+	T(channel_app_send__application_without_take__granted_at_once),
+	T(channel_app_send__application_writes_over_the_grant__channel_broken_eproto),
 	T(channel_poll__granted_applications_writes__not_a_move),
 	T(channel_app_send__hostile_qp_words__channel_broken_eproto),
 	T(channel_app_send__peer_sends_from_an_unfit_position__channel_broken),
