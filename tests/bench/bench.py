@@ -670,15 +670,22 @@ class Bench:
         # hits both sides of a ratio alike; the table shows medians and per-round ratios.
         for r in range(a.rounds):
             self.round = r
+            # The streams a bandwidth ratio is made of run back to back: the reference (ib_write_bw,
+            # or TCP's C stream on the host) between meshd's stream and the applications' own, so
+            # that a drift of the machine's speed over a round (the VM's figures move by 10% from
+            # one minute to the next) weighs on both sides of each ratio alike.
             self.attempt("meshbench bw 64K", self.meshbench, "meshbench", port, "bw", [65536], *d)
             if rdma:
                 self.attempt("ib_write_bw", self.ib_write_bw, 65536)
+            else:
+                self.attempt("tcp C bw", self.tcp_c, "bw", 65536)
+            self.attempt("meshbench bw 64K, app_send", self.meshbench, "meshbench-app", port_app, "bw", [65536], *d)
+            if rdma:
                 self.attempt("rstream bw", self.rstream, False, "bw", 65536)
             self.attempt("tcp bw", tcp_bw)
             self.attempt("meshbench lat", self.meshbench, "meshbench", port, "lat", [64], "-n", str(a.lat_iters))
             self.attempt("meshbench lat, direct receive off", self.meshbench, "meshbench-direct-off", port_off, "lat",
                          [64], "-n", str(a.lat_iters))
-            self.attempt("meshbench bw 64K, app_send", self.meshbench, "meshbench-app", port_app, "bw", [65536], *d)
             self.attempt("meshbench lat, app_send", self.meshbench, "meshbench-app", port_app, "lat", [64], "-n",
                          str(a.lat_iters))
             if rdma:
@@ -690,9 +697,8 @@ class Bench:
                 self.attempt("rstream lat", self.rstream, False, "lat", 64)
             self.attempt("tcp lat", tcp_lat)
             if not rdma:
-                # TCP itself, not a harness: a C ping-pong sleeping in recv as TCP programs do, the
-                # same with both ends busy-polling (TCP's lowest latency), and a C stream.
-                self.attempt("tcp C bw", self.tcp_c, "bw", 65536)
+                # TCP itself, not a harness: a C ping-pong sleeping in recv as TCP programs do, and
+                # the same with both ends busy-polling (TCP's lowest latency); its C stream is above.
                 self.attempt("tcp C lat", self.tcp_c, "lat", 64)
                 self.attempt("tcp C lat, busy-poll", self.tcp_c, "lat", 64, True)
             # The price of a hop between processes, in the same round: perftest's shape (2 pollers,
