@@ -786,6 +786,11 @@ bool aq_connected(const mesh_channel_t *c)
 	return c->aq && c->aq->connected && !c->aq->qp_err;
 }
 
+bool aq_is_tcp(const mesh_channel_t *c)
+{
+	return c->aq && c->aq->tcp;
+}
+
 int aq_fd(const mesh_channel_t *c)
 {
 	if (!c->aq || !aq_mine(c->aq))

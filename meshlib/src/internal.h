@@ -73,6 +73,7 @@ struct mesh_channel {
 	uint32_t spin_us; /* a blocking call polls this long before it sleeps (ring.h spin_us) */
 	bool spin_env;    /* spin_us came from MESH_SPIN_US: nothing raises it, nothing adapts it */
 	uint32_t wait_us; /* blocking waits' moving average (1/8 per wait), what spinning adapts to */
+	bool answer_due;  /* we sent since a read last returned: its wait waits for an answer (chan_spin) */
 	struct lib_aq *aq; /* our own QP for the sending half (aq.c), NULL when meshd posts it all */
 
 	struct mesh_channel_info info;
@@ -148,6 +149,8 @@ uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons);
 int aq_fd(const mesh_channel_t *c);
 /* Whether our QP is connected: the peer's bytes come without any meshd (a longer spin pays). */
 bool aq_connected(const mesh_channel_t *c);
+/* Whether our own path is a TCP connection (a look at it is a system call anyway). */
+bool aq_is_tcp(const mesh_channel_t *c);
 /* Before sleeping: arms the CQ and returns its completion channel's fd (-1: none to wait on). */
 int aq_wait_fd(mesh_channel_t *c);
 /* After the fd was readable: takes its events. */
