@@ -309,10 +309,10 @@ static void tx_publish(mesh_channel_t *c, uint64_t len)
 	}
 	tx_show(c, c->tx_prod);
 	chan_kick(c);
-	/* meshd may have granted our half meanwhile, from before these bytes, and then counts them
-	 * as ours to send: look once more (chan_kick's fence orders our tx_prod before this look),
-	 * or they would wait for our next call, which a program that writes and then waits on
-	 * something else never makes (the Go binding's test of deadlines hung so). */
+	/* meshd may have offered our half meanwhile, from before these bytes: look once more
+	 * (chan_kick's fence orders our tx_prod before this look) and take it, which sends them now.
+	 * Not looking would lose nothing (meshd, seeing them past the offer, withdraws it and posts
+	 * them: ring.h MESH_AQ_CAP_TAKE), but it would cost a withdrawal and another grant. */
 	if (c->aq)
 		aq_progress_send(c);
 }
