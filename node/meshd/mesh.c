@@ -2123,6 +2123,34 @@ static void link_rails_diag(const struct link *l, uint64_t t)
 		 (unsigned long long)l->ka_word_seen, l->mailbox ? (unsigned long long)link_ka_word(l) : 0ull);
 }
 
+/* How long the dialler's attempt may wait for its QPs. A link that was UP and went DOWN is dialled
+ * again within backoff_initial_ms, often while the cable is still cut (its peer sees the loss later,
+ * and whoever mends it later still): connection requests sent then are lost, and the CM sends them
+ * again only after 4.3 s (cma's response timeout; rdma_cm offers no way to shorten it), long after
+ * the wire is back. In the Soft-RoCE VM the link came UP 4.4 s after the cable was mended, the
+ * rail that was mended last holding the attempt, and a channel waiting to resume was lost for want
+ * of that second (tests/integration/resilience_test.py). So such a re-dial gets
+ * LINK_REDIAL_FIRST_MS for all of its QPs, each failure doubling it up to adm_no_answer_ms, as TCP
+ * doubles its SYN's timeout and a rail's join does here (rail_join_timeout_ms), but never past
+ * LINK_REDIAL_MAX_MS, below the CM's own 4.3 s, unless attempts take longer now (admission's
+ * smoothed time): waiting longer for a request that was lost gains nothing. The next attempt, a
+ * newer epoch, replaces the half-made one at the acceptor. A link's first formation keeps
+ * adm_no_answer_ms: a mesh forming at once answers late, and admission paces it. */
+#define LINK_REDIAL_FIRST_MS 1000
+#define LINK_REDIAL_MAX_MS 4000
+
+static uint64_t link_qps_wait_ms(const struct link *l)
+{
+	const struct mesh *m = l->mesh;
+	uint64_t max = adm_no_answer_ms(m);
+
+	if (!l->ups)
+		return max;
+	max = MIN(max, MAX((uint64_t)LINK_REDIAL_MAX_MS, m->adm.srtt_ms + 4 * m->adm.rttvar_ms));
+	/* failures counts the DOWN itself (link_fail): the first re-dial comes after one. */
+	return doubled(LINK_REDIAL_FIRST_MS, l->failures ? l->failures - 1 : 0, max);
+}
+
 static void link_tick(struct link *l, uint64_t t)
 {
 	struct mesh *m = l->mesh;
@@ -2213,11 +2241,15 @@ static void link_tick(struct link *l, uint64_t t)
 		return;
 	}
 	if (phase_in_handshake(l->phase)) {
+		uint32_t est = link_qps_established(l);
+
 		/* A dial nobody answers (no listener, or an address RDMA cannot reach, where the CM
 		 * would retry for long) is given up after adm_no_answer_ms: twice the resolve timeout,
-		 * or longer while attempts take longer. */
-		if (l->dialer && l->phase == LINK_QPS && link_qps_established(l) == 0 && t - l->attempt_ms > adm_no_answer_ms(m))
-			link_fail(l, -ETIMEDOUT, "no answer from %s:%u over %s within %llu ms", l->peer->addr, l->peer->port,
+		 * or longer while attempts take longer. A re-dial of a link that was UP is given up
+		 * sooner, whenever some of its QPs are missing (link_qps_wait_ms). */
+		if (l->dialer && l->phase == LINK_QPS && (est == 0 || l->ups) && t - l->attempt_ms > link_qps_wait_ms(l))
+			link_fail(l, -ETIMEDOUT, "%s from %s:%u over %s within %llu ms",
+				  est ? "not every QP answered" : "no answer", l->peer->addr, l->peer->port,
 				  link_transport(l), (unsigned long long)(t - l->attempt_ms));
 		else if (t - l->attempt_ms > cfg->handshake_timeout_ms)
 			link_fail(l, -MESH_EHANDSHAKE, "not UP after %llu ms in phase %s",

@@ -501,12 +501,16 @@ def main():
                           f"link {p.state(1)}/{p.state(2)}, sender {tx.poll()}, receiver {rx.poll()}")
                     break
                 time.sleep(max(0.0, down_s - (time.monotonic() - t0)))
+                t_mend = time.monotonic()
                 set_all_rails(p, True)
                 t1 = time.monotonic()
                 if not wait_until(p.up, args.up_timeout, 0.05):
                     check(False, f"outage {k + 1}: the link comes back UP", f"{p.state(1)}/{p.state(2)}")
                     break
                 t_back.append(time.monotonic() - t1)
+                # On the meshd logs' clock (MESH_LOG_TIME): a slow way back reads against their lines.
+                print(f"# outage {k + 1}: cut at [{t0:.3f}], mended [{t_mend:.3f}] to [{t1:.3f}], both ends UP seen "
+                      f"at [{t1 + t_back[-1]:.3f}]: wire back -> link UP {t_back[-1]:.2f} s", flush=True)
                 # The failover figure: from the link UP again to the receiver's meshd placing new bytes.
                 base = (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0)
                 if wait_until(lambda: (p.channels(2, 7500) or [{}])[0].get("rx_bytes", 0) > base, 10, 0.01):

@@ -2121,6 +2121,60 @@ static void mesh_rail__join_unanswered__dropped_after_a_second_then_dialled_agai
 	mt_finish(t);
 }
 
+/* A link that was UP goes DOWN with its cables cut, and its dialler dials again while they are
+ * still cut: the requests of the rail mended last are lost, and the CM would send them again only
+ * after 4.3 s. The attempt is given up after a second though rail 0's QPs answered, the next may take
+ * two, and none more than four (LINK_REDIAL_MAX_MS), however long the resolve timeout makes a
+ * first formation's wait (here 10 s). */
+static void mesh_redial__qps_unanswered__given_up_after_a_second_then_two(void **state)
+{
+	struct mt *t = *state;
+	struct link *l = rails_up(t);
+	size_t nconn;
+	uint64_t t0;
+
+	t->cfg.connect_timeout_ms = 5000;
+	t->cfg.handshake_timeout_ms = 60000;
+	tick_at(t, util_now_ms() + t->cfg.keepalive_timeout_ms + 100);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	nconn = t->fx->n_connects;
+	tick_at(t, l->next_dial_ms);
+	assert_int_equal(t->fx->n_connects, nconn + 2 * QPS);
+	assert_int_equal(l->phase, LINK_QPS);
+	establish_qp(t, l, 0);
+	establish_qp(t, l, 1);
+	t0 = l->attempt_ms;
+	tick_at(t, t0 + 1000);
+	assert_int_equal(l->phase, LINK_QPS);
+	tick_at(t, t0 + 1001);
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_non_null(strstr(l->last_error, "not every QP answered"));
+
+	tick_at(t, l->next_dial_ms);
+	assert_int_equal(l->phase, LINK_QPS);
+	t0 = l->attempt_ms;
+	tick_at(t, t0 + 1001);
+	assert_int_equal(l->phase, LINK_QPS);
+	tick_at(t, t0 + 2001);
+	assert_int_equal(l->phase, LINK_IDLE);
+	assert_non_null(strstr(l->last_error, "no answer"));
+
+	for (int k = 0; k < 3; k++) {
+		tick_at(t, l->next_dial_ms);
+		assert_int_equal(l->phase, LINK_QPS);
+		t0 = l->attempt_ms;
+		tick_at(t, t0 + 3999);
+		assert_int_equal(l->phase, LINK_QPS);
+		tick_at(t, t0 + 4001);
+		assert_int_equal(l->phase, LINK_IDLE);
+	}
+	/* Once a re-dial is answered, the link is UP again and the next DOWN starts from a second. */
+	tick_at(t, l->next_dial_ms);
+	drive_to_up(t, l);
+	assert_int_equal(l->failures, 0);
+	mt_finish(t);
+}
+
 static void send_eof(struct link *l, uint32_t slot)
 {
 	PeerMsg m = PEER_MSG__INIT;
@@ -2468,6 +2522,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_auto__refused_after_up__own_provider_first_then_the_other),
 	T(mesh_rail__rail_lost__link_stays_up_raildown_then_rejoin),
 	T(mesh_rail__join_unanswered__dropped_after_a_second_then_dialled_again),
+	T(mesh_redial__qps_unanswered__given_up_after_a_second_then_two),
 	T(mesh_rail__control_rail_lost__unacked_sent_again_in_order_on_next_rail),
 	T(mesh_rail__peer_sequence__repeat_dropped_gap_and_bad_ack_fail),
 	T(mesh_rail__rail_silent__only_it_fails),
