@@ -32,7 +32,8 @@ static void usage(FILE *out)
 		"\n"
 		"Objects:\n"
 		"  links   (default) one row per configured peer: state, QPs, rails up, epoch, RTT,\n"
-		"          mailbox key (JSON also: the last rail_error, rail_failovers, ctl_rail)\n"
+		"          mailbox key, last error (JSON also: down_error, why it last went DOWN from UP;\n"
+		"          the last rail_error, rail_failovers, ctl_rail)\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
 		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
@@ -180,6 +181,7 @@ static const struct field link_fields[] = {
 	LF("peer_boot_epoch", NULL, 0, F_U64, peer_boot_epoch),
 	LF("tx_msgs", NULL, 0, F_U64, tx_msgs),
 	LF("rx_msgs", NULL, 0, F_U64, rx_msgs),
+	LF("down_error", NULL, 0, F_STR, down_error),
 	LF("last_error", "LAST_ERROR", -1, F_STR, last_error),
 };
 

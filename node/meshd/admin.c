@@ -494,6 +494,7 @@ static void fill_link(struct mesh *m, struct link *l, LinkInfo *li, MailboxInfo 
 	li->ups = l->ups;
 	li->attempts = l->failures;
 	li->last_error = l->last_error;
+	li->down_error = l->down_error;
 	li->peer_boot_epoch = l->peer_boot_epoch;
 	li->tx_msgs = l->tx_msgs;
 	li->rx_msgs = l->rx_msgs;

@@ -332,6 +332,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	if (was_up) {
 		m->link_flaps++;
 		l->down_ms = now_ms();
+		memcpy(l->down_error, l->last_error, sizeof(l->down_error));
 	} else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
 		adm_on_congestion(m, now_ms());
 	link_metrics_failed(&l->metrics, was_up, err);

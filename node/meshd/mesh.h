@@ -180,6 +180,9 @@ struct link {
 	struct link_metrics metrics; /* for Prometheus (metrics.h): downs and failed attempts by reason,
 				      * keepalive misses, channel payload */
 	char last_error[LINK_ERR_MAX];
+	/* Why the link last went DOWN from UP: last_error moves on with every failed re-dial, and an
+	 * operator (or a test) asking later would read why the peer is unreachable now, not why it fell. */
+	char down_error[LINK_ERR_MAX];
 };
 
 struct mesh_graveyard {

@@ -372,7 +372,8 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 		link_sample(b, "rdmamesh_link_bytes_total", &m->links[i], ",direction=\"rx\"", m->links[i].metrics.rx_bytes);
 	}
 	family(b, "rdmamesh_link_chunks_total", "counter",
-	       "Channel chunks (RDMA writes with immediate) over the link, by direction.");
+	       "Channel chunks over the link, by direction: writes meshd posted, or batches of an application's own "
+	       "writes meshd accounted (cluster.app_send).");
 	for (size_t i = 0; i < m->n_links; i++) {
 		link_sample(b, "rdmamesh_link_chunks_total", &m->links[i], ",direction=\"tx\"", m->links[i].metrics.tx_chunks);
 		link_sample(b, "rdmamesh_link_chunks_total", &m->links[i], ",direction=\"rx\"", m->links[i].metrics.rx_chunks);

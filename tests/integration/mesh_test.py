@@ -34,6 +34,10 @@ import time
 passed = failed = 0
 
 
+# How long a test waits for one meshctl: generous, since -L waits for a busy data path.
+CTL_TIMEOUT_S = 60
+
+
 def check(ok, what, detail=""):
     global passed, failed
     if ok:
@@ -129,8 +133,16 @@ class Cluster:
         logf.close()
 
     def ctl(self, i, *what):
-        r = subprocess.run([self.bin("meshctl"), "-j", "-L", "-s", self.nodes[i]["sock"], *what],
-                           capture_output=True, text=True, timeout=10)
+        """meshctl -j -L WHAT on node i, decoded; None when it failed or did not answer. -L waits for
+        the data path, and meshctl waits 5 s for each page: a machine busy with the sanitizer build
+        under emulation took more than 10 s for a listing of many pages. The bound is generous and
+        says what it waited for."""
+        try:
+            r = subprocess.run([self.bin("meshctl"), "-j", "-L", "-s", self.nodes[i]["sock"], *what],
+                               capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"# meshctl {' '.join(what)} on node {i}: no reply within {CTL_TIMEOUT_S} s", flush=True)
+            return None
         if r.returncode != 0:
             return None
         return json.loads(r.stdout)
@@ -338,7 +350,9 @@ def main():
         down = wait_until(lambda: all(c.links(i)[mid]["state"] != "UP" for i in peers_of_mid),
                           args.ka_timeout / 1000 + 10)
         t_ka = time.monotonic() - t1
-        errs = [c.links(i)[mid]["last_error"] for i in peers_of_mid]
+        # down_error: why each link went DOWN. last_error moves on: a peer that dials the frozen node
+        # (a higher id) fails its re-dials with "no answer" while we wait for the slowest peer.
+        errs = [c.links(i)[mid].get("down_error", "") for i in peers_of_mid]
         check(down and all("keepalive" in e for e in errs),
               f"frozen node {mid} (SIGSTOP): its peers take the link DOWN by keepalive timeout ({t_ka:.2f} s, "
               f"timeout {args.ka_timeout} ms)", str(errs))

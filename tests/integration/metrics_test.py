@@ -174,8 +174,10 @@ def main():
         check(grew(after2, before2, tx, 1 << 20), f"node 2: {tx} grew by 1 MiB",
               f"{before2.get(tx)} -> {after2.get(tx)}")
         ck = 'rdmamesh_link_chunks_total{peer="2",direction="rx"}'
-        # 1 MiB in chunks of at most 256 KiB (channel.h, CH_CHUNK_MAX): at least 4
-        check(grew(after1, before1, ck, 4), f"node 1: {ck} grew (1 MiB: at least 4 chunks of at most 256 KiB)",
+        # With cluster.app_send (meshd's default) meshcat posts its own writes and a chunk is a batch
+        # of them that meshd accounted: one or many, as fast as each side ran (a fresh machine
+        # counted one). Only meshd's own chunks have a size bound (256 KiB, channel.h CH_CHUNK_MAX).
+        check(grew(after1, before1, ck, 1), f"node 1: {ck} grew (the 1 MiB came in one chunk or more)",
               f"{before1.get(ck)} -> {after1.get(ck)}")
         for node, (a, b), peer in ((1, (after1, before1), 2), (2, (after2, before2), 1)):
             op = f'rdmamesh_link_channels_opened_total{{peer="{peer}"}}'

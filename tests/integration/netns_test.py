@@ -216,8 +216,9 @@ class Cluster:
         # The control socket is a filesystem path: reachable from the root namespace.
         try:
             r = subprocess.run([self.bin("meshctl"), "-j", "-L", "-s", self.nodes[i]["sock"], *what],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=mesh_test.CTL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            print(f"# meshctl {' '.join(what)} on node {i}: no reply within {mesh_test.CTL_TIMEOUT_S} s", flush=True)
             return None
         if r.returncode != 0:
             return None

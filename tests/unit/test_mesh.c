@@ -2149,6 +2149,7 @@ static void mesh_redial__qps_unanswered__given_up_after_a_second_then_two(void *
 	tick_at(t, t0 + 1001);
 	assert_int_equal(l->phase, LINK_IDLE);
 	assert_non_null(strstr(l->last_error, "not every QP answered"));
+	assert_non_null(strstr(l->down_error, "keepalive")); /* why it went DOWN stays shown */
 
 	tick_at(t, l->next_dial_ms);
 	assert_int_equal(l->phase, LINK_QPS);
