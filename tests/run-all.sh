@@ -7,7 +7,7 @@
 #   3. libFuzzer, 60 s per fuzz target, as many at once as CPUs (tests/fuzz/run.sh, clang build in build-fuzz/);
 #   4. the channel benchmark in the Soft-RoCE VM beside perftest, rsocket and TCP (3 rounds; figures
 #      and ratios printed, never asserted; it fails only when meshbench or meshd fails), two rails
-#      against one (VM), redis and an echo over the preload library against TCP and rsocket's (VM), and link formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
+#      against one (VM), a link's way back after whole-link outages (VM: wire back -> link UP), redis and an echo over the preload library against TCP and rsocket's (VM), and link formation of 16 nodes with and without the cluster key (host, then VM), of 32 and 64 nodes in
 #      the VM against a raw rdma_cm mesh;
 #   5. every build type users pick (Release and Debug, with gcc and clang), warnings as errors;
 #   6. the release build (build/, -Wall -Wextra -Werror): the Go binding's overhead beside meshbench
@@ -89,6 +89,26 @@ if [ "$rails_rc" = 77 ]; then
 	echo "rails benchmark skipped: the VM cannot run here"
 elif [ "$rails_rc" != 0 ]; then
 	echo "rails benchmark FAILED (exit $rails_rc)"
+	exit 1
+fi
+
+# A link's way back after whole-link outages (both cables of two cabled rails cut past the keepalive
+# timeout, then mended) under a paced stream: the time from the wire back to the link UP, and to the
+# channel's bytes moving again (tests/integration/resilience_test.py; printed, never asserted beyond
+# the test's own checks).
+step "benchmark: a link's way back after whole-link outages (Soft-RoCE VM, two cabled rails, 6 outages)"
+back_rc=0
+tests/rdma/vm-test.sh -c "10.78.0.1/24 10.78.0.2/24" -c "10.79.0.1/24 10.79.0.2/24" -- python3 \
+	"$(pwd)/tests/integration/resilience_test.py" --build "$(pwd)/build" --transport rdma --devices "rail0 rail1" \
+	--cabled --addrs1 "10.78.0.1 10.79.0.1" --addrs2 "10.78.0.2 10.79.0.2" --outage link --rail-flaps 0 \
+	--outages 6 --ka-interval 300 --ka-timeout 2000 --resume-timeout 10000 --rate 1000000 >build/way-back.log 2>&1 ||
+	back_rc=$?
+grep -E '^# (outage|wire back|failover)' build/way-back.log || true
+if [ "$back_rc" = 77 ]; then
+	echo "way-back benchmark skipped: the VM cannot run here"
+elif [ "$back_rc" != 0 ]; then
+	cat build/way-back.log
+	echo "way-back benchmark FAILED (exit $back_rc)"
 	exit 1
 fi
 
