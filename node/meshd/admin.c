@@ -92,6 +92,9 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 	a->locks = locks;
 	util_mutex_init_pi(&a->lock);
 	util_mutex_init_pi(&a->snap_lock);
+	util_mutex_init_pi(&a->log_lock);
+	a->client_log.burst = ADMIN_LOG_BURST;
+	a->client_log.interval_ms = ADMIN_LOG_INTERVAL_MS;
 	for (int i = 0; i < ADMIN_CLIENTS_MAX; i++)
 		a->clients[i] = -1;
 	a->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -293,6 +296,24 @@ void admin_close(struct admin *a)
 }
 
 /* Control thread, under a->lock. */
+/* Whether a line a local client caused (a bad request, a refused connect, a full table) may be
+ * written: a member of the group sending bad requests as fast as it could wrote 268,060 lines
+ * (35.6 MB) in 5 s. At most ADMIN_LOG_BURST such lines per ADMIN_LOG_INTERVAL_MS; the next one
+ * allowed is preceded by the count of those left out. meshctl node's ctl_errors counts them all. */
+static bool admin_client_log_ok(struct admin *a)
+{
+	uint64_t dropped = 0;
+	bool ok;
+
+	pthread_mutex_lock(&a->log_lock);
+	ok = log_ratelimit_ok(&a->client_log, util_now_ms(), &dropped);
+	pthread_mutex_unlock(&a->log_lock);
+	if (ok && dropped)
+		log_warn("local clients: %llu lines about their requests were not logged (at most %u in %u s)",
+			 (unsigned long long)dropped, ADMIN_LOG_BURST, ADMIN_LOG_INTERVAL_MS / 1000);
+	return ok;
+}
+
 static void admin_on_listen(struct admin *a)
 {
 	int fd, slot;
@@ -301,7 +322,8 @@ static void admin_on_listen(struct admin *a)
 		for (slot = 0; slot < ADMIN_CLIENTS_MAX && a->clients[slot] >= 0; slot++)
 			;
 		if (slot == ADMIN_CLIENTS_MAX) {
-			log_warn("%d local clients connected: refusing one more", ADMIN_CLIENTS_MAX);
+			if (admin_client_log_ok(a))
+				log_warn("%d local clients connected: refusing one more", ADMIN_CLIENTS_MAX);
 			close(fd);
 			continue;
 		}
@@ -535,7 +557,8 @@ static int admin_reply_error(struct admin *a, int slot, int fd, int status, cons
 {
 	CtlReply r = CTL_REPLY__INIT;
 
-	log_warn("local client pid %d uid %u: bad request: %s", a->client_pid[slot], a->client_uid[slot], why);
+	if (admin_client_log_ok(a))
+		log_warn("local client pid %d uid %u: bad request: %s", a->client_pid[slot], a->client_uid[slot], why);
 	atomic_fetch_add(&a->errors, 1);
 	r.status = status;
 	r.error = (char *)why;
@@ -764,7 +787,8 @@ static void admin_channel_request(struct admin *a, int slot, int fd, const CtlRe
 				      &why);
 	}
 	if (ret) {
-		log_info("local client pid %d uid %u: connect to node %u port %u: %s (%s)", a->client_pid[slot],
+		if (admin_client_log_ok(a))
+			log_info("local client pid %d uid %u: connect to node %u port %u: %s (%s)", a->client_pid[slot],
 			 a->client_uid[slot], req->node, req->port, why ? why : "", mesh_strerror(ret));
 		admin_deliver(a, fd, ret, why, NULL, NULL);
 	}

@@ -19,6 +19,9 @@
 
 #define ADMIN_CLIENTS_MAX 64
 #define ADMIN_PAUSE_MS 100 /* out of descriptors: the listening socket rests this long */
+/* Lines local clients may cause: so many per interval (admin_client_log_ok). */
+#define ADMIN_LOG_BURST 20u
+#define ADMIN_LOG_INTERVAL_MS 10000u
 /* Bytes of metrics text per reply (MetricsPage): a datagram well within the default socket
  * buffers (net.core.wmem_default is 208 KiB). */
 #define ADMIN_METRICS_PAGE 61440u
@@ -118,6 +121,9 @@ struct admin {
 	size_t metrics_len[ADMIN_CLIENTS_MAX];
 	pthread_mutex_t snap_lock;
 	struct admin_snap snap; /* written by the data path only, under snap_lock */
+	/* The lines local clients cause (admin_client_log_ok): both threads write them. */
+	pthread_mutex_t log_lock;
+	struct log_ratelimit client_log;
 };
 
 /* Starts the control thread (signals blocked as in the caller), which warms its pages

@@ -11,7 +11,10 @@ act as other users (setpriv), else it prints 'skip: <reason>' and exits 77.
      a third channel to root's port with EDQUOT, which the opener hears.
   5. meshctl channels shows each channel's owner uid (the opener's, the listener's), meshctl ports
      each listening port's.
-  6. SIGTERM: both meshd exit 0; no error lines or sanitizer reports in their logs.
+  6. A member of the group sending bad requests as fast as meshd answers them (3 s): each is
+     answered and counted (ctl_errors), the log takes at most a few dozen lines about them, and
+     root's meshctl still answers.
+  7. SIGTERM: both meshd exit 0; no error lines or sanitizer reports in their logs.
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
 import argparse
@@ -49,6 +52,19 @@ def try_(name, f):
         out[name] = e.errno
 if mode == "connect-only":
     try_("node", lambda: meshring.channels(sock))
+elif mode == "flood":
+    # Bad requests as fast as meshd answers them, for 3 s: each gets its error reply.
+    import socket, time
+    sent, end = 0, time.monotonic() + 3
+    while time.monotonic() < end:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(sock)
+        for _ in range(200):
+            s.send(b"\xff\xff\xff garbage")
+            s.recv(65536)
+            sent += 1
+        s.close()
+    out["sent"] = sent
 else:
     try_("ch1", lambda: meshring.connect(sock, 2, 7000))
     try_("ch2", lambda: meshring.connect(sock, 2, 7000))
@@ -178,6 +194,19 @@ def main():
             got = e.errno
         check(got == errno.ECONNREFUSED, "root on node 1 may still open channels (refused only by nobody "
               "listening)", os.strerror(got) if got else "opened")
+
+        # A group member floods the control socket with bad requests.
+        errs0, lines0 = (ctl(1, "node") or {}).get("ctl_errors", 0), len(log(1).splitlines())
+        out = as_user(str(USERS_GID), "flood")
+        sent = out.get("sent", 0)
+        errs1 = (ctl(1, "node") or {}).get("ctl_errors", 0)
+        more = len(log(1).splitlines()) - lines0
+        check(sent >= 1000 and errs1 - errs0 >= sent,
+              f"a group member's {sent} bad requests in 3 s: each answered with an error and counted "
+              f"(ctl_errors +{errs1 - errs0})", str(out))
+        check(more <= 60, f"... and the log took {more} lines for them (at most 20 per 10 s, then a count)",
+              "\n".join(log(1).splitlines()[lines0:lines0 + 5]))
+        check(ctl(1, "node") is not None, "root's meshctl node still answers")
 
         for p in clients:
             p.stdin.close()
