@@ -87,6 +87,10 @@ int ctl_send(int fd, const CtlRequest *req)
 	do
 		n = send(fd, buf, len, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
+	/* meshd may have answered before we asked and hung up: a connection it has no room for gets
+	 * the reason (-EUSERS: admin.c, admin_refuse) as its only datagram. The caller's read finds it. */
+	if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+		return 0;
 	if (n < 0)
 		return errno == EAGAIN ? -ETIMEDOUT : -errno;
 	return n == (ssize_t)len ? 0 : -EPROTO;

@@ -545,7 +545,8 @@ static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **
 	int ret;
 
 	qlen = ctl_request__pack(req, qbuf);
-	if (send(fd, qbuf, qlen, MSG_NOSIGNAL) != (ssize_t)qlen) {
+	/* (meshd may have refused us before we asked, and hung up: its reason is the reply below.) */
+	if (send(fd, qbuf, qlen, MSG_NOSIGNAL) != (ssize_t)qlen && errno != EPIPE && errno != ECONNRESET) {
 		ret = -errno;
 		fprintf(stderr, "meshctl: send to %s: %s\n", path, strerror(errno));
 		return ret;

@@ -314,37 +314,77 @@ static bool admin_client_log_ok(struct admin *a)
 	return ok;
 }
 
+/* A free slot of the client table for a connection of uid, or -1 with why it may not have one
+ * (ADMIN_CLIENTS_ROOT, ADMIN_CLIENTS_PER_UID). */
+static int admin_slot_for(struct admin *a, uint32_t uid, char *why, size_t len)
+{
+	bool privileged = uid == 0 || uid == (uint32_t)geteuid();
+	uint32_t used = 0, mine = 0;
+	int slot = -1;
+
+	for (int s = 0; s < ADMIN_CLIENTS_MAX; s++) {
+		if (a->clients[s] < 0) {
+			slot = slot < 0 ? s : slot;
+			continue;
+		}
+		used++;
+		mine += a->client_uid[s] == uid;
+	}
+	if (slot < 0)
+		snprintf(why, len, "all %d of meshd's control connections are taken", ADMIN_CLIENTS_MAX);
+	else if (!privileged && used >= ADMIN_CLIENTS_MAX - ADMIN_CLIENTS_ROOT)
+		snprintf(why, len, "%u control connections are open; the last %d are kept for root", used,
+			 ADMIN_CLIENTS_ROOT);
+	else if (!privileged && mine >= ADMIN_CLIENTS_PER_UID)
+		snprintf(why, len, "uid %u holds %u control connections, the most one user may", uid, mine);
+	else
+		return slot;
+	return -1;
+}
+
+static int admin_send_reply(int fd, const CtlReply *r);
+
+/* Tells a client it has no slot (its first read gets the error, as an answer to its request) and
+ * closes it. */
+static void admin_refuse(struct admin *a, int fd, const struct ucred *cred, const char *why)
+{
+	CtlReply r = CTL_REPLY__INIT;
+
+	if (admin_client_log_ok(a))
+		log_warn("local client pid %d uid %u: refused: %s", cred->pid, cred->uid, why);
+	r.status = -EUSERS;
+	r.error = (char *)why;
+	admin_send_reply(fd, &r);
+	close(fd);
+}
+
 static void admin_on_listen(struct admin *a)
 {
 	int fd, slot;
 
 	while ((fd = accept4(a->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-		for (slot = 0; slot < ADMIN_CLIENTS_MAX && a->clients[slot] >= 0; slot++)
-			;
-		if (slot == ADMIN_CLIENTS_MAX) {
-			if (admin_client_log_ok(a))
-				log_warn("%d local clients connected: refusing one more", ADMIN_CLIENTS_MAX);
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		char why[128];
+
+		/* The kernel's word, not the client's: ports, channels and quotas belong to this uid. */
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl)) {
+			log_warn("local client: SO_PEERCRED: %m; refusing it");
 			close(fd);
 			continue;
 		}
-		{
-			struct ucred cred;
-			socklen_t cl = sizeof(cred);
-
-			/* The kernel's word, not the client's: ports, channels and quotas belong to this uid. */
-			if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl)) {
-				log_warn("local client: SO_PEERCRED: %m; refusing it");
-				close(fd);
-				continue;
-			}
-			a->client_uid[slot] = cred.uid;
-			a->client_pid[slot] = cred.pid;
+		slot = admin_slot_for(a, cred.uid, why, sizeof(why));
+		if (slot < 0) {
+			admin_refuse(a, fd, &cred, why);
+			continue;
 		}
 		if (admin_watch_fd(a->ctl_epfd, fd, ADMIN_TAG(ADMIN_EV_CLIENT))) {
 			log_error("epoll_ctl: %m");
 			close(fd);
 			continue;
 		}
+		a->client_uid[slot] = cred.uid; /* (the caller holds a->lock) */
+		a->client_pid[slot] = cred.pid;
 		a->clients[slot] = fd;
 	}
 	if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {

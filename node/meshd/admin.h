@@ -17,7 +17,12 @@
 #include "mesh.h"
 #include "metrics.h"
 
-#define ADMIN_CLIENTS_MAX 64
+/* Control connections: so many in all, of which ADMIN_CLIENTS_ROOT only root (or meshd's own user)
+ * may take, and at most ADMIN_CLIENTS_PER_UID held by any other one uid (admin_slot_for): one
+ * member of the group holding 64 connections locked root's meshctl and channels out. */
+#define ADMIN_CLIENTS_MAX 256
+#define ADMIN_CLIENTS_ROOT 16
+#define ADMIN_CLIENTS_PER_UID 64
 #define ADMIN_PAUSE_MS 100 /* out of descriptors: the listening socket rests this long */
 /* Lines local clients may cause: so many per interval (admin_client_log_ok). */
 #define ADMIN_LOG_BURST 20u

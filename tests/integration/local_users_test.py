@@ -13,7 +13,8 @@ act as other users (setpriv), else it prints 'skip: <reason>' and exits 77.
      each listening port's.
   6. A member of the group sending bad requests as fast as meshd answers them (3 s): each is
      answered and counted (ctl_errors), the log takes at most a few dozen lines about them, and
-     root's meshctl still answers.
+     root's meshctl still answers. The same user opening 200 control connections holds 64 (the
+     rest get EUSERS with the reason), and root's meshctl and channel requests are served.
   7. SIGTERM: both meshd exit 0; no error lines or sanitizer reports in their logs.
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
@@ -65,6 +66,25 @@ elif mode == "flood":
             sent += 1
         s.close()
     out["sent"] = sent
+elif mode == "hold":
+    # 200 control connections held open: meshd takes what the per-uid cap allows and answers the
+    # rest with its reason (-EUSERS) before it closes them.
+    import errno, select, socket, time
+    held = []
+    for _ in range(200):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(sock)
+        held.append(s)
+    time.sleep(1)
+    refused, why = 0, ""
+    for s in held:
+        if select.select([s], [], [], 0)[0]:
+            d = s.recv(65536)
+            r = meshring.Reply(d, []) if d else None
+            if r and -r.status == errno.EUSERS:
+                refused, why = refused + 1, r.error
+    out.update(held=len(held) - refused, refused=refused, why=why)
+    keep.extend(held)
 else:
     try_("ch1", lambda: meshring.connect(sock, 2, 7000))
     try_("ch2", lambda: meshring.connect(sock, 2, 7000))
@@ -207,6 +227,24 @@ def main():
         check(more <= 60, f"... and the log took {more} lines for them (at most 20 per 10 s, then a count)",
               "\n".join(log(1).splitlines()[lines0:lines0 + 5]))
         check(ctl(1, "node") is not None, "root's meshctl node still answers")
+
+        # A group member holds 200 control connections: it gets at most 64 (its listener on port
+        # 7002 holds one already), root still gets in.
+        hold = as_user(str(USERS_GID), "hold")
+        check(hold.get("held") == 63 and hold.get("refused") == 137 and "the most one user may" in hold.get("why", ""),
+              "a group member opening 200 more control connections holds 64 in all; the rest are told why "
+              "(EUSERS)", str(hold))
+        t0 = time.monotonic()
+        node = ctl(1, "node")
+        dt = time.monotonic() - t0
+        check(node is not None and dt < 10, f"... root's meshctl node answers meanwhile ({dt:.2f} s)")
+        try:
+            meshring.connect(socks[1], 2, 7001 + 1001).close()
+            got = 0
+        except OSError as e:
+            got = e.errno
+        check(got == errno.ECONNREFUSED, "... and root's channel request is served (refused only by nobody "
+              "listening on node 2)", os.strerror(got) if got else "opened")
 
         for p in clients:
             p.stdin.close()
