@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -899,6 +900,40 @@ static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct
 	return ret;
 }
 
+/* meshd holds descriptors for every channel (the ring's memfd, the application's lifeline, kick
+ * and wake), every QP or tcp connection and every control client. systemd's soft default of 1024
+ * ran out at 332 channels of one user: then nobody got in, not root's meshctl, not a peer
+ * rejoining ("Too many open files"). The soft limit goes up to the hard one at start, as systemd's
+ * own daemons do (the unit raises the hard one: LimitNOFILE=), never past the kernel's nr_open. */
+#define FD_LIMIT_CAP (1u << 20)
+#define FD_LIMIT_WANT 65536u
+
+static void fd_limit_raise(void)
+{
+	struct rlimit rl;
+	rlim_t was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl)) {
+		log_warn("getrlimit(RLIMIT_NOFILE): %m");
+		return;
+	}
+	was = rl.rlim_cur;
+	if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < FD_LIMIT_CAP) {
+		rl.rlim_cur = rl.rlim_max < FD_LIMIT_CAP ? rl.rlim_max : FD_LIMIT_CAP;
+		while (setrlimit(RLIMIT_NOFILE, &rl) && errno == EPERM && rl.rlim_cur > was * 2)
+			rl.rlim_cur /= 2; /* above fs.nr_open */
+		if (getrlimit(RLIMIT_NOFILE, &rl))
+			rl.rlim_cur = was;
+	}
+	if (rl.rlim_cur < FD_LIMIT_WANT)
+		log_warn("descriptors: at most %llu (RLIMIT_NOFILE; the hard limit is %llu): each channel takes four and "
+			 "each QP or connection one; raise it (systemd: LimitNOFILE=, the unit sets %u)",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, FD_LIMIT_WANT);
+	else if (rl.rlim_cur != was)
+		log_info("descriptors: at most %llu (RLIMIT_NOFILE raised from %llu)", (unsigned long long)rl.rlim_cur,
+			 (unsigned long long)was);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -998,6 +1033,7 @@ int main(int argc, char **argv)
 		config_free(&d.cfg);
 		return 1;
 	}
+	fd_limit_raise();
 	if (!keys.n)
 		log_warn("no cluster.key_file: any host that reaches %s port %u can join cluster \"%s\" as any node "
 			 "(`meshctl keygen` makes a key)",
