@@ -1735,16 +1735,23 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
 	return 0;
 }
 
-/* Whether uid may hold one more channel of ring_size: a local user cannot take every slot or pin
- * unbounded memory through meshd. Channels still closing count: their memory is still pinned. */
-static int channel_quota(struct mesh *m, uint32_t uid, uint64_t ring_size, const char **why)
+/* Whether uid may hold one more channel of ring_size on link l: a local user cannot take every
+ * slot or pin unbounded memory through meshd. Channels still closing count: their memory is still
+ * pinned. Inside one link a user other than root holds at most half of what a peer takes from one
+ * node (max_channels_per_link, max_ring_mib_per_link, which the peers share): one user took all
+ * 1024 channels of a link in 1.3 s, and root's next was refused by the peer. */
+static int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uint64_t ring_size, const char **why)
 {
-	uint64_t n = 0, bytes = 2 * ring_size;
+	uint64_t n = 0, bytes = 2 * ring_size, n_link = 0, bytes_link = 2 * ring_size;
 
 	for (const struct channel *ch = m->channels; ch; ch = ch->next)
 		if (ch->owner_uid == uid) {
 			n++;
 			bytes += 2 * ch->size;
+			if (ch->link == l) {
+				n_link++;
+				bytes_link += 2 * ch->size;
+			}
 		}
 	if (n >= m->cfg->max_channels_per_uid) {
 		*why = "the user holds cluster.max_channels_per_uid channels already";
@@ -1752,6 +1759,16 @@ static int channel_quota(struct mesh *m, uint32_t uid, uint64_t ring_size, const
 	}
 	if (bytes > m->cfg->max_ring_bytes_per_uid) {
 		*why = "the user's rings would exceed cluster.max_ring_bytes_per_uid";
+		return -EDQUOT;
+	}
+	if (uid && n_link >= MAX(m->cfg->max_channels_per_link / 2, 1u)) {
+		*why = "the user holds half of cluster.max_channels_per_link channels with that node already (the rest "
+		       "are kept for other users)";
+		return -EDQUOT;
+	}
+	if (uid && bytes_link > ((uint64_t)m->cfg->max_ring_mib_per_link << 20) / 2) {
+		*why = "the user's rings with that node would exceed half of cluster.max_ring_mib_per_link (the rest "
+		       "are kept for other users)";
 		return -EDQUOT;
 	}
 	return 0;
@@ -1814,7 +1831,7 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		*why = "the NUMA hint names no online node of this machine (meshctl node lists them)";
 		return -EINVAL;
 	}
-	ret = channel_quota(m, uid, ring_size, why);
+	ret = channel_quota(m, l, uid, ring_size, why);
 	if (ret)
 		return ret;
 	ch = channel_new(l, ring_size, qps, rail, numa_node, why, &ret);
@@ -1975,7 +1992,7 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 			return;
 		}
 	}
-	ret = channel_quota(m, li->uid, o->ring_size, &why);
+	ret = channel_quota(m, l, li->uid, o->ring_size, &why);
 	if (ret) {
 		log_warn("node %u opened a channel to port %u: %s (uid %u); refusing it", l->peer->id, o->dst_port, why,
 			 li->uid);

@@ -75,10 +75,12 @@ static const struct config_key config_keys[] = {
 	KEY_UINT(mailbox_size, "4096", MESH_MAILBOX_CFG_MIN, 1u << 20,
 		 "bytes of the registered per-link mailbox the peer may write and read"),
 	KEY_UINT(max_channels_per_link, "1024", 1, MESH_CHANNEL_SLOTS,
-		 "channels a peer may have opened to this node at once; one more is refused (ChannelReject -EBUSY)"),
+		 "channels a peer may have opened to this node at once; one more is refused (ChannelReject -EBUSY); "
+		 "one local user other than root may hold at most half of it with one peer (-EDQUOT)"),
 	KEY_UINT(max_ring_mib_per_link, "4096", 1, 1u << 20,
 		 "MiB of ring memory (both directions, pinned) the channels a peer opened may take at once; a "
-		 "channel beyond it is refused (ChannelReject -EBUSY)"),
+		 "channel beyond it is refused (ChannelReject -EBUSY); one local user other than root may hold at "
+		 "most half of it with one peer (-EDQUOT)"),
 	KEY_UINT(max_channels_per_uid, "4096", 1, 1u << 20,
 		 "channels one local user (uid) may hold at once, opened or accepted; one more is refused "
 		 "(-EDQUOT)"),

@@ -1553,6 +1553,32 @@ static void channel_connect__beyond_the_users_quota__edquot(void **state)
 	mt_finish(&c->t);
 }
 
+/* Inside one link a user other than root holds at most half of what the peer takes from this node
+ * (max_channels_per_link, max_ring_mib_per_link): the rest stay for other users and root. */
+static void channel_connect__half_of_the_links_share__edquot_others_still_open(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+
+	ct_init(c, 2);
+	c->t.cfg.max_channels_per_link = 4;
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), -EDQUOT);
+	assert_non_null(strstr(why, "half of cluster.max_channels_per_link"));
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, BOB, &why), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ROOT, &why), 0);
+
+	/* Bytes: half of 1 MiB is 512 KiB; Bob's 4 KiB ring and a 256 KiB one (both directions) pass it. */
+	c->t.cfg.max_channels_per_link = 100;
+	c->t.cfg.max_ring_mib_per_link = 1;
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, 256u << 10, 2, -1, -1, -1, CLIENT_FD, BOB, &why), -EDQUOT);
+	assert_non_null(strstr(why, "half of cluster.max_ring_mib_per_link"));
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, 128u << 10, 2, -1, -1, -1, CLIENT_FD, BOB, &why), 0);
+	mt_finish(&c->t);
+}
+
 /* Channels accepted on a port are its listener's: they count against that user's quota, and the
  * peer's connect hears -EDQUOT. */
 static void channel_on_message__open_beyond_the_listeners_quota__rejected_edquot(void **state)
@@ -5020,6 +5046,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_listen__port_below_1024_not_root__eacces),
 	T(channel_listen__port_held_by_another_user__eaddrinuse_naming_it),
 	T(channel_connect__beyond_the_users_quota__edquot),
+	T(channel_connect__half_of_the_links_share__edquot_others_still_open),
 	T(channel_on_message__open_beyond_the_listeners_quota__rejected_edquot),
 	T(channel_on_message__open_with_more_qps_than_link__rejected_einval),
 	T(channel_on_message__open_beyond_the_peers_share__rejected_ebusy),
