@@ -172,6 +172,10 @@ struct tcp_xport {
 	char listen_addr[XPORT_ADDR_MAX];
 	bool timer_on;
 	struct tcp_conn *conns;
+	/* Connections that ended before their CONNECT: off conns at once, freed at the end of the poll
+	 * that ended them (an event of that poll's epoll batch may still name one). Nobody else knows
+	 * them, so nothing else waits for them. */
+	struct tcp_conn *dead;
 	struct tcp_mr *mrs;
 	/* event queue (ring) */
 	struct xport_event *q;
@@ -336,6 +340,19 @@ static struct tcp_conn *tcp_conn_new(struct tcp_xport *tx, int fd)
 	return c;
 }
 
+static void tcp_conn_unlink(struct tcp_conn *c)
+{
+	struct tcp_xport *tx = c->tx;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		tx->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+}
+
 static void tcp_conn_close_fd(struct tcp_conn *c)
 {
 	if (c->fd < 0)
@@ -388,11 +405,16 @@ static void tcp_conn_fail(struct tcp_conn *c, enum xport_ev_type type, int statu
 
 	if (c->state == TC_CLOSED)
 		return;
-	/* A passive connection nobody was told about yet disappears silently. */
+	/* A passive connection nobody was told about yet disappears silently, and at once: a stranger
+	 * that connects and closes in a loop must not leave a connection behind each time. */
 	if (c->state == TC_WAIT_REQUEST) {
 		log_debug("tcp connection from %s dropped: %s", c->base.peer_addr, why);
 		c->state = TC_CLOSED;
+		c->deadline_ms = 0;
 		tcp_conn_close_fd(c);
+		tcp_conn_unlink(c);
+		c->next = c->tx->dead;
+		c->tx->dead = c;
 		return;
 	}
 	c->state = TC_CLOSED;
@@ -1036,6 +1058,13 @@ static void tcp_conn_writable(struct tcp_conn *c)
 
 /* ---- ops ---- */
 
+static void tcp_conn_free(struct tcp_conn *c)
+{
+	free(c->in);
+	free(c->recvs);
+	free(c);
+}
+
 static void tcp_conn_destroy(xport_conn_t *xc)
 {
 	struct tcp_conn *c = to_tc(xc);
@@ -1075,16 +1104,21 @@ static void tcp_conn_destroy(xport_conn_t *xc)
 		c->unacked_head = u->next;
 		free(u);
 	}
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		tx->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	free(c->in);
-	free(c->recvs);
-	free(c);
+	tcp_conn_unlink(c);
+	tcp_conn_free(c);
 	tcp_timer_update(tx);
+}
+
+/* Frees the connections that ended before their CONNECT (tcp_conn_fail): nothing was queued or
+ * posted on them, and no event names them. */
+static void tcp_reap(struct tcp_xport *tx)
+{
+	while (tx->dead) {
+		struct tcp_conn *c = tx->dead;
+
+		tx->dead = c->next;
+		tcp_conn_free(c);
+	}
 }
 
 static void tcp_destroy(xport_t *x)
@@ -1093,6 +1127,7 @@ static void tcp_destroy(xport_t *x)
 
 	while (tx->conns)
 		tcp_conn_destroy(&tx->conns->base);
+	tcp_reap(tx);
 	while (tx->mrs) {
 		struct tcp_mr *m = tx->mrs;
 
@@ -1579,7 +1614,8 @@ static void tcp_check_deadlines(struct tcp_xport *tx)
 			log_error("tcp listener on %s: cannot watch it again: %m", tx->listen_addr);
 	}
 
-	for (struct tcp_conn *c = tx->conns; c; c = c->next) {
+	for (struct tcp_conn *c = tx->conns, *next; c; c = next) {
+		next = c->next; /* failing c may take it off the list */
 		if (!c->deadline_ms || now < c->deadline_ms)
 			continue;
 		c->deadline_ms = 0;
@@ -1606,7 +1642,8 @@ static int tcp_poll(xport_t *x, struct xport_event *evs, int max)
 
 	/* Readiness is turned into queued events only while the queue is short: bounded memory. */
 	if (tx->q_len < (size_t)max) {
-		for (struct tcp_conn *c = tx->conns; c; c = c->next) {
+		for (struct tcp_conn *c = tx->conns, *next; c; c = next) {
+			next = c->next; /* failing c may take it off the list */
 			if (c->kicked) {
 				c->kicked = false;
 				tcp_conn_process(c);
@@ -1650,6 +1687,7 @@ static int tcp_poll(xport_t *x, struct xport_event *evs, int max)
 	/* Events left over keep the eventfd readable so the owner comes back. */
 	if (tx->q_len)
 		tcp_wake(tx);
+	tcp_reap(tx);
 	return out;
 }
 
