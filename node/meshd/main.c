@@ -206,8 +206,45 @@ static bool drain_xport_n(struct daemon *d, xport_t *x, bool all, int *got)
 	return true;
 }
 
+/* Every address of every other node, for the providers (xport_attr.node_addrs): pointers into
+ * d->cfg; *n set. NULL when out of memory. */
+static const char **node_addrs_list(const struct daemon *d, const struct config_node *self, uint32_t *n)
+{
+	const char **a = calloc(d->cfg.n_nodes * CONFIG_RAILS_MAX, sizeof(*a));
+
+	*n = 0;
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < d->cfg.n_nodes; i++) {
+		const struct config_node *nd = &d->cfg.nodes[i];
+
+		if (nd == self)
+			continue;
+		for (uint32_t r = 0; r < MAX(1u, nd->n_rails); r++)
+			a[(*n)++] = mesh_node_addr(nd, r);
+	}
+	return a;
+}
+
+/* One provider instance, told the other nodes' addresses (they are copied by create). */
+static int xports_create_one(struct daemon *d, const struct config_node *self, const struct xport_ops *ops,
+			     struct xport_attr *xa)
+{
+	const char **addrs = node_addrs_list(d, self, &xa->n_node_addrs);
+	int ret;
+
+	if (!addrs)
+		return -ENOMEM;
+	xa->node_addrs = addrs;
+	ret = xport_create(ops, xa, &d->xports[d->n_xports]);
+	xa->node_addrs = NULL;
+	xa->n_node_addrs = 0;
+	free(addrs);
+	return ret;
+}
+
 /* The providers of cluster.transport for this node's addresses, in order of preference: an
- * instance of each on every rail (address) of the node. */
+ * instance of each on every rail (address) of the node. Each knows the other nodes' addresses. */
 static int xports_open(struct daemon *d, const struct config_node *self)
 {
 	const struct xport_ops *want[MESH_XPORTS_MAX];
@@ -244,7 +281,7 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 		const struct xport_ops *ops = want[i / rails];
 		const char *addr = mesh_node_addr(self, (uint32_t)(i % rails));
 
-		ret = xport_create(ops, &xa, &d->xports[d->n_xports]);
+		ret = xports_create_one(d, self, ops, &xa);
 		if (ret) {
 			log_error("cannot start the %s transport: %s", ops->name, mesh_strerror(ret));
 			return ret;

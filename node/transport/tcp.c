@@ -53,7 +53,9 @@ _Static_assert(TCP_FRAME_PDATA_MAX == XPORT_CONNECT_PDATA_MAX && TCP_FRAME_ACCEP
 	       "tcp frames and the transport disagree on private data sizes");
 /* Connections that have not said who they are yet (no CONNECT): in all, and from one address. A
  * real node's QPs pass this state in microseconds; a stranger holding sockets open is capped
- * (sshd's MaxStartups is the same idea) and dropped at connect_timeout_ms. */
+ * (sshd's MaxStartups is the same idea) and dropped at connect_timeout_ms. Strangers may fill the
+ * cap but cannot keep a node out: a newcomer from a node's address takes the oldest stranger's
+ * place (tcp_too_many_pending). */
 #define TCP_PENDING_MAX 256u
 #define TCP_PENDING_PER_SOURCE 64u
 /* READ responses queued for the socket: beyond this the requester's further input waits until
@@ -126,6 +128,7 @@ struct tcp_conn {
 	bool kicked;          /* buffered input to process in the next poll */
 	bool placing;         /* receiving the payload of `place` straight into its region */
 	bool read_small;      /* the last frame was a large WRITE: read TCP_PLACE_READ at a time */
+	bool from_node;       /* passive: it comes from one of attr.node_addrs */
 	struct tcp_frame place;
 	uint32_t place_done;
 	/* input */
@@ -168,6 +171,9 @@ struct tcp_xport {
 	uint64_t accept_paused_until;
 	uint64_t accept_pauses; /* logged on the first and every 100th */
 	uint64_t pending_refused; /* connections closed at once: too many not past CONNECT */
+	uint64_t pending_evicted; /* strangers' connections closed to make room for a node's */
+	uint8_t (*node_addrs)[16]; /* attr.node_addrs, as util_addr_bytes gives them */
+	uint32_t n_node_addrs;
 	struct log_ratelimit pending_log;
 	char listen_addr[XPORT_ADDR_MAX];
 	bool timer_on;
@@ -1140,7 +1146,27 @@ static void tcp_destroy(xport_t *x)
 	close(tx->evfd);
 	close(tx->epfd);
 	free(tx->q);
+	free(tx->node_addrs);
 	free(tx);
+}
+
+/* The other nodes' addresses, kept as 16 bytes each: compared with every newcomer's. */
+static int tcp_node_addrs_copy(struct tcp_xport *tx, const struct xport_attr *attr)
+{
+	if (!attr->n_node_addrs)
+		return 0;
+	tx->node_addrs = calloc(attr->n_node_addrs, sizeof(*tx->node_addrs));
+	if (!tx->node_addrs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < attr->n_node_addrs; i++) {
+		if (util_addr_bytes(attr->node_addrs[i], tx->node_addrs[tx->n_node_addrs])) {
+			log_warn("tcp: node address %s is not numeric: it gets no room among strangers",
+				 attr->node_addrs[i]);
+			continue;
+		}
+		tx->n_node_addrs++;
+	}
+	return 0;
 }
 
 static int tcp_create(const struct xport_attr *attr, xport_t **out)
@@ -1153,6 +1179,11 @@ static int tcp_create(const struct xport_attr *attr, xport_t **out)
 		return -ENOMEM;
 	tx->base.ops = &xport_tcp_ops;
 	tx->attr = *attr;
+	tx->attr.node_addrs = NULL; /* the caller's; ours are in tx->node_addrs */
+	tx->attr.n_node_addrs = 0;
+	ret = tcp_node_addrs_copy(tx, attr);
+	if (ret)
+		goto err_free;
 	tx->pending_log.burst = 10;
 	tx->pending_log.interval_ms = 10000;
 	tx->lfd = tx->evfd = tx->tfd = -1;
@@ -1160,7 +1191,7 @@ static int tcp_create(const struct xport_attr *attr, xport_t **out)
 	if (tx->epfd < 0) {
 		ret = -errno;
 		log_error("epoll_create1: %m");
-		goto err_free;
+		goto err_free_addrs;
 	}
 	tx->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (tx->evfd < 0) {
@@ -1192,6 +1223,8 @@ err_close_evfd:
 	close(tx->evfd);
 err_close_epfd:
 	close(tx->epfd);
+err_free_addrs:
+	free(tx->node_addrs);
 err_free:
 	free(tx);
 	return ret;
@@ -1267,22 +1300,57 @@ static void peer_str(const struct sockaddr_storage *ss, char *buf, size_t len)
 	snprintf(buf, len, "%s:%u", host, port);
 }
 
-/* Whether a new connection from ss must be closed at once: TCP_PENDING_MAX connections in all, or
- * TCP_PENDING_PER_SOURCE from its address, have not sent their CONNECT yet. Says so, rate-limited. */
-static bool tcp_too_many_pending(struct tcp_xport *tx, const struct sockaddr_storage *ss)
+/* Whether ss is one of the other nodes' addresses (attr.node_addrs). */
+static bool tcp_from_node(const struct tcp_xport *tx, const struct sockaddr_storage *ss)
+{
+	uint8_t a[16] = {0};
+
+	if (ss->ss_family == AF_INET) {
+		a[10] = a[11] = 0xff; /* IPv4-mapped, as util_addr_bytes */
+		memcpy(a + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	} else if (ss->ss_family == AF_INET6) {
+		memcpy(a, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+	} else {
+		return false;
+	}
+	for (uint32_t i = 0; i < tx->n_node_addrs; i++)
+		if (!memcmp(a, tx->node_addrs[i], 16))
+			return true;
+	return false;
+}
+
+/* Whether a new connection from ss (from a node's address: node) must be closed at once: its
+ * address holds TCP_PENDING_PER_SOURCE connections that have not sent their CONNECT yet, or
+ * TCP_PENDING_MAX do in all. Strangers holding the cap (for connect_timeout_ms, re-opened as they
+ * are dropped, at no cost to them) would keep a real node out: a node's newcomer closes the oldest
+ * stranger's connection instead and comes in. Says so, rate-limited. */
+static bool tcp_too_many_pending(struct tcp_xport *tx, const struct sockaddr_storage *ss, bool node)
 {
 	char src[INET6_ADDRSTRLEN];
 	uint32_t total = 0, same = 0;
+	struct tcp_conn *oldest = NULL;
 	uint64_t dropped;
 
 	peer_host(ss, src, sizeof(src));
-	for (const struct tcp_conn *c = tx->conns; c; c = c->next)
+	for (struct tcp_conn *c = tx->conns; c; c = c->next)
 		if (c->state == TC_WAIT_REQUEST) {
 			total++;
 			same += util_addr_same_host(c->base.peer_addr, src);
+			if (!c->from_node && (!oldest || c->deadline_ms < oldest->deadline_ms))
+				oldest = c;
 		}
-	if (total < TCP_PENDING_MAX && same < TCP_PENDING_PER_SOURCE)
+	if (same < TCP_PENDING_PER_SOURCE && total < TCP_PENDING_MAX)
 		return false;
+	if (same < TCP_PENDING_PER_SOURCE && node && oldest) {
+		tx->pending_evicted++;
+		if (log_ratelimit_ok(&tx->pending_log, util_now_ms(), &dropped))
+			log_warn("tcp %s: %u connections have not said who they are yet, at most %u: closing the "
+				 "oldest, %s's, for one from %s, a node's address; %llu closed so far",
+				 tx->listen_addr, total, TCP_PENDING_MAX, oldest->base.peer_addr, src,
+				 (unsigned long long)tx->pending_evicted);
+		tcp_conn_fail(oldest, XPORT_EV_CONNECT_ERROR, -ECONNABORTED, "its place went to a node");
+		return false;
+	}
 	tx->pending_refused++;
 	if (log_ratelimit_ok(&tx->pending_log, util_now_ms(), &dropped))
 		log_warn("tcp %s: closing the connection of %s at once: %u connections (%u from that address) have "
@@ -1298,6 +1366,7 @@ static void tcp_accept_all(struct tcp_xport *tx)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		struct tcp_conn *c;
+		bool node;
 		int fd = accept4(tx->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
@@ -1315,7 +1384,8 @@ static void tcp_accept_all(struct tcp_xport *tx)
 			}
 			return;
 		}
-		if (tcp_too_many_pending(tx, &ss)) {
+		node = tcp_from_node(tx, &ss);
+		if (tcp_too_many_pending(tx, &ss, node)) {
 			close(fd);
 			continue;
 		}
@@ -1324,6 +1394,7 @@ static void tcp_accept_all(struct tcp_xport *tx)
 			close(fd);
 			continue;
 		}
+		c->from_node = node;
 		peer_str(&ss, c->base.peer_addr, sizeof(c->base.peer_addr));
 		c->state = TC_WAIT_REQUEST;
 		/* A client that connects and never says who it is is dropped after the timeout. */

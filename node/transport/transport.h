@@ -109,6 +109,11 @@ struct xport_attr {
 	/* rdma: the RC ACK timeout of every QP, as the exponent n of 4.096 us * 2^n (the time before
 	 * the NIC sends a lost packet again); 0: rdma_cm's default (0.54 s for RoCE). */
 	uint8_t ack_timeout;
+	/* The other nodes' addresses (numeric hosts, every rail): a provider that caps the connections
+	 * not past their CONNECT yet keeps room for these, so strangers cannot keep a real node out
+	 * (tcp). create copies them; NULL and 0: none known. */
+	const char *const *node_addrs;
+	uint32_t n_node_addrs;
 };
 
 /* The path of a connected RDMA QP (xport_ops.path): what a QP of another process, on the same

@@ -72,8 +72,7 @@ uint64_t util_rand_below(uint64_t bound)
 	return bound ? util_rand64() % bound : 0;
 }
 
-/* A numeric host into 16 bytes (IPv4 as IPv4-mapped IPv6); 0, or -EINVAL. */
-static int addr_bytes(const char *host, uint8_t out[16])
+int util_addr_bytes(const char *host, uint8_t out[16])
 {
 	struct in_addr a4;
 
@@ -92,16 +91,16 @@ int util_addr_same_host(const char *peer, const char *addr)
 	char host[64];
 	const char *colon;
 
-	if (addr_bytes(addr, b))
+	if (util_addr_bytes(addr, b))
 		return 0;
-	if (!addr_bytes(peer, a))
+	if (!util_addr_bytes(peer, a))
 		return !memcmp(a, b, 16);
 	colon = strrchr(peer, ':'); /* "host:port": the port follows the last colon */
 	if (!colon || (size_t)(colon - peer) >= sizeof(host))
 		return 0;
 	memcpy(host, peer, (size_t)(colon - peer));
 	host[colon - peer] = '\0';
-	return !addr_bytes(host, a) && !memcmp(a, b, 16);
+	return !util_addr_bytes(host, a) && !memcmp(a, b, 16);
 }
 
 size_t util_strlcpy(char *dst, const char *src, size_t size)

@@ -28,6 +28,9 @@ uint64_t util_rand64(void);
  * interface for a wildcard), into name. 0, or -ENODEV when no interface has it. */
 int util_addr_ifname(const char *addr, char *name, size_t len);
 
+/* A numeric host into 16 bytes (IPv4 as IPv4-mapped IPv6); 0, or -EINVAL. */
+int util_addr_bytes(const char *host, uint8_t out[16]);
+
 /* Whether peer ("host" or "host:port", as transports name a connection's peer; an IPv4-mapped IPv6
  * host counts as its IPv4 address) is the numeric address addr. */
 int util_addr_same_host(const char *peer, const char *addr);
