@@ -296,6 +296,18 @@ static void link_set_phase(struct link *l, enum link_phase p)
 	link_note_state(l);
 }
 
+/* The acceptor, as an attempt ends: with a key, an attempt whose dialler has not proved it leaves no
+ * trace, whatever ended it (a failed proof, a timeout, a close, a reject). Anyone who reaches our
+ * port can send a CONNECT claiming a node with an epoch minutes ahead and go away; were that epoch
+ * kept, the real node's next attempts would look stale until its clock caught up. epoch_ended still
+ * tells a late QP of this very attempt from a new one. */
+static void link_epoch_forget_unproven(struct link *l)
+{
+	l->epoch_ended = l->epoch;
+	if (!l->dialer && l->mesh->keys.n && !l->peer_proved)
+		l->epoch = l->epoch_proven;
+}
+
 /* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
  * and schedules the next dial when we are the dialler. */
 static void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -336,10 +348,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	} else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
 		adm_on_congestion(m, now_ms());
 	link_metrics_failed(&l->metrics, was_up, err);
-	/* An attempt that did not prove the cluster key leaves no trace: the real dialler's next epoch,
-	 * which may be lower than the forger's, must not look stale. */
-	if (err == -MESH_EAUTH && !l->dialer)
-		l->epoch = l->epoch_proven;
+	link_epoch_forget_unproven(l);
 	if (m->upper)
 		m->upper->link_down(l, err != -MESH_ESHUTDOWN && !m->stopping);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
@@ -1394,7 +1403,8 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
-	if (pd.link_epoch < l->epoch || (pd.link_epoch == l->epoch && l->phase == LINK_IDLE)) {
+	if (pd.link_epoch < l->epoch ||
+	    (l->phase == LINK_IDLE && (pd.link_epoch == l->epoch || pd.link_epoch == l->epoch_ended))) {
 		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd.src_node,
 			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		return;
@@ -1419,7 +1429,6 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 		if (l->phase != LINK_IDLE)
 			link_fail(l, -MESH_ESTALE, "node %u re-dialled with epoch %llu", pd.src_node,
 				  (unsigned long long)pd.link_epoch);
-		l->epoch_proven = l->epoch;
 		link_begin(l, pd.link_epoch);
 	}
 	if (l->phase != LINK_QPS || l->conns[idx]) {
@@ -1589,6 +1598,7 @@ static void link_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
 		return;
 	}
 	l->peer_proved = true;
+	l->epoch_proven = l->epoch; /* from now on this attempt's epoch is the real node's */
 	link_progress(l);
 }
 

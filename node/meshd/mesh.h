@@ -78,8 +78,11 @@ struct link {
 	uint64_t down_ms; /* (LINK_XP_STICKY_MS) */
 	enum link_phase phase;
 	uint64_t epoch;
-	uint64_t epoch_proven; /* acceptor: the epoch before the attempt in progress (restored if it fails
-				* the proof of the cluster key) */
+	/* Acceptor with a key: the epoch of the last attempt whose dialler proved the key. An attempt
+	 * that ends before the proof puts epoch back to it (link_epoch_forget_unproven); epoch_ended
+	 * keeps the ended attempt's epoch, so a late QP of it is still stale. */
+	uint64_t epoch_proven;
+	uint64_t epoch_ended;
 	uint64_t phase_ms;   /* when the current phase began */
 	enum link_state shown; /* the state meshctl shows, and since when: re-dials of a DOWN link */
 	uint64_t shown_ms;     /* do not reset it */

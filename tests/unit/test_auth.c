@@ -524,6 +524,96 @@ static void mesh_auth__forged_epochs__refused_and_forgotten(void **state)
 	mt_finish(t);
 }
 
+/* How a forger's attempt ends before any proof of the cluster key. */
+enum unproven_end {
+	UNPROVEN_CLOSED,        /* connect, then close: no proof, not even every QP */
+	UNPROVEN_CONNECT_ERROR, /* its connection fails before it is established */
+	UNPROVEN_SILENT,        /* every QP established, then no AuthProof until the handshake timeout */
+	UNPROVEN_CLOSED_LATE,   /* every QP established, then closed instead of proving */
+};
+
+static void unproven_attempt_end(struct mt *t, struct link *l, enum unproven_end how)
+{
+	struct xport_event ev;
+
+	if (how == UNPROVEN_SILENT || how == UNPROVEN_CLOSED_LATE)
+		for (uint32_t i = 0; i < MT_QPS; i++)
+			establish_qp(t, l, i);
+	if (how == UNPROVEN_SILENT) {
+		assert_int_equal(l->phase, LINK_AUTH);
+		tick_at(t, util_now_ms() + t->cfg.handshake_timeout_ms + 1);
+		return;
+	}
+	ev = cm_event(how == UNPROVEN_CONNECT_ERROR ? XPORT_EV_CONNECT_ERROR : XPORT_EV_DISCONNECTED, l->conns[0],
+		      NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(t, &ev);
+}
+
+/* The forger of issue 38: while node 2 is down, a CONNECT from node 2's address with an epoch minutes
+ * ahead (within the 10 minutes allowed), and then no proof at all, however the attempt ends. The
+ * link's epoch goes back to the last one node 2 proved, a late QP of the forged attempt is still
+ * stale, and node 2, restarted with an epoch of its own clock, is taken and comes UP. (The epoch used
+ * to stay the forger's unless a proof failed to verify: node 2 was refused as stale for minutes.) */
+static void mesh_auth__unproven_attempt_ends__epoch_back_to_last_proven(void **state)
+{
+	static const enum unproven_end ends[] = {UNPROVEN_CLOSED, UNPROVEN_CONNECT_ERROR, UNPROVEN_SILENT,
+						 UNPROVEN_CLOSED_LATE};
+	struct mt *t = *state;
+
+	for (size_t k = 0; k < sizeof(ends) / sizeof(ends[0]); k++) {
+		uint64_t proven, forged;
+		struct xport_event ev;
+		struct fake_conn *late;
+		struct link *l;
+		unsigned id;
+
+		mt_init(t, 1, ids12, 2);
+		keys_of(&t->m.keys, 0x11);
+		keys_of(&t->peer_keys, 0x11);
+		l = lk(t, 2);
+		accept_attempt(t);
+		drive_to_up(t, l);
+		proven = l->epoch;
+		forged = proven + 300ull * 1000000;
+		/* Node 2 goes down. */
+		ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[0], NULL, 0);
+		ev.status = -ECONNRESET;
+		deliver(t, &ev);
+		assert_int_equal(l->phase, LINK_IDLE);
+
+		/* The forger: QP 0 alone for a connect-and-close, every QP otherwise. */
+		for (uint8_t i = 0; i < (ends[k] == UNPROVEN_CLOSED ? 1 : MT_QPS); i++)
+			join_request(t, i, forged);
+		assert_int_equal(l->phase, LINK_QPS);
+		assert_true(l->epoch == forged);
+		unproven_attempt_end(t, l, ends[k]);
+		assert_int_equal(l->phase, LINK_IDLE);
+		if (l->epoch != proven)
+			fail_msg("end %zu: epoch %llu after the unproven attempt, the last proven %llu", k,
+				 (unsigned long long)l->epoch, (unsigned long long)proven);
+
+		/* A late QP of the forged attempt does not start another one. */
+		id = join_request(t, 1, forged);
+		late = fake_conn_by_id(t->fx, id);
+		assert_true(late == NULL || late->rejected);
+		assert_int_equal(l->phase, LINK_IDLE);
+
+		/* Node 2 restarted: its clock is behind the forger's epoch. */
+		for (uint8_t i = 0; i < MT_QPS; i++)
+			join_request(t, i, proven + 1000);
+		if (l->phase != LINK_QPS)
+			fail_msg("end %zu: node 2's attempt refused: %s", k, l->last_error);
+		drive_to_up(t, l);
+		assert_int_equal(link_state(l), LINK_STATE_UP_);
+		assert_true(l->epoch == proven + 1000 && l->epoch_proven == proven + 1000);
+		mt_finish(t);
+		mt_close(t);
+		memset(t, 0, sizeof(*t));
+		mt_open(t);
+	}
+}
+
 /* With a key, a newer epoch does not take an UP link whose peer is alive (a stranger would take it
  * DOWN before proving anything); once the link was quiet for two keepalive intervals (the peer
  * restarted), it does. */
@@ -570,6 +660,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_auth__reflected_proof__refused),
 	T(mesh_auth__rail_join__proof_before_railup),
 	T(mesh_auth__forged_epochs__refused_and_forgotten),
+	T(mesh_auth__unproven_attempt_ends__epoch_back_to_last_proven),
 	T(mesh_auth__newer_epoch_on_live_up_link__refused_until_quiet),
 };
 
