@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pwd.h>
+#include <sys/types.h>
+
 #include <nettle/base64.h>
 #include <nettle/hmac.h>
 #include <nettle/memops.h>
@@ -25,6 +28,37 @@ static int auth_fail(char *err, size_t errlen, int ret, const char *fmt, ...)
 	vsnprintf(err, errlen, fmt, ap);
 	va_end(ap);
 	return ret;
+}
+
+/* The user name of uid, or its number when it has none. */
+static const char *auth_user_name(uid_t uid, char *buf, size_t len)
+{
+	char pwbuf[1024];
+	struct passwd pw, *res = NULL;
+
+	if (!getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &res) && res)
+		snprintf(buf, len, "%s", res->pw_name);
+	else
+		snprintf(buf, len, "%u", (unsigned)uid);
+	return buf;
+}
+
+/* Only root or the user meshd runs as may own the key file: its owner can make it readable or put a
+ * key of its own in it, and whoever holds the key is a node (an insider, docs/security.md). 0, or
+ * -EPERM with what to do. */
+static int auth_check_owner(const char *path, const struct stat *st, char *err, size_t errlen)
+{
+	uid_t us = geteuid();
+	char owner[64], self[64];
+
+	if (st->st_uid == 0 || st->st_uid == us)
+		return 0;
+	auth_user_name(st->st_uid, owner, sizeof(owner));
+	auth_user_name(us, self, sizeof(self));
+	return auth_fail(err, errlen, -EPERM,
+			 "cluster.key_file %s: owned by user %s (uid %u), who could read it or put a key of their own "
+			 "in it; it must belong to root or to the user meshd runs as, %s (uid %u): chown %s %s",
+			 path, owner, (unsigned)st->st_uid, self, (unsigned)us, us ? self : "root", path);
 }
 
 /* One line of the file: base64 of exactly AUTH_KEY_LEN bytes. */
@@ -79,6 +113,9 @@ int auth_load_keys(const char *path, struct auth_keys *k, char *err, size_t errl
 				path, (unsigned)(st.st_mode & 07777), path);
 		goto out;
 	}
+	ret = auth_check_owner(path, &st, err, errlen);
+	if (ret)
+		goto out;
 	len = read(fd, buf, sizeof(buf));
 	if (len < 0) {
 		ret = auth_fail(err, errlen, -errno, "cluster.key_file %s: %s", path, strerror(errno));

@@ -126,6 +126,42 @@ static void auth_load_keys__bad_files__refused_naming_file_and_problem(void **st
 	assert_non_null(strstr(err, "/nonexistent/cluster.key: cannot open"));
 }
 
+/* A 0600 file owned by another user: its owner could read it or write a key of their own, so it is
+ * refused with the file, the owner and the fix; one of meshd's own user (here: the test as nobody,
+ * through seteuid) is taken. Needs root to chown. */
+static void auth_load_keys__owned_by_another_user__refused_naming_owner_and_fix(void **state)
+{
+	static const char good[] = "J6CvjDFmcJh9Zje0oLEhZA4l45aQBtubSmSDCZFuZcU=\n";
+	const uid_t nobody = 65534;
+	struct auth_keys k;
+	struct kf f = {0};
+	char err[512];
+	int ret;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* chown to another user needs root */
+	kf_write(&f, good, 0600);
+	assert_int_equal(chown(f.path, nobody, 0), 0);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), -EPERM);
+	assert_int_equal(k.n, 0);
+	assert_non_null(strstr(err, f.path));
+	assert_non_null(strstr(err, "(uid 65534)"));
+	assert_non_null(strstr(err, "root or to the user meshd runs as"));
+	assert_non_null(strstr(err, "chown root"));
+	/* meshd running as that user: its own file is fine (the directory opened for it to look in). */
+	assert_int_equal(chmod(f.dir, 0711), 0);
+	assert_int_equal(seteuid(nobody), 0);
+	ret = kf_load(&f, &k, err, sizeof(err));
+	assert_int_equal(seteuid(0), 0);
+	assert_int_equal(ret, 0);
+	assert_int_equal(k.n, 1);
+	/* Root's own: fine. */
+	assert_int_equal(chown(f.path, 0, 0), 0);
+	assert_int_equal(kf_load(&f, &k, err, sizeof(err)), 0);
+	kf_done(&f);
+}
+
 /* The key file's base64 and the proof's bytes, against Python's base64 and hmac over the transcript
  * as auth.h describes it: the proof is wire format, and meshd of another build (OpenSSL's HMAC before
  * Nettle's) must agree on it. A reflected role or another rail must not. */
@@ -649,6 +685,7 @@ static void mesh_auth__newer_epoch_on_live_up_link__refused_until_quiet(void **s
 static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(auth_load_keys__keygen_output__loads_one_key_of_32_bytes),
 	cmocka_unit_test(auth_load_keys__bad_files__refused_naming_file_and_problem),
+	cmocka_unit_test(auth_load_keys__owned_by_another_user__refused_naming_owner_and_fix),
 	cmocka_unit_test(auth_prove__known_answer__matches_an_independent_hmac),
 	T(mesh_auth__same_key__proofs_then_hello_then_up),
 	T(mesh_auth__other_key__eauth_and_no_hello),
