@@ -58,7 +58,18 @@ struct rdma_xport {
 	struct rdma_conn *conns;   /* all live connections */
 	struct rdma_conn *dirty;   /* connections whose CQ may hold completions */
 	bool polling;              /* busy polling (poll_all): notifications are not re-armed */
+	struct rdma_parked *parked; /* cm ids to destroy once their port is ACTIVE (rdma_park) */
+	uint64_t parked_look_ms;
 };
+
+/* A cm id whose port was down when its connection was torn down (rdma_park). */
+struct rdma_parked {
+	struct rdma_parked *next;
+	struct rdma_cm_id *id;
+};
+
+/* The context of a parked id: its events (a late DISCONNECTED, TIMEWAIT_EXIT) are nobody's. */
+static char rdma_parked_ctx;
 
 struct rdma_conn {
 	struct xport_conn base;
@@ -262,6 +273,66 @@ static void rdma_conn_undirty(struct rdma_conn *c)
 	c->is_dirty = false;
 }
 
+/* Whether the id's port can send management datagrams now (unknown counts as yes). */
+static bool rdma_port_active(struct rdma_cm_id *id)
+{
+	struct ibv_port_attr pa;
+
+	if (!id->verbs || !id->port_num)
+		return true;
+	return ibv_query_port(id->verbs, id->port_num, &pa) || pa.state == IBV_PORT_ACTIVE;
+}
+
+/* Tearing down a connection sends the CM's DREQ (rdma_disconnect, and rdma_destroy_id of a
+ * connected id) or a REJ. Soft-RoCE with its netdev down (`ip link set railK down`) fails to route
+ * that datagram and puts the device's management QP in the error state for good: no connection on
+ * that device ever formed again once the netdev was up, not a re-dial, not a fresh meshd, not a
+ * fresh rping (the VM, kernel 6.1; rdma_destroy_id also held the data-path thread for 16 s). So
+ * while the id's port is not ACTIVE its connection's QP and CQ go at once, and the id itself
+ * waits here (its context a marker, its events ignored) until the port is back: each poll looks,
+ * every RDMA_PARK_LOOK_MS. A hardware NIC loses nothing by it: the DREQ goes late. */
+#define RDMA_PARK_LOOK_MS 100
+
+static void rdma_park(struct rdma_xport *rx, struct rdma_cm_id *id)
+{
+	struct rdma_parked *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		rdma_destroy_id(id);
+		return;
+	}
+	id->context = &rdma_parked_ctx;
+	p->id = id;
+	p->next = rx->parked;
+	rx->parked = p;
+	log_debug("rdma: a cm id waits for its port (%s port %u) before it is destroyed",
+		  id->verbs ? ibv_get_device_name(id->verbs->device) : "?", id->port_num);
+}
+
+static void rdma_park_reap(struct rdma_xport *rx, bool all)
+{
+	struct rdma_parked **pp = &rx->parked;
+	uint64_t now;
+
+	if (!rx->parked)
+		return;
+	now = util_now_ms();
+	if (!all && now - rx->parked_look_ms < RDMA_PARK_LOOK_MS)
+		return;
+	rx->parked_look_ms = now;
+	while (*pp) {
+		struct rdma_parked *p = *pp;
+
+		if (!all && !rdma_port_active(p->id)) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		rdma_destroy_id(p->id);
+		free(p);
+	}
+}
+
 static void rdma_conn_destroy(xport_conn_t *xc)
 {
 	struct rdma_conn *c = to_rc(xc);
@@ -276,7 +347,9 @@ static void rdma_conn_destroy(xport_conn_t *xc)
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
 	rdma_pd_put(rx, c->pd);
-	if (c->id)
+	if (c->id && !rdma_port_active(c->id))
+		rdma_park(rx, c->id);
+	else if (c->id)
 		rdma_destroy_id(c->id);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -448,6 +521,7 @@ static void rdma_destroy(xport_t *x)
 
 	while (rx->conns)
 		rdma_conn_destroy(&rx->conns->base);
+	rdma_park_reap(rx, true);
 	if (rx->listen_id)
 		rdma_destroy_id(rx->listen_id);
 	/* Registrations the owner still holds keep their PD: report, then free what is left. */
@@ -609,6 +683,9 @@ static int rdma_disconnect_conn(xport_conn_t *xc)
 {
 	struct rdma_conn *c = to_rc(xc);
 
+	/* Not while the port is down: its DREQ would break the device (rdma_park). */
+	if (!rdma_port_active(c->id))
+		return 0;
 	/* EINVAL when it never connected: nothing to tear down then. */
 	if (rdma_disconnect(c->id) && errno != EINVAL)
 		return -errno;
@@ -776,6 +853,8 @@ static int rdma_cm_handle(struct rdma_xport *rx, struct rdma_cm_event *cme, stru
 		log_warn("listener: %s (status %d)", rdma_event_str(cme->event), cme->status);
 		return 0;
 	}
+	if (cme->id->context == &rdma_parked_ctx)
+		return 0; /* a parked id's (rdma_park) */
 	switch (cme->event) {
 	case RDMA_CM_EVENT_CONNECT_REQUEST:
 		c = rdma_conn_new(rx, cme->id);
@@ -916,6 +995,7 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 		if (r > 0)
 			n++;
 	}
+	rdma_park_reap(rx, false);
 	/* 2. completion notifications: re-arm, then mark the CQ for draining; 3. drain */
 	for (d = rx->devs; d; d = d->next) {
 		while (!ibv_get_cq_event(d->cch, &cq, &cq_ctx)) {
