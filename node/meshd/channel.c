@@ -2478,6 +2478,29 @@ static void channel_move(struct channel *ch, uint32_t k)
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[k] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 }
 
+/* A resuming channel's rings and credit words, registered again in the link's new attempt (its
+ * protection scope: mesh.h, link.scope), whose QPs could not reach the old registrations; our
+ * ChannelResume carries the new keys. Until the attempt was UP, with the peer's proof, nothing of
+ * the channel was reachable from it. The old registrations go after the batch. */
+static void channel_reregister(struct channel *ch)
+{
+	struct link *l = ch->link;
+	xport_conn_t *c = l->conns[ch->qp0];
+	struct channel_mrs mr = {0};
+	int ret = -ENETDOWN;
+
+	if (ch->local)
+		return;
+	if (!c || (ret = channel_mr_reg(ch, c, &mr))) {
+		channel_mrs_bury(ch->mesh, mr);
+		channel_detach(ch);
+		channel_break(ch, ret, "cannot register its rings with the link's new attempt");
+		return;
+	}
+	channel_mrs_bury(ch->mesh, channel_mrs(ch));
+	channel_mrs_set(ch, &mr);
+}
+
 static void channel_link_up(struct link *l)
 {
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
@@ -2498,6 +2521,8 @@ static void channel_link_up(struct link *l)
 		} else if (!(l->features & MESH_FEAT_RESUME)) {
 			channel_detach(ch);
 			channel_break(ch, -ECONNRESET, "node %u no longer resumes channels", l->peer->id);
+		} else {
+			channel_reregister(ch);
 		}
 		channel_pump(ch); /* sends our ChannelResume */
 	}

@@ -422,7 +422,6 @@ static xport_mr_t *link_buf_mr(const struct link *l, uint32_t r)
 static int link_register(struct link *l, xport_conn_t *c)
 {
 	uint32_t r = link_qp_rail(l, c->index);
-	int ret;
 
 	if (!link_qp_first(l, c->index))
 		return 0;
@@ -430,18 +429,20 @@ static int link_register(struct link *l, xport_conn_t *c)
 		return l->mr_rails[r] ? 0 : xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_rails[r]);
 	if (l->mr_local)
 		return 0;
+	return xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_local);
+}
+
+/* The mailbox, the one memory of ours a peer may write before channels exist: registered only as
+ * our Hello announces it, that is once the peer proved the cluster key (with one), so no QP of an
+ * attempt that proved nothing can reach it, whatever key it guesses. */
+static int link_register_mailbox(struct link *l)
+{
+	if (l->mr_mailbox)
+		return 0;
 	memset(l->mailbox, 0, l->mesh->cfg->mailbox_size);
 	l->ka_word_seen = 0;
-	ret = xport_mr_reg(c, l->buf, l->buf_len, XPORT_ACCESS_LOCAL, &l->mr_local);
-	if (ret)
-		return ret;
-	ret = xport_mr_reg(c, l->mailbox, l->mesh->cfg->mailbox_size,
-			   XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &l->mr_mailbox);
-	if (ret) {
-		xport_mr_dereg(l->mr_local);
-		l->mr_local = NULL;
-	}
-	return ret;
+	return xport_mr_reg(l->conns[0], l->mailbox, l->mesh->cfg->mailbox_size,
+			    XPORT_ACCESS_LOCAL | XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ, &l->mr_mailbox);
 }
 
 /* Control messages use QP 0 only, keepalives the first QP of every rail: those get receives with
@@ -970,6 +971,7 @@ static void link_rail_dial(struct link *l, uint32_t r)
 			link_rail_fail(l, r, ret, "cannot dial %s:%u (rail %u)", mesh_node_addr(l->peer, r), l->peer->port, r);
 			return;
 		}
+		l->conns[r * q + i]->scope = l->scope;
 	}
 }
 
@@ -1036,7 +1038,10 @@ static int link_send_hello(struct link *l)
 	struct mesh *m = l->mesh;
 	Hello h = HELLO__INIT;
 	PeerMsg msg = PEER_MSG__INIT;
+	int ret = link_register_mailbox(l);
 
+	if (ret)
+		return ret;
 	h.node_id = m->self->id;
 	h.cluster_hash = m->cluster_hash;
 	h.boot_epoch = m->boot_epoch;
@@ -1104,7 +1109,7 @@ static void link_progress(struct link *l)
 		} else {
 			ret = link_send_hello(l);
 			if (ret) {
-				link_fail(l, ret, "cannot send Hello");
+				link_fail(l, ret, "cannot register the mailbox or send Hello");
 				return;
 			}
 			link_set_phase(l, LINK_HELLO);
@@ -1113,7 +1118,7 @@ static void link_progress(struct link *l)
 	if (l->phase == LINK_AUTH && l->peer_proved) {
 		ret = link_send_hello(l);
 		if (ret) {
-			link_fail(l, ret, "cannot send Hello");
+			link_fail(l, ret, "cannot register the mailbox or send Hello");
 			return;
 		}
 		link_set_phase(l, LINK_HELLO);
@@ -1168,8 +1173,13 @@ static void link_progress(struct link *l)
 }
 
 /* Starts an attempt: the epoch grows across our restarts (wall clock) and across attempts. */
+/* A new attempt, with a protection scope of its own: a number never used before in this process,
+ * as a pointer (scopes are only compared, never dereferenced; no heap address is that small). A
+ * stranger's QP admitted into an attempt before its proof reaches nothing: the mailbox is
+ * registered only for our Hello, and the link's channels only once it is UP. */
 static void link_begin(struct link *l, uint64_t epoch)
 {
+	l->scope = (const void *)(uintptr_t)++l->mesh->scopes;
 	l->epoch = epoch;
 	l->attempt_ms = now_ms();
 	l->est_mask = 0;
@@ -1212,6 +1222,8 @@ static void link_dial(struct link *l)
 		if (ret) {
 			l->conns[i] = NULL;
 			link_fail(l, ret, "cannot dial %s:%u (rail %u)", mesh_node_addr(l->peer, r), l->peer->port, r);
+		} else {
+			l->conns[i]->scope = l->scope; /* before its QP exists (route resolved) */
 		}
 	}
 }
@@ -1263,7 +1275,7 @@ static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const
 	int ret, len;
 
 	c->ctx = l;
-	c->scope = l; /* what we register through it is for this link's peer alone */
+	c->scope = l->scope; /* what we register through it is for this attempt's peer alone */
 	c->index = idx;
 	l->conns[idx] = c;
 	ret = xport_admit(c);

@@ -99,7 +99,12 @@ struct link {
 	size_t buf_len;
 	uint8_t *mailbox;
 	xport_mr_t *mr_local;
-	xport_mr_t *mr_mailbox;
+	xport_mr_t *mr_mailbox; /* registered only as our Hello goes: after the peer proved the key */
+	/* The protection scope of the current attempt (xport_conn.scope, link_begin): a protection
+	 * domain of its own on each device, so what the link had registered in earlier attempts (the
+	 * rings of channels waiting to resume) is out of reach of this attempt's QPs until it proved
+	 * itself and the channels registered again in it (channel.c, link_up). */
+	const void *scope;
 	xport_mr_t *mr_rails[MESH_RAILS_MAX]; /* [0] unused: rail 0 uses mr_local */
 	uint32_t send_busy;    /* bitmap of send slots in flight */
 	uint32_t send_unacked; /* bitmap of send slots holding a sequenced message the peer has not acked */
@@ -305,6 +310,7 @@ struct mesh {
 	uint32_t cluster_hash;
 	struct auth_keys keys; /* cluster.key_file; none: links are not authenticated */
 	uint64_t boot_epoch; /* wall clock us at start */
+	uint64_t scopes;     /* attempts' protection scopes handed out (link_begin) */
 	uint64_t start_ms;
 	size_t n_links;
 	struct link *links; /* one per peer, sorted by peer id */

@@ -267,6 +267,7 @@ static int fake_mr_reg(xport_conn_t *c, void *addr, size_t len, unsigned access,
 	r->lkey = mr->base.lkey;
 	r->rkey = mr->base.rkey;
 	r->conn_id = fc->id;
+	r->scope = c->scope;
 	*out = &mr->base;
 	return 0;
 }
@@ -277,6 +278,8 @@ static void fake_mr_dereg(xport_mr_t *mr)
 
 	fm->fx->live_mrs--;
 	fm->fx->n_deregs++;
+	if (fm->id && fm->id <= fm->fx->n_regs)
+		fm->fx->regs[fm->id - 1].gone = true;
 	memset(fm, 0xa5, sizeof(*fm));
 	free(fm);
 }

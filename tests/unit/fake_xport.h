@@ -74,6 +74,8 @@ struct fake_reg {
 	unsigned access;
 	uint32_t lkey, rkey;
 	unsigned conn_id;
+	const void *scope; /* the connection's protection scope at the registration */
+	bool gone;         /* deregistered */
 };
 
 struct fake_fail {

@@ -2725,6 +2725,16 @@ static void link_back(struct ct *c, uint64_t after_ms)
 	drive_to_up(&c->t, c->l);
 }
 
+/* The registration whose remote key is rkey. */
+static const struct fake_reg *reg_of_rkey(const struct ct *c, uint32_t rkey)
+{
+	for (size_t i = 0; i < c->t.fx->n_regs; i++)
+		if (c->t.fx->regs[i].rkey == rkey)
+			return &c->t.fx->regs[i];
+	fail_msg("no registration has rkey 0x%x", rkey);
+	return NULL;
+}
+
 /* Our ChannelResume to channel h (the first since from), decoded; free it. */
 static PeerMsg *sent_resume(struct ct *c, const struct chan *h, size_t from)
 {
@@ -2786,6 +2796,54 @@ static void ct_init_resume(struct ct *c, uint32_t qps)
 /* Both directions in flight when the link goes: each side tells the other where its receiving
  * half stands, and each sender writes again from there, at the same ring offsets and sequence
  * numbers; nothing is lost or duplicated, the application saw only a pause. */
+/* Live registrations in scope that a peer may write or read. */
+static size_t remote_regs_in(const struct ct *c, const void *scope)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < c->t.fx->n_regs; i++) {
+		const struct fake_reg *r = &c->t.fx->regs[i];
+
+		n += !r->gone && r->scope == scope && (r->access & (XPORT_ACCESS_REMOTE_WRITE | XPORT_ACCESS_REMOTE_READ));
+	}
+	return n;
+}
+
+/* The link's next attempt reaches nothing of it before it proved itself (with a key, the proof
+ * comes before our Hello; without one, all of its QPs connected): its QPs have a protection scope
+ * of their own, no memory a peer may write or read is registered in it until our Hello (the
+ * mailbox), and a resuming channel's rings only once the link is UP (its ChannelResume carries
+ * the new keys). Before, every attempt shared the link's scope, and a stranger's QP admitted into
+ * it could reach the rings of channels waiting to resume. */
+static void channel_link_down__next_attempt__reaches_nothing_until_up(void **state)
+{
+	struct ct *c = *state;
+	const void *old;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	old = c->l->scope;
+	assert_true(remote_regs_in(c, old) >= 2); /* the mailbox, the channel's rings */
+	link_lost(c);
+	tick_at(&c->t, util_now_ms() + 5000);
+	assert_int_equal(c->l->phase, LINK_QPS);
+	assert_ptr_not_equal(c->l->scope, old);
+	for (uint32_t i = 0; i < mesh_link_qps(&c->t.m); i++)
+		assert_ptr_equal(c->l->conns[i]->scope, c->l->scope);
+	establish_qp(&c->t, c->l, 0);
+	assert_int_equal(remote_regs_in(c, c->l->scope), 0);
+	from = c->t.fx->n_posts;
+	drive_to_up(&c->t, c->l);
+	m = sent_resume(c, h, from);
+	assert_ptr_equal(reg_of_rkey(c, m->channel_resume->rx_rkey)->scope, c->l->scope);
+	assert_ptr_equal(reg_of_rkey(c, m->channel_resume->credit_rkey)->scope, c->l->scope);
+	mesh_peer_msg_free(m);
+	mt_finish(&c->t);
+}
+
 static void channel_link_down__open_channel__resumes_and_rewrites_what_was_not_placed(void **state)
 {
 	struct ct *c = *state;
@@ -2824,7 +2882,10 @@ static void channel_link_down__open_channel__resumes_and_rewrites_what_was_not_p
 	assert_true(m->channel_resume->rx_cons == 0);
 	assert_false(m->channel_resume->eof_known);
 	assert_true(m->channel_resume->rx_addr == (uintptr_t)h->our_rx);
-	assert_int_equal(m->channel_resume->rx_rkey, h->our_rx_rkey);
+	/* Registered again in the link's new attempt (a protection scope of its own, whose QPs could
+	 * not reach the old registrations): new keys, of a registration through its QP. */
+	assert_int_not_equal(m->channel_resume->rx_rkey, h->our_rx_rkey);
+	assert_int_equal(reg_of_rkey(c, m->channel_resume->rx_rkey)->conn_id, conn_id(c->l->conns[0]));
 	assert_true(m->channel_resume->credit_addr == (uintptr_t)h->our_credit);
 	mesh_peer_msg_free(m);
 	/* Nothing goes before the peer said where it stands. */
@@ -4680,7 +4741,8 @@ static void channel_link_down__app_ahead_of_placed__resume_names_the_placed_posi
 	assert_true(m->channel_resume->rx_bytes == 0);
 	assert_true(m->channel_resume->rx_cons == 0);
 	assert_true(m->channel_resume->direct_addr == (uintptr_t)h->our_dir);
-	assert_int_equal(m->channel_resume->direct_rkey, h->our_dir_rkey);
+	assert_int_not_equal(m->channel_resume->direct_rkey, h->our_dir_rkey); /* the new attempt's */
+	assert_int_equal(reg_of_rkey(c, m->channel_resume->direct_rkey)->conn_id, conn_id(c->l->conns[0]));
 	mesh_peer_msg_free(m);
 	complete_sends(c);
 	peer_resume(c, h, 0, 0, 0, false);
@@ -5068,6 +5130,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_message__close_ack_overtakes_credit__freed_once_it_lands),
 	T(channel_on_imm__more_than_close_counted__channel_error_eproto),
 	T(channel_link_down__open_channel__resumes_and_rewrites_what_was_not_placed),
+	T(channel_link_down__next_attempt__reaches_nothing_until_up),
 	T(channel_rail_down__opener__moves_to_other_rail_and_rewrites_what_was_not_placed),
 	T(channel_rail_down__acceptor__follows_the_openers_rail),
 	T(channel_rail_down__during_a_resume__resumes_again_on_the_new_rail),

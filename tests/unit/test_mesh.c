@@ -173,7 +173,9 @@ static void mesh_tick__middle_node__dials_lower_only_and_waits_for_higher(void *
 		assert_string_equal(t->fx->connects[i].src_addr, "10.0.0.2");
 		assert_int_equal(t->fx->connects[i].port, 7471);
 		assert_ptr_equal(t->fx->connects[i].ctx, l1);
-		assert_ptr_equal(l1->conns[i]->scope, l1); /* the link's own protection scope */
+		/* The attempt's own protection scope: not the link's, which earlier attempts shared. */
+		assert_ptr_equal(l1->conns[i]->scope, l1->scope);
+		assert_ptr_not_equal(l1->scope, l1);
 	}
 	assert_int_equal(l3->phase, LINK_IDLE);
 	/* Node 3 dials us; however long we wait, we never dial it. */
@@ -242,15 +244,14 @@ static void mesh_handshake__dialler__up_then_keepalive_timeout_down(void **state
 	c1 = conn_id(l->conns[1]);
 	epoch = l->epoch;
 
-	/* QP 0 established: memory registered, receives posted on QP 0, nothing sent yet. */
+	/* QP 0 established: memory registered, receives posted on QP 0, nothing sent yet; the mailbox
+	 * (the one memory a peer may write) is not registered before our Hello. */
 	establish_qp(t, l, 0);
 	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
-	assert_int_equal(t->fx->n_regs, 2);
+	assert_int_equal(t->fx->n_regs, 1);
 	local = fake_reg_find(t->fx, XPORT_ACCESS_LOCAL);
-	mb = fake_reg_find(t->fx, ACCESS_MAILBOX);
 	assert_non_null(local);
-	assert_non_null(mb);
-	assert_int_not_equal(local->rkey, mb->rkey);
+	assert_null(fake_reg_find(t->fx, ACCESS_MAILBOX));
 	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_RECV, c0), LINK_RECV_BUFS);
 	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_RECV, c1), 0);
 	for (size_t i = 0; i < LINK_RECV_BUFS; i++) {
@@ -270,6 +271,9 @@ static void mesh_handshake__dialler__up_then_keepalive_timeout_down(void **state
 	establish_qp(t, l, 1);
 	assert_int_equal(link_qps_established(l), QPS);
 	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_SEND, 0), 1);
+	mb = fake_reg_find(t->fx, ACCESS_MAILBOX);
+	assert_non_null(mb);
+	assert_int_not_equal(local->rkey, mb->rkey);
 	check_our_hello(t, l, from);
 	hello_send = fake_post_find(t->fx, from, XPORT_OP_SEND, c0, 0);
 
@@ -693,19 +697,22 @@ static void mesh_accept__valid_request__accepted_with_accept_pdata(void **state)
 	pd = request_pdata(t, 2, 0, EPOCH);
 	c0 = request(t, &pd);
 	expect_accepted(t, c0, &pd);
-	/* Its registrations are the link's alone: another peer's connection cannot use their keys. */
-	assert_ptr_equal(fake_conn_by_id(t->fx, c0)->base.scope, l);
+	/* Its registrations are the attempt's alone: another peer's connection, or another attempt's,
+	 * cannot use their keys. */
+	assert_ptr_equal(fake_conn_by_id(t->fx, c0)->base.scope, l->scope);
 	assert_int_equal(link_state(l), LINK_STATE_CONNECTING_);
 	assert_int_equal(t->m.handshakes, 1);
 	assert_int_equal(t->m.peer_rejects, 0);
-	/* Registered and receives posted before the accept, so the peer's first SEND finds a buffer. */
-	assert_int_equal(t->fx->n_regs, 2);
+	/* Registered and receives posted before the accept, so the peer's first SEND finds a buffer;
+	 * the mailbox not yet: it waits for our Hello. */
+	assert_int_equal(t->fx->n_regs, 1);
+	assert_null(fake_reg_find(t->fx, ACCESS_MAILBOX));
 	assert_int_equal(fake_post_count(t->fx, 0, XPORT_OP_RECV, c0), LINK_RECV_BUFS);
 
 	pd = request_pdata(t, 2, 1, EPOCH);
 	c1 = request(t, &pd);
 	expect_accepted(t, c1, &pd);
-	assert_int_equal(t->fx->n_regs, 2);
+	assert_int_equal(t->fx->n_regs, 1);
 
 	/* Established (no private data on the passive side): our Hello, then the rest as the dialler. */
 	from = t->fx->n_posts;
@@ -1234,7 +1241,7 @@ static void mesh_accept__higher_epoch__replaces_current_attempt(void **state)
 	pd = request_pdata(t, 2, 0, EPOCH);
 	old0 = request(t, &pd);
 	expect_accepted(t, old0, &pd);
-	assert_int_equal(t->fx->live_mrs, 2);
+	assert_int_equal(t->fx->live_mrs, 1); /* the buffers; the mailbox waits for our Hello */
 
 	pd = request_pdata(t, 2, 0, EPOCH + 5);
 	new0 = request(t, &pd);
@@ -1242,8 +1249,8 @@ static void mesh_accept__higher_epoch__replaces_current_attempt(void **state)
 	/* The old attempt's QP is disconnected and destroyed, its memory deregistered. */
 	assert_true(fake_disconnected(t->fx, old0));
 	assert_null(fake_conn_by_id(t->fx, old0));
-	assert_int_equal(t->fx->live_mrs, 2);
-	assert_int_equal(t->fx->n_regs, 4);
+	assert_int_equal(t->fx->live_mrs, 1);
+	assert_int_equal(t->fx->n_regs, 2);
 	assert_int_equal(t->m.handshakes, 1);
 	assert_int_equal(t->m.peer_rejects, 0);
 	assert_non_null(strstr(l->last_error, "re-dialled"));
@@ -1821,9 +1828,11 @@ static void mesh_establish__mailbox_registration_fails__local_released(void **st
 	tick(t);
 	t->fx->fail_mr_reg.err = -ENOMEM;
 	t->fx->fail_mr_reg.skip = 1;
-	establish_qp(t, l, 0);
+	/* The mailbox is registered for our Hello, once every QP is connected (no key here). */
+	for (uint32_t i = 0; i < mesh_link_qps(&t->m); i++)
+		establish_qp(t, l, i);
 	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
-	assert_non_null(strstr(l->last_error, "cannot register"));
+	assert_non_null(strstr(l->last_error, "cannot register the mailbox"));
 	assert_int_equal(t->fx->n_regs, 1);
 	assert_int_equal(t->fx->n_deregs, 1);
 	assert_int_equal(t->fx->live_mrs, 0);
@@ -1863,7 +1872,7 @@ static void mesh_establish__hello_send_fails__down(void **state)
 	t->fx->fail_post_send.err = -ENOMEM;
 	establish_qp(t, l, 1);
 	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
-	assert_non_null(strstr(l->last_error, "cannot send Hello"));
+	assert_non_null(strstr(l->last_error, "send Hello"));
 	assert_int_equal(t->fx->live_mrs, 0);
 	mt_finish(t);
 }
