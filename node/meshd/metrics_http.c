@@ -163,7 +163,7 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	errno = 0;
 	h->mhd = start(h, &ss, ss.ss_family == AF_INET6 ? (any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6) : 0);
 	if (!h->mhd && any6) {
-		/* ":PORT" on a host without IPv6: every IPv4 address. */
+		/* "[::]:PORT" on a host without IPv6: every IPv4 address. */
 		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 		uint16_t port = ((struct sockaddr_in6 *)&ss)->sin6_port;
 
@@ -186,7 +186,12 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 		return -EINVAL;
 	}
 	h->fd = info->epoll_fd;
-	log_info("serving Prometheus metrics at http://%s/metrics", listen);
+	if (listen[0] == ':')
+		log_info("serving Prometheus metrics at http://127.0.0.1%s/metrics: loopback only, as \"%s\" names "
+			 "no address (\"0.0.0.0%s\" or \"[::]%s\" serves every address)",
+			 listen, listen, listen, listen);
+	else
+		log_info("serving Prometheus metrics at http://%s/metrics", listen);
 	return 0;
 }
 

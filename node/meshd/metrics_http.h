@@ -37,7 +37,7 @@ struct metrics_http {
 	struct log_ratelimit log_rl; /* clients cause libmicrohttpd's messages (limits reached...) */
 };
 
-/* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT"); "" serves nothing (returns 0,
+/* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT" on 127.0.0.1); "" serves nothing (returns 0,
  * h->fd -1). Returns 0 or a negative errno, logged with the address. */
 int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a);
 /* Accepts, reads and answers whatever is ready, closes timed-out connections; never blocks. */

@@ -15,6 +15,8 @@ a backslash, which the text must escape.
   5. 200 connections opened and held (idle, or a request half sent): meshd keeps at most its limit
      and closes the rest at once, the control socket still answers at once, the link stays UP,
      meshd closes the idle ones within its timeout, and /metrics answers again afterwards.
+  6. Node 2's metrics_listen is ":PORT": reachable on 127.0.0.1, refused on 127.0.0.2 (another
+     loopback address, which reaches a listener on every address).
 Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
 """
 import argparse
@@ -58,6 +60,23 @@ def promtool_check(promtool, text):
     return r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout + r.stderr).strip()
 
 
+def reachable_only_on_127_0_0_1(port):
+    """True when 127.0.0.1:port accepts and 127.0.0.2:port refuses, where 127.0.0.2 does reach a
+    listener on every address (checked with one of ours, so that a refusal means meshd's bind)."""
+    with socket.socket() as any_l:
+        any_l.bind(("0.0.0.0", 0))
+        any_l.listen(1)
+        with socket.create_connection(("127.0.0.2", any_l.getsockname()[1]), timeout=2):
+            pass
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+    try:
+        with socket.create_connection(("127.0.0.2", port), timeout=2):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
@@ -75,8 +94,10 @@ def main():
     work = tempfile.mkdtemp(prefix="mesh-metrics-")
     conf = os.path.join(work, "mesh.conf")
     http = {1: args.port + 2, 2: args.port + 3}
+    # Node 2's address is only a port: loopback, 127.0.0.1 alone (part 6).
+    listen = {1: f"127.0.0.1:{http[1]}", 2: f":{http[2]}"}
     nodes = [f'  {{ id = {i}; addr = "127.0.0.1"; port = {args.port + i - 1}; '
-             f'metrics_listen = "127.0.0.1:{http[i]}"; }}' for i in (1, 2)]
+             f'metrics_listen = "{listen[i]}"; }}' for i in (1, 2)]
     nodes += [f'  {{ id = {i}; addr = "127.0.0.1"; port = {args.port + 10 + i}; }}'
               for i in range(3, 3 + args.phantoms)]
     with open(conf, "w") as f:
@@ -249,6 +270,12 @@ def main():
                 refused += 1
         check(refused == 0, "a scrape right after meshd timed out 8 idle connections of its address is "
               "answered (twice)", f"{refused} refused")
+
+        # 6. ":PORT" (node 2) is 127.0.0.1 only. 127.0.0.2 is a loopback address of this host that
+        # reaches a listener on every address (shown first with one of our own), not 127.0.0.1's.
+        check(get(2)[0] == 200, f'":{http[2]}": /metrics answers on 127.0.0.1')
+        check(reachable_only_on_127_0_0_1(http[2]), f'":{http[2]}": not reachable on 127.0.0.2 (loopback only)')
+        check("loopback only" in open(logs[2]).read(), "meshd 2 says at start that it serves loopback only")
         for i in (1, 2):
             procs[i].terminate()
             check(procs[i].wait(timeout=10) == 0, f"meshd {i}: SIGTERM, exit 0")
