@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <microhttpd.h>
 
@@ -20,10 +21,14 @@
  * meshd's start-up where 64 start at once (docs/design.md, "Formation"), for an endpoint that is off
  * unless configured. Its header still gives every type, checked by the compiler through MHD(). */
 static const char *const mhd_names[] = {
-	"MHD_start_daemon",   "MHD_stop_daemon",		 "MHD_run",		 "MHD_get_daemon_info",
-	"MHD_queue_response", "MHD_create_response_from_buffer", "MHD_add_response_header", "MHD_destroy_response",
+	"MHD_start_daemon", "MHD_stop_daemon", "MHD_run", "MHD_get_daemon_info", "MHD_queue_response",
+	"MHD_create_response_from_buffer", "MHD_add_response_header", "MHD_destroy_response",
+	"MHD_get_connection_info",
 };
-enum { MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_QUEUE, MHD_CREATE, MHD_HEADER, MHD_DESTROY, MHD_NSYMS };
+enum {
+	MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_QUEUE, MHD_CREATE, MHD_HEADER, MHD_DESTROY, MHD_CONN_INFO,
+	MHD_NSYMS
+};
 static void *mhd_sym[MHD_NSYMS];
 #define MHD(i, fn) ((__typeof__(fn) *)mhd_sym[i])
 
@@ -115,6 +120,58 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	return ret;
 }
 
+/* Ends the connection: libmicrohttpd, finding its socket shut, closes it in its next run. */
+static void conn_shut(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci;
+
+	ci = MHD(MHD_CONN_INFO, MHD_get_connection_info)(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		shutdown(ci->connect_fd, SHUT_RDWR);
+}
+
+/* Gives each connection its deadline (METRICS_HTTP_DEADLINE_MS from now) and forgets it when
+ * libmicrohttpd closes it. Called from MHD_run. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct metrics_http *h = cls;
+	struct metrics_http_conn *c = *socket_ctx;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (c)
+			c->conn = NULL;
+		*socket_ctx = NULL;
+		return;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(h->conns) && !c; i++)
+		if (!h->conns[i].conn)
+			c = &h->conns[i];
+	if (!c) {
+		/* More than libmicrohttpd's own limit, which the table is sized for: a connection
+		 * without a deadline is what the table is there to prevent, so it ends at once. */
+		conn_shut(conn);
+		return;
+	}
+	c->conn = conn;
+	c->deadline_ms = util_now_ms() + METRICS_HTTP_DEADLINE_MS;
+	c->shut = false;
+	*socket_ctx = c;
+}
+
+/* Shuts down every connection past its deadline, once. */
+static void expire(struct metrics_http *h, uint64_t now)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(h->conns); i++) {
+		struct metrics_http_conn *c = &h->conns[i];
+
+		if (c->conn && !c->shut && now >= c->deadline_ms) {
+			conn_shut(c->conn);
+			c->shut = true;
+		}
+	}
+}
+
 static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_storage *ss, unsigned flags)
 {
 	/* The logger first: libmicrohttpd says so, else it may print some messages itself.
@@ -126,7 +183,8 @@ static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_st
 	 * libmicrohttpd again at once). */
 	return MHD(MHD_START, MHD_start_daemon)(
 		MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 		(unsigned)METRICS_HTTP_CONNS_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY, MHD_OPTION_LISTEN_BACKLOG_SIZE,
@@ -199,12 +257,14 @@ void metrics_http_run(struct metrics_http *h)
 {
 	if (!h->mhd)
 		return;
+	expire(h, util_now_ms());
 	if (MHD(MHD_RUN, MHD_run)(h->mhd) != MHD_YES)
 		log_debug("metrics endpoint %s: MHD_run failed", h->listen);
-	/* A connection that timed out is shut down in one run but only released (its descriptor closed
-	 * and its slot of the per-address limit given back) in the next: its client already reads EOF
-	 * and may connect again at once, and would be refused for a slot still held. The second run
-	 * releases it now rather than at the next tick; it costs one epoll_wait that returns at once. */
+	/* A connection that timed out (or was shut at its deadline just now) is closed in one run but
+	 * only released (its descriptor closed and its slot of the per-address limit given back) in
+	 * the next: its client already reads EOF and may connect again at once, and would be refused
+	 * for a slot still held. The second run releases it now rather than at the next tick; it costs
+	 * one epoll_wait that returns at once. */
 	MHD(MHD_RUN, MHD_run)(h->mhd);
 }
 

@@ -17,9 +17,12 @@ a backslash, which the text must escape.
      meshd closes the idle ones within its timeout, and /metrics answers again afterwards.
   6. Node 2's metrics_listen is ":PORT": reachable on 127.0.0.1, refused on 127.0.0.2 (another
      loopback address, which reaches a listener on every address).
+  7. Every slot taken by connections trickling a header byte a second (from 16 addresses): meshd
+     ends each at its deadline, and a scrape is answered meanwhile.
 Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
 """
 import argparse
+from http.client import HTTPException
 import json
 import os
 import re
@@ -39,6 +42,9 @@ from mesh_test import check, wait_until  # noqa: E402
 
 PAGE = 61440  # ADMIN_METRICS_PAGE (node/meshd/admin.h)
 HTTP_TIMEOUT_S = 5  # METRICS_HTTP_TIMEOUT_S (node/meshd/metrics_http.h)
+DEADLINE_S = 10  # METRICS_HTTP_DEADLINE_MS
+CONNS_MAX, CONNS_PER_IP = 64, 4  # METRICS_HTTP_CONNS_MAX, METRICS_HTTP_CONNS_PER_IP
+MARGIN_S = 10  # for a loaded machine: the properties below are not about speed
 SAMPLE = re.compile(r'^(rdmamesh_[a-z_]+)(\{[^}]*\})? (\S+)$')
 
 
@@ -112,10 +118,10 @@ def main():
     def ctl(i, *a, timeout=10):
         return subprocess.run([meshctl, "-L", "-s", socks[i], *a], capture_output=True, text=True, timeout=timeout)
 
-    def get(i, path="/metrics", method="GET"):
+    def get(i, path="/metrics", method="GET", timeout=10):
         req = urllib.request.Request(f"http://127.0.0.1:{http[i]}{path}", method=method)
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.headers.get("Content-Type", ""), r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.headers.get("Content-Type", ""), e.read().decode()
@@ -224,8 +230,9 @@ def main():
                 pass
         time.sleep(0.5)
         still = sum(1 for c in held if not select.select([c], [], [], 0)[0])
-        check(len(held) == 200 and still <= 16, f"200 connections opened; meshd keeps {still} of them (at most its "
-              "limit of 16), and closes the others at once", f"{len(held)} opened")
+        check(len(held) == 200 and still <= CONNS_PER_IP, f"200 connections opened from one address; meshd keeps "
+              f"{still} of them (at most its limit of {CONNS_PER_IP} per address), and closes the others at once",
+              f"{len(held)} opened")
         t0 = time.monotonic()
         r = ctl(1, "node", timeout=5)
         dt = time.monotonic() - t0
@@ -255,7 +262,7 @@ def main():
         # new connection was reset for the per-address limit in 9 of 12 tries).
         refused = 0
         for _ in range(2):
-            idle = [socket.create_connection(("127.0.0.1", http[1]), timeout=2) for _ in range(8)]
+            idle = [socket.create_connection(("127.0.0.1", http[1]), timeout=2) for _ in range(CONNS_PER_IP)]
             for c in idle:
                 c.settimeout(HTTP_TIMEOUT_S + 5)
                 try:
@@ -268,14 +275,55 @@ def main():
                 refused += get(1)[0] != 200
             except OSError:
                 refused += 1
-        check(refused == 0, "a scrape right after meshd timed out 8 idle connections of its address is "
-              "answered (twice)", f"{refused} refused")
+        check(refused == 0, f"a scrape right after meshd timed out {CONNS_PER_IP} idle connections of its address "
+              "is answered (twice)", f"{refused} refused")
 
         # 6. ":PORT" (node 2) is 127.0.0.1 only. 127.0.0.2 is a loopback address of this host that
         # reaches a listener on every address (shown first with one of our own), not 127.0.0.1's.
         check(get(2)[0] == 200, f'":{http[2]}": /metrics answers on 127.0.0.1')
         check(reachable_only_on_127_0_0_1(http[2]), f'":{http[2]}": not reachable on 127.0.0.2 (loopback only)')
         check("loopback only" in open(logs[2]).read(), "meshd 2 says at start that it serves loopback only")
+
+        # 7. Slow clients take every slot, from CONNS_MAX / CONNS_PER_IP addresses of 127.0.0.0/8,
+        # and send a header byte a second: each byte restarts libmicrohttpd's inactivity timeout, so
+        # they held every slot for as long as they trickled. meshd ends each at its deadline,
+        # whatever it sends: a scrape is answered within the deadline and a margin.
+        trick = []
+        for n in range(CONNS_MAX):
+            c = socket.socket()
+            c.bind((f"127.0.0.{2 + n // CONNS_PER_IP}", 0))
+            c.settimeout(2)
+            c.connect(("127.0.0.1", http[1]))
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            trick.append(c)
+        t0 = time.monotonic()
+        time.sleep(0.5)
+        held = sum(1 for c in trick if not select.select([c], [], [], 0)[0])
+        check(held == CONNS_MAX, f"{CONNS_MAX} trickling connections from {CONNS_MAX // CONNS_PER_IP} addresses: "
+              "meshd holds each (every slot taken)", f"{held} held")
+        left, answered, last = set(trick), None, 0.0
+        while time.monotonic() - t0 < DEADLINE_S + MARGIN_S and (left or answered is None):
+            if time.monotonic() - last >= 1:
+                last = time.monotonic()
+                for c in list(left):
+                    try:
+                        c.send(b"a")
+                    except OSError:
+                        left.discard(c)  # reset: closed
+            left -= set(select.select(list(left), [], [], 0)[0])  # EOF (or reset): closed
+            if answered is None:
+                try:
+                    if get(1, timeout=2)[0] == 200:
+                        answered = time.monotonic() - t0
+                except (OSError, HTTPException):
+                    pass  # no slot: closed at once
+            time.sleep(0.2)
+        for c in trick:
+            c.close()
+        check(not left, f"meshd closed every trickling connection within its {DEADLINE_S} s deadline (+{MARGIN_S} s), "
+              "though each sent a byte a second", f"{len(left)} still open")
+        check(answered is not None, f"a scrape among {CONNS_MAX} trickling connections is answered within the "
+              f"deadline (+{MARGIN_S} s){answered is not None and f' after {answered:.1f} s' or ''}")
         for i in (1, 2):
             procs[i].terminate()
             check(procs[i].wait(timeout=10) == 0, f"meshd {i}: SIGTERM, exit 0")
