@@ -104,6 +104,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (strcmp(url, "/metrics"))
 		return answer_text(conn, MHD_HTTP_NOT_FOUND, "not found: meshd serves /metrics only\n");
 	h->admin->http_scrapes++;
+	h->admin->http_renders++;
 	if (admin_metrics_render(h->admin, &b)) {
 		metrics_buf_free(&b);
 		return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
