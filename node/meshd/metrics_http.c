@@ -84,16 +84,44 @@ static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status,
 	return ret;
 }
 
+/* The text to serve: rendered at most every METRICS_HTTP_RENDER_MS, the last one in between (NULL:
+ * out of memory). libmicrohttpd counts the connections a response is queued on, so the one kept
+ * here lives on for those still sending it when a newer one replaces it. */
+static struct MHD_Response *metrics_text(struct metrics_http *h)
+{
+	uint64_t now = util_now_ms();
+	struct metrics_buf b = {0};
+	struct MHD_Response *r;
+	char *text;
+	size_t len;
+
+	if (h->text && now - h->text_ms < METRICS_HTTP_RENDER_MS)
+		return h->text;
+	h->admin->http_renders++;
+	if (admin_metrics_render(h->admin, &b)) {
+		metrics_buf_free(&b);
+		return NULL;
+	}
+	text = metrics_buf_take(&b, &len);
+	r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(text);
+		return NULL;
+	}
+	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
+	if (h->text)
+		MHD(MHD_DESTROY, MHD_destroy_response)(h->text);
+	h->text = r;
+	h->text_ms = now;
+	return r;
+}
+
 /* Called from MHD_run, that is from meshd's loop under the lock: the mesh may be read. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
 	struct metrics_http *h = cls;
-	struct metrics_buf b = {0};
 	struct MHD_Response *r;
-	enum MHD_Result ret;
-	char *text;
-	size_t len;
 
 	(void)version;
 	(void)upload_data;
@@ -104,21 +132,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (strcmp(url, "/metrics"))
 		return answer_text(conn, MHD_HTTP_NOT_FOUND, "not found: meshd serves /metrics only\n");
 	h->admin->http_scrapes++;
-	h->admin->http_renders++;
-	if (admin_metrics_render(h->admin, &b)) {
-		metrics_buf_free(&b);
+	r = metrics_text(h);
+	if (!r)
 		return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
-	}
-	text = metrics_buf_take(&b, &len);
-	r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(len, text, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
-	ret = MHD(MHD_QUEUE, MHD_queue_response)(conn, MHD_HTTP_OK, r);
-	MHD(MHD_DESTROY, MHD_destroy_response)(r);
-	return ret;
+	return MHD(MHD_QUEUE, MHD_queue_response)(conn, MHD_HTTP_OK, r);
 }
 
 /* Ends the connection: libmicrohttpd, finding its socket shut, closes it in its next run. */
@@ -276,5 +293,8 @@ void metrics_http_close(struct metrics_http *h)
 	if (h->mhd)
 		MHD(MHD_STOP, MHD_stop_daemon)(h->mhd);
 	h->mhd = NULL;
+	if (h->text)
+		MHD(MHD_DESTROY, MHD_destroy_response)(h->text);
+	h->text = NULL;
 	h->fd = -1;
 }

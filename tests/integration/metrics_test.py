@@ -19,6 +19,8 @@ a backslash, which the text must escape.
      loopback address, which reaches a listener on every address).
   7. Every slot taken by connections trickling a header byte a second (from 16 addresses): meshd
      ends each at its deadline, and a scrape is answered meanwhile.
+  8. 2000 scrapes back to back: each answered, and meshd renders the text at most every 250 ms
+     (rdmamesh_metrics_renders_total), not once per scrape.
 Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
 """
 import argparse
@@ -45,6 +47,8 @@ HTTP_TIMEOUT_S = 5  # METRICS_HTTP_TIMEOUT_S (node/meshd/metrics_http.h)
 DEADLINE_S = 10  # METRICS_HTTP_DEADLINE_MS
 CONNS_MAX, CONNS_PER_IP = 64, 4  # METRICS_HTTP_CONNS_MAX, METRICS_HTTP_CONNS_PER_IP
 MARGIN_S = 10  # for a loaded machine: the properties below are not about speed
+RENDER_S = 0.25  # METRICS_HTTP_RENDER_MS: the endpoint renders at most this often
+FLOOD = 2000
 SAMPLE = re.compile(r'^(rdmamesh_[a-z_]+)(\{[^}]*\})? (\S+)$')
 
 
@@ -64,6 +68,16 @@ def samples(text):
 def promtool_check(promtool, text):
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     return r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout + r.stderr).strip()
+
+
+def scrape_raw(port):
+    """One GET /metrics on a connection of its own, read to the end: True when answered 200."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        head = c.recv(64)
+        while c.recv(1 << 16):
+            pass
+    return re.match(rb"HTTP/1\.[01] 200 ", head) is not None
 
 
 def reachable_only_on_127_0_0_1(port):
@@ -190,6 +204,7 @@ def main():
             lst.wait(timeout=30)
         check(snd.returncode == 0 and lst.returncode == 0 and open(out_path, "rb").read() == data,
               "meshcat: 1 MiB from node 2 to node 1 intact", snd.stderr.decode()[:300])
+        time.sleep(RENDER_S + 0.1)  # a scrape may be served a text rendered up to RENDER_S before
         after1, after2 = samples(get(1)[2]), samples(get(2)[2])
 
         def grew(a, b, key, by):
@@ -324,6 +339,24 @@ def main():
               "though each sent a byte a second", f"{len(left)} still open")
         check(answered is not None, f"a scrape among {CONNS_MAX} trickling connections is answered within the "
               f"deadline (+{MARGIN_S} s){answered is not None and f' after {answered:.1f} s' or ''}")
+
+        # 8. A flood of scrapes, back to back: meshd renders the text (under its locks, on rail 0's
+        # thread) at most every RENDER_S and serves the same text in between. The counts come from
+        # meshctl metrics, which renders afresh.
+        def counts():
+            s = samples(ctl(1, "metrics").stdout)
+            return s.get("rdmamesh_metrics_scrapes_total", -1), s.get("rdmamesh_metrics_renders_total", -1)
+
+        (s0, r0), ok, t0 = counts(), 0, time.monotonic()
+        for _ in range(FLOOD):
+            ok += scrape_raw(http[1])
+        dt = time.monotonic() - t0
+        (s1, r1) = counts()
+        check(ok == FLOOD and s1 - s0 == FLOOD, f"{FLOOD} scrapes back to back in {dt:.1f} s: each answered 200 "
+              "and counted", f"{ok} answered, scrapes_total {s0} -> {s1}")
+        bound = int(dt / RENDER_S) + 2
+        check(r0 >= 0 and 0 < r1 - r0 <= bound and r1 - r0 <= FLOOD // 10, f"meshd rendered the text "
+              f"{r1 - r0:.0f} times for them (at most one per {RENDER_S} s: {bound})", f"renders_total {r0} -> {r1}")
         for i in (1, 2):
             procs[i].terminate()
             check(procs[i].wait(timeout=10) == 0, f"meshd {i}: SIGTERM, exit 0")
