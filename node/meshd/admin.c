@@ -836,7 +836,8 @@ static void admin_channel_request(struct admin *a, int slot, int fd, const CtlRe
 
 int admin_metrics_render(struct admin *a, struct metrics_buf *b)
 {
-	struct metrics_extra x = {.ctl_errors = atomic_load(&a->errors), .http_scrapes = a->http_scrapes};
+	struct metrics_extra x = {
+		.ctl_errors = atomic_load(&a->errors), .http_scrapes = a->http_scrapes, .http_renders = a->http_renders};
 
 	return metrics_render(a->mesh, &x, b);
 }

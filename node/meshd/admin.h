@@ -120,6 +120,7 @@ struct admin {
 	uint64_t paused_until_ms;
 	uint64_t pauses;
 	uint64_t http_scrapes; /* requests the HTTP endpoint (metrics_http.h) answered with the text */
+	uint64_t http_renders; /* texts it rendered for them */
 	/* Per client: the metrics text rendered at its request for offset 0, kept while it pages
 	 * through it (CTL_OBJECT_METRICS), freed after the last page or with the client. Mesh lock. */
 	char *metrics_text[ADMIN_CLIENTS_MAX];

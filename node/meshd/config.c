@@ -19,7 +19,7 @@ enum config_type {
 	CFG_BYTES, /* 64-bit bytes: an integer, or a string with a suffix ("16G") */
 	CFG_STRING,
 	CFG_NUMA, /* "auto", "off" or a node number (an integer, or a string of digits) */
-	CFG_LISTEN, /* "" (off), or "ADDR:PORT", "[V6ADDR]:PORT", ":PORT" (config_listen_parse) */
+	CFG_LISTEN, /* "" (off), or "ADDR:PORT", "[V6ADDR]:PORT", ":PORT" (127.0.0.1; config_listen_parse) */
 };
 
 struct config_key {
@@ -126,8 +126,9 @@ static const struct config_key config_keys[] = {
 	{"metrics_listen", CFG_LISTEN, offsetof(struct mesh_config, metrics_listen),
 	 sizeof(((struct mesh_config *)0)->metrics_listen), "", 0, 0, NULL,
 	 "serve Prometheus metrics over HTTP at /metrics on this address and port (\"127.0.0.1:9464\", "
-	 "\"[::1]:9464\", or \":9464\" for every address); \"\" serves none. A node entry may have its own "
-	 "(several meshd on one host need one port each). `meshctl metrics` prints the same text either way"},
+	 "\"[::1]:9464\"; \":9464\" is 127.0.0.1 only; every address must be named: \"0.0.0.0:9464\", or "
+	 "\"[::]:9464\" for IPv6 and IPv4; no TLS, no authentication); \"\" serves none. A node entry may have "
+	 "its own (several meshd on one host need one port each). `meshctl metrics` prints the same text either way"},
 	KEY_STR(log_level, log_level, "info", log_choices, "error | warn | info | debug"),
 };
 
@@ -144,7 +145,8 @@ static const struct node_key node_keys[] = {
 	{"numa", 0, 0, "optional: this node's own cluster.numa (machines differ), auto | off | a node number"},
 	{"rails", 0, 0, "optional: more addresses of the node, one per further RDMA device (multi-rail); "
 			"every node lists as many, rail r of each node on the same network"},
-	{"metrics_listen", 0, 0, "optional: this node's own cluster.metrics_listen, [ADDR]:PORT, \"\" for none"},
+	{"metrics_listen", 0, 0,
+	 "optional: this node's own cluster.metrics_listen, [ADDR]:PORT (no ADDR: 127.0.0.1), \"\" for none"},
 };
 
 static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
@@ -281,13 +283,15 @@ int config_listen_parse(const char *v, struct sockaddr_storage *ss, socklen_t *l
 	}
 	memcpy(host, hs, (size_t)(he - hs));
 	host[he - hs] = '\0';
+	/* ":PORT" is loopback only: it served every address, unauthenticated, to whoever reached the
+	 * host (issue 38). Every address takes saying so: "0.0.0.0:PORT" or "[::]:PORT". */
 	if (!host[0] && hs == v) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
 
-		s6->sin6_family = AF_INET6;
-		s6->sin6_addr = in6addr_any;
-		s6->sin6_port = htons((uint16_t)port);
-		*len = sizeof(*s6);
+		s4->sin_family = AF_INET;
+		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		s4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*s4);
 		return 0;
 	}
 	if (hs == v && inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1) {

@@ -82,9 +82,9 @@ int config_node_numa(const struct mesh_config *cfg, const struct config_node *no
 /* Where a node serves its metrics: its own metrics_listen, else cluster.metrics_listen; "" off. */
 const char *config_node_metrics_listen(const struct mesh_config *cfg, const struct config_node *node);
 
-/* "ADDR:PORT", "[V6ADDR]:PORT" or ":PORT" (every address) with a numeric address and a port
- * 1..65535 into *ss (IPv6 for ":PORT", which also takes IPv4 where the system allows). 0, or
- * -EINVAL with *why naming what is wrong. */
+/* "ADDR:PORT", "[V6ADDR]:PORT" or ":PORT" (127.0.0.1: loopback only) with a numeric address and a
+ * port 1..65535 into *ss. Every address is "0.0.0.0:PORT" or "[::]:PORT". 0, or -EINVAL with *why
+ * naming what is wrong. */
 int config_listen_parse(const char *v, struct sockaddr_storage *ss, socklen_t *len, const char **why);
 
 /* The node with this id, or NULL. */

@@ -244,6 +244,9 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 		    "Undecodable or invalid requests on the local control socket.", x ? x->ctl_errors : 0);
 	node_sample(b, "rdmamesh_metrics_scrapes_total", "counter", "Requests for /metrics over HTTP.",
 		    x ? x->http_scrapes : 0);
+	node_sample(b, "rdmamesh_metrics_renders_total", "counter",
+		    "Times the HTTP endpoint rendered this text (what a flood of scrapes costs meshd).",
+		    x ? x->http_renders : 0);
 
 	for (const struct channel *ch = m->channels; ch; ch = ch->next) {
 		const char *s = channel_state_name(ch);

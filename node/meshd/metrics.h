@@ -107,6 +107,7 @@ struct mesh;
 struct metrics_extra {
 	uint64_t ctl_errors;   /* bad requests on the control socket (admin.c) */
 	uint64_t http_scrapes; /* requests served by the HTTP endpoint */
+	uint64_t http_renders; /* texts the HTTP endpoint rendered for them */
 };
 
 /* Renders every metric of the node into b (appended): 0, or -ENOMEM. */

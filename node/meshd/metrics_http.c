@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <microhttpd.h>
 
@@ -20,10 +21,14 @@
  * meshd's start-up where 64 start at once (docs/design.md, "Formation"), for an endpoint that is off
  * unless configured. Its header still gives every type, checked by the compiler through MHD(). */
 static const char *const mhd_names[] = {
-	"MHD_start_daemon",   "MHD_stop_daemon",		 "MHD_run",		 "MHD_get_daemon_info",
-	"MHD_queue_response", "MHD_create_response_from_buffer", "MHD_add_response_header", "MHD_destroy_response",
+	"MHD_start_daemon", "MHD_stop_daemon", "MHD_run", "MHD_get_daemon_info", "MHD_queue_response",
+	"MHD_create_response_from_buffer", "MHD_add_response_header", "MHD_destroy_response",
+	"MHD_get_connection_info",
 };
-enum { MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_QUEUE, MHD_CREATE, MHD_HEADER, MHD_DESTROY, MHD_NSYMS };
+enum {
+	MHD_START, MHD_STOP, MHD_RUN, MHD_INFO, MHD_QUEUE, MHD_CREATE, MHD_HEADER, MHD_DESTROY, MHD_CONN_INFO,
+	MHD_NSYMS
+};
 static void *mhd_sym[MHD_NSYMS];
 #define MHD(i, fn) ((__typeof__(fn) *)mhd_sym[i])
 
@@ -79,16 +84,44 @@ static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status,
 	return ret;
 }
 
+/* The text to serve: rendered at most every METRICS_HTTP_RENDER_MS, the last one in between (NULL:
+ * out of memory). libmicrohttpd counts the connections a response is queued on, so the one kept
+ * here lives on for those still sending it when a newer one replaces it. */
+static struct MHD_Response *metrics_text(struct metrics_http *h)
+{
+	uint64_t now = util_now_ms();
+	struct metrics_buf b = {0};
+	struct MHD_Response *r;
+	char *text;
+	size_t len;
+
+	if (h->text && now - h->text_ms < METRICS_HTTP_RENDER_MS)
+		return h->text;
+	h->admin->http_renders++;
+	if (admin_metrics_render(h->admin, &b)) {
+		metrics_buf_free(&b);
+		return NULL;
+	}
+	text = metrics_buf_take(&b, &len);
+	r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(text);
+		return NULL;
+	}
+	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
+	if (h->text)
+		MHD(MHD_DESTROY, MHD_destroy_response)(h->text);
+	h->text = r;
+	h->text_ms = now;
+	return r;
+}
+
 /* Called from MHD_run, that is from meshd's loop under the lock: the mesh may be read. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
 	struct metrics_http *h = cls;
-	struct metrics_buf b = {0};
 	struct MHD_Response *r;
-	enum MHD_Result ret;
-	char *text;
-	size_t len;
 
 	(void)version;
 	(void)upload_data;
@@ -99,20 +132,62 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (strcmp(url, "/metrics"))
 		return answer_text(conn, MHD_HTTP_NOT_FOUND, "not found: meshd serves /metrics only\n");
 	h->admin->http_scrapes++;
-	if (admin_metrics_render(h->admin, &b)) {
-		metrics_buf_free(&b);
+	r = metrics_text(h);
+	if (!r)
 		return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+	return MHD(MHD_QUEUE, MHD_queue_response)(conn, MHD_HTTP_OK, r);
+}
+
+/* Ends the connection: libmicrohttpd, finding its socket shut, closes it in its next run. */
+static void conn_shut(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci;
+
+	ci = MHD(MHD_CONN_INFO, MHD_get_connection_info)(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		shutdown(ci->connect_fd, SHUT_RDWR);
+}
+
+/* Gives each connection its deadline (METRICS_HTTP_DEADLINE_MS from now) and forgets it when
+ * libmicrohttpd closes it. Called from MHD_run. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct metrics_http *h = cls;
+	struct metrics_http_conn *c = *socket_ctx;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (c)
+			c->conn = NULL;
+		*socket_ctx = NULL;
+		return;
 	}
-	text = metrics_buf_take(&b, &len);
-	r = MHD(MHD_CREATE, MHD_create_response_from_buffer)(len, text, MHD_RESPMEM_MUST_FREE);
-	if (!r) {
-		free(text);
-		return MHD_NO;
+	for (size_t i = 0; i < ARRAY_SIZE(h->conns) && !c; i++)
+		if (!h->conns[i].conn)
+			c = &h->conns[i];
+	if (!c) {
+		/* More than libmicrohttpd's own limit, which the table is sized for: a connection
+		 * without a deadline is what the table is there to prevent, so it ends at once. */
+		conn_shut(conn);
+		return;
 	}
-	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
-	ret = MHD(MHD_QUEUE, MHD_queue_response)(conn, MHD_HTTP_OK, r);
-	MHD(MHD_DESTROY, MHD_destroy_response)(r);
-	return ret;
+	c->conn = conn;
+	c->deadline_ms = util_now_ms() + METRICS_HTTP_DEADLINE_MS;
+	c->shut = false;
+	*socket_ctx = c;
+}
+
+/* Shuts down every connection past its deadline, once. */
+static void expire(struct metrics_http *h, uint64_t now)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(h->conns); i++) {
+		struct metrics_http_conn *c = &h->conns[i];
+
+		if (c->conn && !c->shut && now >= c->deadline_ms) {
+			conn_shut(c->conn);
+			c->shut = true;
+		}
+	}
 }
 
 static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_storage *ss, unsigned flags)
@@ -126,7 +201,8 @@ static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_st
 	 * libmicrohttpd again at once). */
 	return MHD(MHD_START, MHD_start_daemon)(
 		MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | flags, 0, NULL, NULL, on_request, h,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNS_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 		(unsigned)METRICS_HTTP_CONNS_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY, MHD_OPTION_LISTEN_BACKLOG_SIZE,
@@ -163,7 +239,7 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	errno = 0;
 	h->mhd = start(h, &ss, ss.ss_family == AF_INET6 ? (any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6) : 0);
 	if (!h->mhd && any6) {
-		/* ":PORT" on a host without IPv6: every IPv4 address. */
+		/* "[::]:PORT" on a host without IPv6: every IPv4 address. */
 		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 		uint16_t port = ((struct sockaddr_in6 *)&ss)->sin6_port;
 
@@ -186,7 +262,12 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 		return -EINVAL;
 	}
 	h->fd = info->epoll_fd;
-	log_info("serving Prometheus metrics at http://%s/metrics", listen);
+	if (listen[0] == ':')
+		log_info("serving Prometheus metrics at http://127.0.0.1%s/metrics: loopback only, as \"%s\" names "
+			 "no address (\"0.0.0.0%s\" or \"[::]%s\" serves every address)",
+			 listen, listen, listen, listen);
+	else
+		log_info("serving Prometheus metrics at http://%s/metrics", listen);
 	return 0;
 }
 
@@ -194,12 +275,14 @@ void metrics_http_run(struct metrics_http *h)
 {
 	if (!h->mhd)
 		return;
+	expire(h, util_now_ms());
 	if (MHD(MHD_RUN, MHD_run)(h->mhd) != MHD_YES)
 		log_debug("metrics endpoint %s: MHD_run failed", h->listen);
-	/* A connection that timed out is shut down in one run but only released (its descriptor closed
-	 * and its slot of the per-address limit given back) in the next: its client already reads EOF
-	 * and may connect again at once, and would be refused for a slot still held. The second run
-	 * releases it now rather than at the next tick; it costs one epoll_wait that returns at once. */
+	/* A connection that timed out (or was shut at its deadline just now) is closed in one run but
+	 * only released (its descriptor closed and its slot of the per-address limit given back) in
+	 * the next: its client already reads EOF and may connect again at once, and would be refused
+	 * for a slot still held. The second run releases it now rather than at the next tick; it costs
+	 * one epoll_wait that returns at once. */
 	MHD(MHD_RUN, MHD_run)(h->mhd);
 }
 
@@ -210,5 +293,8 @@ void metrics_http_close(struct metrics_http *h)
 	if (h->mhd)
 		MHD(MHD_STOP, MHD_stop_daemon)(h->mhd);
 	h->mhd = NULL;
+	if (h->text)
+		MHD(MHD_DESTROY, MHD_destroy_response)(h->text);
+	h->text = NULL;
 	h->fd = -1;
 }

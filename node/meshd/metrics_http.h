@@ -3,31 +3,52 @@
  * libmicrohttpd in external-polling mode inside meshd's own loop: its epoll descriptor sits in
  * rail 0's epoll set and metrics_http_run() is called when it is readable and on every tick
  * (connection timeouts). No thread of its own, so the text is rendered exactly where the control
- * socket renders its replies: on rail 0's thread, under the daemon's lock.
+ * socket renders its replies: on rail 0's thread, under the daemon's lock; at most every
+ * METRICS_HTTP_RENDER_MS, scrapes in between are served the same text.
  *
  * What a client can make meshd do is bounded: METRICS_HTTP_CONNS_MAX connections at once
- * (METRICS_HTTP_CONNS_PER_IP from one address), an idle or slow connection closed after
- * METRICS_HTTP_TIMEOUT_S, request headers within METRICS_HTTP_MEMORY bytes. Any other path is 404,
- * any other method than GET and HEAD 405.
+ * (METRICS_HTTP_CONNS_PER_IP from one address), an idle connection closed after
+ * METRICS_HTTP_TIMEOUT_S, any connection METRICS_HTTP_DEADLINE_MS after it was accepted whatever it
+ * sends, request headers within METRICS_HTTP_MEMORY bytes. Any other path is 404, any other method
+ * than GET and HEAD 405.
  */
 #ifndef MESH_MESHD_METRICS_HTTP_H
 #define MESH_MESHD_METRICS_HTTP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config.h"
 #include "log.h"
 
-#define METRICS_HTTP_CONNS_MAX 16
-#define METRICS_HTTP_CONNS_PER_IP 8
+/* 16 addresses to take every slot (scrapers need one or two each: Prometheus, a probe, a curl);
+ * each slot costs a descriptor and at most METRICS_HTTP_MEMORY. */
+#define METRICS_HTTP_CONNS_MAX 64
+#define METRICS_HTTP_CONNS_PER_IP 4
 #define METRICS_HTTP_BACKLOG 64
+/* libmicrohttpd's timeout is one of inactivity, which every byte restarts: clients trickling a byte
+ * a second held every slot for as long as they liked. The deadline ends any connection, whatever it
+ * sends, that long after its accept; a scraper that keeps its connection alive opens another. */
 #define METRICS_HTTP_TIMEOUT_S 5
+#define METRICS_HTTP_DEADLINE_MS 10000u
+/* A scrape renders the whole text under the daemon's locks on rail 0's thread: a flood of them
+ * (6.8k a second) took 40% of that thread. The text is rendered at most this often and the last
+ * one served in between, so counters may be up to this old. */
+#define METRICS_HTTP_RENDER_MS 250u
 #define METRICS_HTTP_MEMORY (16u << 10)
 #define METRICS_HTTP_LOG_BURST 10u /* libmicrohttpd's messages per interval, at most */
 #define METRICS_HTTP_LOG_INTERVAL_MS 60000u
 
 struct admin;
 struct MHD_Daemon;
+struct MHD_Response;
+
+/* A connection libmicrohttpd holds, and when it must end. */
+struct metrics_http_conn {
+	struct MHD_Connection *conn; /* NULL: a free entry */
+	uint64_t deadline_ms;
+	bool shut; /* shut down at its deadline; libmicrohttpd closes it */
+};
 
 struct metrics_http {
 	struct MHD_Daemon *mhd;
@@ -35,12 +56,16 @@ struct metrics_http {
 	struct admin *admin;
 	char listen[CONFIG_LISTEN_MAX];
 	struct log_ratelimit log_rl; /* clients cause libmicrohttpd's messages (limits reached...) */
+	struct metrics_http_conn conns[METRICS_HTTP_CONNS_MAX];
+	struct MHD_Response *text; /* the last text rendered, and when (util_now_ms) */
+	uint64_t text_ms;
 };
 
-/* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT"); "" serves nothing (returns 0,
+/* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT" on 127.0.0.1); "" serves nothing (returns 0,
  * h->fd -1). Returns 0 or a negative errno, logged with the address. */
 int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a);
-/* Accepts, reads and answers whatever is ready, closes timed-out connections; never blocks. */
+/* Accepts, reads and answers whatever is ready, closes timed-out connections and those past their
+ * deadline; never blocks. */
 void metrics_http_run(struct metrics_http *h);
 void metrics_http_close(struct metrics_http *h);
 

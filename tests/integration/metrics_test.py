@@ -15,9 +15,16 @@ a backslash, which the text must escape.
   5. 200 connections opened and held (idle, or a request half sent): meshd keeps at most its limit
      and closes the rest at once, the control socket still answers at once, the link stays UP,
      meshd closes the idle ones within its timeout, and /metrics answers again afterwards.
+  6. Node 2's metrics_listen is ":PORT": reachable on 127.0.0.1, refused on 127.0.0.2 (another
+     loopback address, which reaches a listener on every address).
+  7. Every slot taken by connections trickling a header byte a second (from 16 addresses): meshd
+     ends each at its deadline, and a scrape is answered meanwhile.
+  8. 2000 scrapes back to back: each answered, and meshd renders the text at most every 250 ms
+     (rdmamesh_metrics_renders_total), not once per scrape.
 Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
 """
 import argparse
+from http.client import HTTPException
 import json
 import os
 import re
@@ -37,6 +44,11 @@ from mesh_test import check, wait_until  # noqa: E402
 
 PAGE = 61440  # ADMIN_METRICS_PAGE (node/meshd/admin.h)
 HTTP_TIMEOUT_S = 5  # METRICS_HTTP_TIMEOUT_S (node/meshd/metrics_http.h)
+DEADLINE_S = 10  # METRICS_HTTP_DEADLINE_MS
+CONNS_MAX, CONNS_PER_IP = 64, 4  # METRICS_HTTP_CONNS_MAX, METRICS_HTTP_CONNS_PER_IP
+MARGIN_S = 10  # for a loaded machine: the properties below are not about speed
+RENDER_S = 0.25  # METRICS_HTTP_RENDER_MS: the endpoint renders at most this often
+FLOOD = 2000
 SAMPLE = re.compile(r'^(rdmamesh_[a-z_]+)(\{[^}]*\})? (\S+)$')
 
 
@@ -58,6 +70,33 @@ def promtool_check(promtool, text):
     return r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout + r.stderr).strip()
 
 
+def scrape_raw(port):
+    """One GET /metrics on a connection of its own, read to the end: True when answered 200."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        head = c.recv(64)
+        while c.recv(1 << 16):
+            pass
+    return re.match(rb"HTTP/1\.[01] 200 ", head) is not None
+
+
+def reachable_only_on_127_0_0_1(port):
+    """True when 127.0.0.1:port accepts and 127.0.0.2:port refuses, where 127.0.0.2 does reach a
+    listener on every address (checked with one of ours, so that a refusal means meshd's bind)."""
+    with socket.socket() as any_l:
+        any_l.bind(("0.0.0.0", 0))
+        any_l.listen(1)
+        with socket.create_connection(("127.0.0.2", any_l.getsockname()[1]), timeout=2):
+            pass
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+    try:
+        with socket.create_connection(("127.0.0.2", port), timeout=2):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
@@ -75,8 +114,10 @@ def main():
     work = tempfile.mkdtemp(prefix="mesh-metrics-")
     conf = os.path.join(work, "mesh.conf")
     http = {1: args.port + 2, 2: args.port + 3}
+    # Node 2's address is only a port: loopback, 127.0.0.1 alone (part 6).
+    listen = {1: f"127.0.0.1:{http[1]}", 2: f":{http[2]}"}
     nodes = [f'  {{ id = {i}; addr = "127.0.0.1"; port = {args.port + i - 1}; '
-             f'metrics_listen = "127.0.0.1:{http[i]}"; }}' for i in (1, 2)]
+             f'metrics_listen = "{listen[i]}"; }}' for i in (1, 2)]
     nodes += [f'  {{ id = {i}; addr = "127.0.0.1"; port = {args.port + 10 + i}; }}'
               for i in range(3, 3 + args.phantoms)]
     with open(conf, "w") as f:
@@ -91,10 +132,10 @@ def main():
     def ctl(i, *a, timeout=10):
         return subprocess.run([meshctl, "-L", "-s", socks[i], *a], capture_output=True, text=True, timeout=timeout)
 
-    def get(i, path="/metrics", method="GET"):
+    def get(i, path="/metrics", method="GET", timeout=10):
         req = urllib.request.Request(f"http://127.0.0.1:{http[i]}{path}", method=method)
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.headers.get("Content-Type", ""), r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.headers.get("Content-Type", ""), e.read().decode()
@@ -163,6 +204,7 @@ def main():
             lst.wait(timeout=30)
         check(snd.returncode == 0 and lst.returncode == 0 and open(out_path, "rb").read() == data,
               "meshcat: 1 MiB from node 2 to node 1 intact", snd.stderr.decode()[:300])
+        time.sleep(RENDER_S + 0.1)  # a scrape may be served a text rendered up to RENDER_S before
         after1, after2 = samples(get(1)[2]), samples(get(2)[2])
 
         def grew(a, b, key, by):
@@ -203,8 +245,9 @@ def main():
                 pass
         time.sleep(0.5)
         still = sum(1 for c in held if not select.select([c], [], [], 0)[0])
-        check(len(held) == 200 and still <= 16, f"200 connections opened; meshd keeps {still} of them (at most its "
-              "limit of 16), and closes the others at once", f"{len(held)} opened")
+        check(len(held) == 200 and still <= CONNS_PER_IP, f"200 connections opened from one address; meshd keeps "
+              f"{still} of them (at most its limit of {CONNS_PER_IP} per address), and closes the others at once",
+              f"{len(held)} opened")
         t0 = time.monotonic()
         r = ctl(1, "node", timeout=5)
         dt = time.monotonic() - t0
@@ -234,7 +277,7 @@ def main():
         # new connection was reset for the per-address limit in 9 of 12 tries).
         refused = 0
         for _ in range(2):
-            idle = [socket.create_connection(("127.0.0.1", http[1]), timeout=2) for _ in range(8)]
+            idle = [socket.create_connection(("127.0.0.1", http[1]), timeout=2) for _ in range(CONNS_PER_IP)]
             for c in idle:
                 c.settimeout(HTTP_TIMEOUT_S + 5)
                 try:
@@ -247,8 +290,73 @@ def main():
                 refused += get(1)[0] != 200
             except OSError:
                 refused += 1
-        check(refused == 0, "a scrape right after meshd timed out 8 idle connections of its address is "
-              "answered (twice)", f"{refused} refused")
+        check(refused == 0, f"a scrape right after meshd timed out {CONNS_PER_IP} idle connections of its address "
+              "is answered (twice)", f"{refused} refused")
+
+        # 6. ":PORT" (node 2) is 127.0.0.1 only. 127.0.0.2 is a loopback address of this host that
+        # reaches a listener on every address (shown first with one of our own), not 127.0.0.1's.
+        check(get(2)[0] == 200, f'":{http[2]}": /metrics answers on 127.0.0.1')
+        check(reachable_only_on_127_0_0_1(http[2]), f'":{http[2]}": not reachable on 127.0.0.2 (loopback only)')
+        check("loopback only" in open(logs[2]).read(), "meshd 2 says at start that it serves loopback only")
+
+        # 7. Slow clients take every slot, from CONNS_MAX / CONNS_PER_IP addresses of 127.0.0.0/8,
+        # and send a header byte a second: each byte restarts libmicrohttpd's inactivity timeout, so
+        # they held every slot for as long as they trickled. meshd ends each at its deadline,
+        # whatever it sends: a scrape is answered within the deadline and a margin.
+        trick = []
+        for n in range(CONNS_MAX):
+            c = socket.socket()
+            c.bind((f"127.0.0.{2 + n // CONNS_PER_IP}", 0))
+            c.settimeout(2)
+            c.connect(("127.0.0.1", http[1]))
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            trick.append(c)
+        t0 = time.monotonic()
+        time.sleep(0.5)
+        held = sum(1 for c in trick if not select.select([c], [], [], 0)[0])
+        check(held == CONNS_MAX, f"{CONNS_MAX} trickling connections from {CONNS_MAX // CONNS_PER_IP} addresses: "
+              "meshd holds each (every slot taken)", f"{held} held")
+        left, answered, last = set(trick), None, 0.0
+        while time.monotonic() - t0 < DEADLINE_S + MARGIN_S and (left or answered is None):
+            if time.monotonic() - last >= 1:
+                last = time.monotonic()
+                for c in list(left):
+                    try:
+                        c.send(b"a")
+                    except OSError:
+                        left.discard(c)  # reset: closed
+            left -= set(select.select(list(left), [], [], 0)[0])  # EOF (or reset): closed
+            if answered is None:
+                try:
+                    if get(1, timeout=2)[0] == 200:
+                        answered = time.monotonic() - t0
+                except (OSError, HTTPException):
+                    pass  # no slot: closed at once
+            time.sleep(0.2)
+        for c in trick:
+            c.close()
+        check(not left, f"meshd closed every trickling connection within its {DEADLINE_S} s deadline (+{MARGIN_S} s), "
+              "though each sent a byte a second", f"{len(left)} still open")
+        check(answered is not None, f"a scrape among {CONNS_MAX} trickling connections is answered within the "
+              f"deadline (+{MARGIN_S} s){answered is not None and f' after {answered:.1f} s' or ''}")
+
+        # 8. A flood of scrapes, back to back: meshd renders the text (under its locks, on rail 0's
+        # thread) at most every RENDER_S and serves the same text in between. The counts come from
+        # meshctl metrics, which renders afresh.
+        def counts():
+            s = samples(ctl(1, "metrics").stdout)
+            return s.get("rdmamesh_metrics_scrapes_total", -1), s.get("rdmamesh_metrics_renders_total", -1)
+
+        (s0, r0), ok, t0 = counts(), 0, time.monotonic()
+        for _ in range(FLOOD):
+            ok += scrape_raw(http[1])
+        dt = time.monotonic() - t0
+        (s1, r1) = counts()
+        check(ok == FLOOD and s1 - s0 == FLOOD, f"{FLOOD} scrapes back to back in {dt:.1f} s: each answered 200 "
+              "and counted", f"{ok} answered, scrapes_total {s0} -> {s1}")
+        bound = int(dt / RENDER_S) + 2
+        check(r0 >= 0 and 0 < r1 - r0 <= bound and r1 - r0 <= FLOOD // 10, f"meshd rendered the text "
+              f"{r1 - r0:.0f} times for them (at most one per {RENDER_S} s: {bound})", f"renders_total {r0} -> {r1}")
         for i in (1, 2):
             procs[i].terminate()
             check(procs[i].wait(timeout=10) == 0, f"meshd {i}: SIGTERM, exit 0")

@@ -525,7 +525,7 @@ static void config_load__metrics_listen_each_form__accepted_and_parsed(void **st
 		int family;
 		uint16_t port;
 	} forms[] = {
-		{"127.0.0.1:9464", AF_INET, 9464}, {"[::1]:9465", AF_INET6, 9465}, {":1", AF_INET6, 1},
+		{"127.0.0.1:9464", AF_INET, 9464}, {"[::1]:9465", AF_INET6, 9465}, {":1", AF_INET, 1},
 		{"0.0.0.0:65535", AF_INET, 65535}, {"[fe80::2]:80", AF_INET6, 80},
 	};
 	struct cfg_test *t = *state;
@@ -551,6 +551,27 @@ static void config_load__metrics_listen_each_form__accepted_and_parsed(void **st
 	}
 	assert_int_equal(load_text(t, "cluster = { name = \"lab\"; };\n" NODES1), 0);
 	assert_string_equal(t->cfg.metrics_listen, ""); /* default: off */
+}
+
+/* ":PORT" served every address without authentication (issue 38): it is loopback now, and every
+ * address is what "0.0.0.0:PORT" or "[::]:PORT" says. */
+static void config_listen_parse__no_address__loopback_only(void **state)
+{
+	struct sockaddr_storage ss;
+	const char *why = NULL;
+	socklen_t len;
+
+	(void)state;
+	assert_int_equal(config_listen_parse(":9464", &ss, &len, &why), 0);
+	assert_int_equal(ss.ss_family, AF_INET);
+	assert_int_equal(len, sizeof(struct sockaddr_in));
+	assert_int_equal(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr), INADDR_LOOPBACK);
+	assert_int_equal(ntohs(((struct sockaddr_in *)&ss)->sin_port), 9464);
+	assert_int_equal(config_listen_parse("0.0.0.0:9464", &ss, &len, &why), 0);
+	assert_int_equal(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr), INADDR_ANY);
+	assert_int_equal(config_listen_parse("[::]:9464", &ss, &len, &why), 0);
+	assert_int_equal(ss.ss_family, AF_INET6);
+	assert_memory_equal(&((struct sockaddr_in6 *)&ss)->sin6_addr, &in6addr_any, sizeof(in6addr_any));
 }
 
 static void config_load__metrics_listen_bad__rejected_with_line_and_why(void **state)
@@ -1089,6 +1110,7 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__node_numa__overrides_cluster_for_that_node_only),
 	T(config_load__node_numa_garbage__rejected_with_line),
 	T(config_load__metrics_listen_each_form__accepted_and_parsed),
+	T(config_listen_parse__no_address__loopback_only),
 	T(config_load__metrics_listen_bad__rejected_with_line_and_why),
 	T(config_load__node_metrics_listen__overrides_cluster_for_that_node_only),
 	T(config_load__numa_64__rejected_with_range),

@@ -30,7 +30,7 @@ static const uint16_t ids123[] = {1, 2, 3};
 static char *render(struct mt *t)
 {
 	struct metrics_buf b = {0};
-	struct metrics_extra x = {.ctl_errors = 7, .http_scrapes = 3};
+	struct metrics_extra x = {.ctl_errors = 7, .http_scrapes = 3, .http_renders = 2};
 	size_t len;
 	char *s;
 
@@ -162,6 +162,7 @@ static void metrics_render__one_link_up__link_up_state_and_counts(void **state)
 	assert_has(s, "rdmamesh_links_up 1");
 	assert_has(s, "rdmamesh_control_errors_total 7");
 	assert_has(s, "rdmamesh_metrics_scrapes_total 3");
+	assert_has(s, "rdmamesh_metrics_renders_total 2");
 	assert_has(s, "rdmamesh_link_up{peer=\"1\"} 1");
 	assert_has(s, "rdmamesh_link_up{peer=\"3\"} 0");
 	assert_has(s, "rdmamesh_link_state{peer=\"1\",state=\"UP\"} 1");
