@@ -175,6 +175,7 @@ struct tcp_xport {
 	uint8_t (*node_addrs)[16]; /* attr.node_addrs, as util_addr_bytes gives them */
 	uint32_t n_node_addrs;
 	struct log_ratelimit pending_log;
+	struct log_ratelimit proto_log; /* protocol errors: strangers choose how many (tcp_conn_protocol_error) */
 	char listen_addr[XPORT_ADDR_MAX];
 	bool timer_on;
 	struct tcp_conn *conns;
@@ -443,10 +444,18 @@ static void tcp_conn_protocol_error(struct tcp_conn *c, const char *fmt, ...)
 	char why[160];
 	va_list ap;
 
+	uint64_t dropped = 0;
+
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	log_warn("tcp connection %s: protocol error: %s; closing it", c->base.peer_addr, why);
+	/* A stranger's junk makes one per connection: 3,000 junk connections wrote 2,594 lines. */
+	if (log_ratelimit_ok(&c->tx->proto_log, util_now_ms(), &dropped)) {
+		if (dropped)
+			log_warn("tcp: %llu protocol errors were not logged (at most %u in %u s)",
+				 (unsigned long long)dropped, c->tx->proto_log.burst, c->tx->proto_log.interval_ms / 1000);
+		log_warn("tcp connection %s: protocol error: %s; closing it", c->base.peer_addr, why);
+	}
 	tcp_conn_fail(c, c->state == TC_ESTABLISHED ? XPORT_EV_DISCONNECTED : XPORT_EV_CONNECT_ERROR, -EPROTO,
 		      "protocol error");
 }
@@ -1186,6 +1195,8 @@ static int tcp_create(const struct xport_attr *attr, xport_t **out)
 		goto err_free;
 	tx->pending_log.burst = 10;
 	tx->pending_log.interval_ms = 10000;
+	tx->proto_log.burst = 20;
+	tx->proto_log.interval_ms = 10000;
 	tx->lfd = tx->evfd = tx->tfd = -1;
 	tx->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tx->epfd < 0) {

@@ -17,7 +17,9 @@
      node 1 holds at most 64 from that address and closes the rest at once, and node 2, restarted
      meanwhile, rejoins within seconds. 64 from each of five addresses, 320 for the 256 places,
      re-opened as node 1 drops them: node 2 (at a node's address) used to stay DOWN for as long as
-     they went on; now its newcomers take strangers' places and it rejoins within 15 s.
+     they went on; now its newcomers take strangers' places and it rejoins within 15 s. 3,000
+     connections that send a junk frame: each a protocol error, logged at most 20 times in 10 s
+     (then a count); they used to be a line each.
   3. An application's own port (cluster.app_send over tcp: each application listens for the peer
      application's connection, docs/design.md "Application-sent bytes over tcp"). A checked stream
      from node 1 to node 2 whose receiver declines (MESH_APP_SEND=off), so the sender's port stays
@@ -292,6 +294,26 @@ def main():
         check(grown < 8 << 10 and ticks < 25 and procs[1].poll() is None,
               f"{n_knock} connections opened and closed before saying who they are, from {len(STRANGERS)} "
               f"addresses: node 1's RSS grew {grown} KiB, it used {ticks} ticks of CPU over the next 5 s")
+
+        # Junk from strangers (a frame of no known type, then close), 3,000 connections: each is a
+        # protocol error, which used to be a log line each (3,000 junk connections added 2,594).
+        lines0 = len(log(1).splitlines())
+        junk = struct.pack(">BBHIQQII", 0xEE, 0, 0, 0, 0, 0, 0, 0)
+        n_junk = 0
+        for k in range(3000):
+            try:
+                stranger(args.port, junk, src=STRANGERS[k % len(STRANGERS)]).close()
+                n_junk += 1
+            except OSError:
+                pass
+            if k % 100 == 99:
+                time.sleep(0.01)
+        time.sleep(1.0)
+        junk_lines = log(1).splitlines()[lines0:]
+        check(len(junk_lines) < 200 and any("protocol error" in ln for ln in junk_lines)
+              and any("were not logged" in ln for ln in junk_lines),
+              f"{n_junk} connections that send junk: node 1 wrote {len(junk_lines)} log lines for them (protocol "
+              f"errors: at most 20 in 10 s, then a count)", "\n".join(junk_lines[:3] + junk_lines[-3:]))
 
         idle = [stranger(args.port) for _ in range(200)]
         time.sleep(1.0)
