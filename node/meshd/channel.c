@@ -1740,6 +1740,30 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
  * pinned. Inside one link a user other than root holds at most half of what a peer takes from one
  * node (max_channels_per_link, max_ring_mib_per_link, which the peers share): one user took all
  * 1024 channels of a link in 1.3 s, and root's next was refused by the peer. */
+/* Descriptors a channel takes in meshd (its ring's memfd, the lifeline, kick and wake), and those
+ * kept from channels: every link's QPs twice over (a re-dial overlaps the old attempt) and the
+ * control socket's clients, at most half of the limit. One user's 332 channels under a soft limit
+ * of 1024 left none: root's meshctl timed out and node 2 could not rejoin ("Too many open files").
+ * Counting /proc/self/fd costs a directory read per channel opened, not per byte. */
+#define CH_FDS 4u
+#define FD_RESERVE_BASE 32u
+
+static int channel_fds_left(struct mesh *m, const char **why)
+{
+	uint64_t reserve = FD_RESERVE_BASE + 2ull * m->n_links * m->cfg->qps_per_link * m->n_rails;
+	int open;
+
+	if (!m->fd_limit)
+		return 0;
+	reserve = MIN(reserve, m->fd_limit / 2);
+	open = util_fds_open();
+	if (open < 0 || (uint64_t)open + CH_FDS + reserve <= m->fd_limit)
+		return 0;
+	*why = "meshd is near its descriptor limit (RLIMIT_NOFILE): the rest is kept for its links and the control "
+	       "socket";
+	return -EMFILE;
+}
+
 static int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uint64_t ring_size, const char **why)
 {
 	uint64_t n = 0, bytes = 2 * ring_size, n_link = 0, bytes_link = 2 * ring_size;
@@ -1771,7 +1795,7 @@ static int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uin
 		       "are kept for other users)";
 		return -EDQUOT;
 	}
-	return 0;
+	return channel_fds_left(m, why);
 }
 
 static uint16_t channel_ephemeral_port(struct mesh *m)

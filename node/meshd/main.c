@@ -945,14 +945,14 @@ static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct
 #define FD_LIMIT_CAP (1u << 20)
 #define FD_LIMIT_WANT 65536u
 
-static void fd_limit_raise(void)
+static uint64_t fd_limit_raise(void)
 {
 	struct rlimit rl;
 	rlim_t was;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl)) {
 		log_warn("getrlimit(RLIMIT_NOFILE): %m");
-		return;
+		return 0;
 	}
 	was = rl.rlim_cur;
 	if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < FD_LIMIT_CAP) {
@@ -969,6 +969,7 @@ static void fd_limit_raise(void)
 	else if (rl.rlim_cur != was)
 		log_info("descriptors: at most %llu (RLIMIT_NOFILE raised from %llu)", (unsigned long long)rl.rlim_cur,
 			 (unsigned long long)was);
+	return rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t)rl.rlim_cur;
 }
 
 int main(int argc, char **argv)
@@ -988,6 +989,7 @@ int main(int argc, char **argv)
 	int rail_epfd[MESH_RAILS_MAX];
 	char err[512], prefix[32];
 	int c, ret, status = 1;
+	uint64_t fd_limit;
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
@@ -1070,7 +1072,7 @@ int main(int argc, char **argv)
 		config_free(&d.cfg);
 		return 1;
 	}
-	fd_limit_raise();
+	fd_limit = fd_limit_raise();
 	if (!keys.n)
 		log_warn("no cluster.key_file: any host that reaches %s port %u can join cluster \"%s\" as any node "
 			 "(`meshctl keygen` makes a key)",
@@ -1088,6 +1090,7 @@ int main(int argc, char **argv)
 		goto out_xport;
 	}
 	d.mesh.upper = &channel_upper; /* channels ride the links */
+	d.mesh.fd_limit = fd_limit;
 	d.locks.n_rails = d.mesh.n_rails;
 	d.mesh.keys = keys;
 	explicit_bzero(&keys, sizeof(keys));

@@ -311,6 +311,7 @@ struct mesh {
 	struct auth_keys keys; /* cluster.key_file; none: links are not authenticated */
 	uint64_t boot_epoch; /* wall clock us at start */
 	uint64_t scopes;     /* attempts' protection scopes handed out (link_begin) */
+	uint64_t fd_limit;   /* RLIMIT_NOFILE in force, 0 unknown (channel.c keeps a reserve of it) */
 	uint64_t start_ms;
 	size_t n_links;
 	struct link *links; /* one per peer, sorted by peer id */

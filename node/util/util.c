@@ -1,4 +1,5 @@
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -218,4 +219,18 @@ int util_dl_load(const char *soname, const char *const *names, void **fns, size_
 		}
 	}
 	return 0;
+}
+
+int util_fds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = -1; /* the directory's own descriptor is counted below */
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
 }

@@ -52,6 +52,8 @@ int util_mutex_init_pi(pthread_mutex_t *m);
  * other meshd neither maps it nor pays its loading at start. 0, or -ENOENT with err naming the
  * library and what dlopen or dlsym said and every fns[i] NULL (a library once loaded is never
  * closed, as a library's atexit handlers may run at exit). */
+/* Descriptors this process has open now (/proc/self/fd), or a negative errno. */
+int util_fds_open(void);
 int util_dl_load(const char *soname, const char *const *names, void **fns, size_t n, char *err, size_t errlen);
 
 #endif

@@ -31,6 +31,7 @@
 Prints one line per check and a closing 'N passed, M failed' line; exits 1 on failure.
 """
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mesh_test  # noqa: E402
+import meshring  # noqa: E402
 from mesh_test import check, wait_until  # noqa: E402
 
 
@@ -245,6 +247,25 @@ def main():
         up = wait_until(lambda: ctl(1, "links") and '"UP"' in subprocess.run(
             [meshctl, "-j", "-L", "-s", socks[1], "links"], capture_output=True, text=True).stdout, 30, 0.1)
         check(up, "the connections closed: node 1 accepts again (node 2's link UP) and meshctl answers")
+        # Channels until meshd refuses one: it keeps a reserve of descriptors for its links and the
+        # control socket (one user's 332 channels under a soft limit of 1024 used to leave none).
+        lst, chans, refused = meshring.Listener(socks[2], 7000), [], None
+        try:
+            for _ in range(args.nofile):
+                try:
+                    chans.append(meshring.connect(socks[1], 2, 7000, timeout=10))
+                except OSError as e:
+                    refused = e
+                    break
+            ok_ctl = ctl(1, "node") and ctl(1, "links")
+            check(refused is not None and refused.errno == errno.EMFILE and "descriptor limit" in str(refused)
+                  and ok_ctl and procs[1].poll() is None,
+                  f"node 1 under --nofile={args.nofile}: {len(chans)} channels, then one refused with the reserve's "
+                  f"reason (EMFILE), and meshctl still answers", f"{refused!r}, meshctl {ok_ctl}")
+        finally:
+            for ch in chans:
+                ch.close()
+            lst.close()
 
         # 2. Before the handshake. Node 1 again, without the descriptor limit.
         procs[1].send_signal(signal.SIGTERM)
