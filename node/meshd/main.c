@@ -1063,6 +1063,7 @@ int main(int argc, char **argv)
 	}
 	snprintf(prefix, sizeof(prefix), "meshd[%u]", self->id);
 	log_set_prefix(prefix);
+	log_journal_detect();
 	log_time = getenv("MESH_LOG_TIME");
 	log_set_timestamps(log_time && *log_time && strcmp(log_time, "0"));
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
