@@ -67,7 +67,8 @@ static void usage(FILE *out)
 		"  -h, --help           this help\n"
 		"\n"
 		"Environment: MESH_LOG_TIME=1 stamps every line with the monotonic clock's seconds\n"
-		"(for logs that no journal timestamps).\n"
+		"(for logs that no journal timestamps). When $JOURNAL_STREAM (systemd) names stderr,\n"
+		"every line starts with its priority (<3> error ... <7> debug) instead.\n"
 		"\n"
 		"Exit status: 0 after a clean stop, 1 on a configuration or start-up error.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
