@@ -992,6 +992,9 @@ int main(int argc, char **argv)
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
+	/* A bad configuration is an error the journal must see as one (journalctl -p err). */
+	log_set_prefix("meshd");
+	log_journal_detect();
 	mesh_locks_init(&d.locks);
 	while ((c = getopt_long(argc, argv, "c:n:s:l:Vh", opts, NULL)) != -1) {
 		switch (c) {
@@ -1047,7 +1050,7 @@ int main(int argc, char **argv)
 	}
 	ret = config_load(cfg_path, &d.cfg, err, sizeof(err));
 	if (ret) {
-		fprintf(stderr, "meshd: %s\n", err);
+		log_error("%s", err);
 		return 1;
 	}
 	if (dump) {
@@ -1057,14 +1060,13 @@ int main(int argc, char **argv)
 	}
 	self = config_node_find(&d.cfg, (uint32_t)node_id);
 	if (!self) {
-		fprintf(stderr, "meshd: %s:%d: node id %ld is not in nodes (%zu nodes, ids %u..%u)\n", cfg_path,
-			d.cfg.nodes_line, node_id, d.cfg.n_nodes, d.cfg.nodes[0].id, d.cfg.nodes[d.cfg.n_nodes - 1].id);
+		log_error("%s:%d: node id %ld is not in nodes (%zu nodes, ids %u..%u)", cfg_path, d.cfg.nodes_line,
+			  node_id, d.cfg.n_nodes, d.cfg.nodes[0].id, d.cfg.nodes[d.cfg.n_nodes - 1].id);
 		config_free(&d.cfg);
 		return 1;
 	}
 	snprintf(prefix, sizeof(prefix), "meshd[%u]", self->id);
 	log_set_prefix(prefix);
-	log_journal_detect();
 	log_time = getenv("MESH_LOG_TIME");
 	log_set_timestamps(log_time && *log_time && strcmp(log_time, "0"));
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
