@@ -67,7 +67,8 @@ static void usage(FILE *out)
 		"  -h, --help           this help\n"
 		"\n"
 		"Environment: MESH_LOG_TIME=1 stamps every line with the monotonic clock's seconds\n"
-		"(for logs that no journal timestamps).\n"
+		"(for logs that no journal timestamps). When $JOURNAL_STREAM (systemd) names stderr,\n"
+		"every line starts with its priority (<3> error ... <7> debug) instead.\n"
 		"\n"
 		"Exit status: 0 after a clean stop, 1 on a configuration or start-up error.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
@@ -993,6 +994,9 @@ int main(int argc, char **argv)
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
+	/* A bad configuration is an error the journal must see as one (journalctl -p err). */
+	log_set_prefix("meshd");
+	log_journal_detect();
 	mesh_locks_init(&d.locks);
 	while ((c = getopt_long(argc, argv, "c:n:s:l:Vh", opts, NULL)) != -1) {
 		switch (c) {
@@ -1048,7 +1052,7 @@ int main(int argc, char **argv)
 	}
 	ret = config_load(cfg_path, &d.cfg, err, sizeof(err));
 	if (ret) {
-		fprintf(stderr, "meshd: %s\n", err);
+		log_error("%s", err);
 		return 1;
 	}
 	if (dump) {
@@ -1058,8 +1062,8 @@ int main(int argc, char **argv)
 	}
 	self = config_node_find(&d.cfg, (uint32_t)node_id);
 	if (!self) {
-		fprintf(stderr, "meshd: %s:%d: node id %ld is not in nodes (%zu nodes, ids %u..%u)\n", cfg_path,
-			d.cfg.nodes_line, node_id, d.cfg.n_nodes, d.cfg.nodes[0].id, d.cfg.nodes[d.cfg.n_nodes - 1].id);
+		log_error("%s:%d: node id %ld is not in nodes (%zu nodes, ids %u..%u)", cfg_path, d.cfg.nodes_line,
+			  node_id, d.cfg.n_nodes, d.cfg.nodes[0].id, d.cfg.nodes[d.cfg.n_nodes - 1].id);
 		config_free(&d.cfg);
 		return 1;
 	}

@@ -311,7 +311,7 @@ static void link_epoch_forget_unproven(struct link *l)
 /* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
  * and schedules the next dial when we are the dialler. */
 static void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void link_rails_diag(const struct link *l, uint64_t t);
+static void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl);
 
 static void link_fail(struct link *l, int err, const char *fmt, ...)
 {
@@ -329,11 +329,14 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 	va_end(ap);
 	snprintf(l->last_error, sizeof(l->last_error), "%s (%s)", why, mesh_strerror(err));
 	/* A peer that stays away is not worth a line per re-dial: the failures numbered 0, 1, 2, 4, 8...
-	 * are logged (causes may alternate during a partition, so "once per cause" is not enough). */
+	 * are logged (causes may alternate during a partition, so "once per cause" is not enough).
+	 * A DOWN that the peer's goodbye or our own stop explains is no warning, and its rails' state
+	 * explains nothing: only an unexpected DOWN is a warning followed by the rails' state. */
 	if (was_up) {
-		log_warn("link to node %u DOWN: %s", l->peer->id, l->last_error);
-		if (err != -MESH_ESHUTDOWN)
-			link_rails_diag(l, now_ms());
+		bool expected = err == -MESH_ESHUTDOWN || m->stopping;
+
+		log_at(expected ? LOG_LVL_INFO : LOG_LVL_WARN, "link to node %u DOWN: %s", l->peer->id, l->last_error);
+		link_rails_diag(l, now_ms(), expected ? LOG_LVL_DEBUG : LOG_LVL_WARN);
 	} else if (!m->stopping && !(l->failures & (l->failures - 1)))
 		log_info("link to node %u: attempt epoch %llu failed (%u before it): %s%s", l->peer->id,
 			 (unsigned long long)l->epoch, l->failures, l->last_error,
@@ -857,7 +860,7 @@ static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt,
 	snprintf(l->rail_error[r], sizeof(l->rail_error[r]), "%s (%s)", why, mesh_strerror(err));
 	snprintf(l->rail_last_error, sizeof(l->rail_last_error), "rail %u: %s", r, l->rail_error[r]);
 	if (was_up)
-		link_rails_diag(l, now_ms()); /* before the rail's state is released */
+		link_rails_diag(l, now_ms(), m->stopping ? LOG_LVL_DEBUG : LOG_LVL_WARN); /* before its state goes */
 	link_rail_bury(l, r);
 	if (was_up) {
 		l->rails_up &= ~(1u << r);
@@ -2111,12 +2114,15 @@ static void link_ka_look(struct link *l, uint64_t t)
  * state, how long since it last received and since our last keepalive on it went out (how many
  * found no free send slot or queue entry, how many the peer answered), what it has in flight, when
  * its data-path thread last woke. Tells a peer gone quiet from our own sends stuck behind a dead
- * rail, or from a thread of ours that slept through its work. */
-static void link_rails_diag(const struct link *l, uint64_t t)
+ * rail, or from a thread of ours that slept through its work. At lvl: a warning after an
+ * unexpected DOWN, debug after a goodbye or our own stop. */
+static void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl)
 {
 	char buf[160 * MESH_RAILS_MAX + 64];
 	size_t n = 0;
 
+	if (lvl > log_current_level)
+		return;
 	buf[0] = '\0';
 	for (uint32_t r = 0; r < l->mesh->n_rails && n < sizeof(buf); r++) {
 		uint32_t qp = r * l->mesh->cfg->qps_per_link;
@@ -2139,7 +2145,7 @@ static void link_rails_diag(const struct link *l, uint64_t t)
 	/* Rail 0's keepalive words: our last number out, and the peer's as last seen and as now in
 	 * the mailbox (one that moved since the last look was read too late; one that did not, the
 	 * peer's writes did not land). */
-	log_warn("link to node %u, its rails: %s; control on rail %u, %u slots held unacked (seq %llu, "
+	log_at(lvl, "link to node %u, its rails: %s; control on rail %u, %u slots held unacked (seq %llu, "
 		 "acked %llu); keepalive words: ours %llu, the peer's %llu when last seen, %llu now", l->peer->id, buf,
 		 l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked), (unsigned long long)l->ctl_seq,
 		 (unsigned long long)l->ctl_acked, (unsigned long long)l->ka_write_seq,

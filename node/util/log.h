@@ -1,8 +1,10 @@
 /*
- * One logging family for meshd and meshctl: checks the level before formatting, stamps the
- * function, keeps errno intact (so "%m" and the caller's errno survive), writes one line to stderr
- * (meshd runs in the foreground under systemd, which timestamps). Debug logging of the data path
- * compiles out unless MESH_DEBUG_LOG is defined.
+ * One logging family for meshd and meshctl: checks the level before formatting, keeps errno intact
+ * (so "%m" and the caller's errno survive), writes one line to stderr (meshd runs in the foreground
+ * under systemd, which timestamps). At debug level each line names the function that wrote it.
+ * When stderr is the journal's stream, each line starts with its sd-daemon(3) priority ("<4>"), so
+ * journalctl -p filters by level. Debug logging of the data path compiles out unless
+ * MESH_DEBUG_LOG is defined.
  */
 #ifndef MESH_UTIL_LOG_H
 #define MESH_UTIL_LOG_H
@@ -25,6 +27,13 @@ void log_set_prefix(const char *prefix);
  * for logs that no journal timestamps, such as a test's, where the order of two meshd's lines in
  * time is what a failure's story needs. */
 void log_set_timestamps(bool on);
+/* Whether stderr is the journal's stream: systemd puts "DEV:INODE" of a service's stderr in
+ * $JOURNAL_STREAM (sd_journal_stream_fd(3), systemd.exec(5)); a child whose stderr was redirected
+ * inherits the variable but not the stream, so fd 2's own device and inode must match. When it is,
+ * every line starts with its priority ("<3>" error, "<4>" warn, "<6>" info, "<7>" debug) and has no
+ * stamp of ours (the journal stamps each line). Call at start, before the first line, and again
+ * after redirecting stderr; returns whether it is. */
+bool log_journal_detect(void);
 
 void log_write(enum log_level lvl, const char *func, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -70,6 +70,24 @@ c=$(conf syntax "cluster = { name = \"t\";
 $good_nodes")
 expect 1 "syntax.conf:2: syntax error" "syntax error: file:line" -- "$MESHD" -c "$c" -n 1 -s "$T/s"
 
+# Under systemd the error reaches the journal as one (journalctl -p err): $JOURNAL_STREAM names
+# meshd's stderr, so the line starts with sd-daemon's <3>. A $JOURNAL_STREAM naming another file
+# (inherited, stderr redirected) leaves the line as it is.
+jerr="$T/journal.err"
+: >"$jerr"
+JOURNAL_STREAM=$(stat -c %d:%i "$jerr") timeout 20 "$MESHD" -c "$c" -n 1 -s "$T/s" 2>"$jerr"
+if grep -qE '^<3>meshd error: .*syntax.conf:2: syntax error' "$jerr"; then
+	ok "a configuration error under the journal has priority <3>"
+else
+	bad "a configuration error under the journal has priority <3>" "$(cat "$jerr")"
+fi
+JOURNAL_STREAM=$(stat -c %d:%i "$T") timeout 20 "$MESHD" -c "$c" -n 1 -s "$T/s" 2>"$jerr"
+if grep -qE '^meshd error: .*syntax.conf:2: syntax error' "$jerr"; then
+	ok "with \$JOURNAL_STREAM naming another file: no priority prefix"
+else
+	bad "with \$JOURNAL_STREAM naming another file: no priority prefix" "$(cat "$jerr")"
+fi
+
 c=$(conf addr "$good_cluster
 nodes = ( { id = 1; addr = \"node-a\"; port = 7471; } );")
 expect 1 "addr.conf:2: nodes.addr \"node-a\" is not a numeric" "non-numeric address: file:line" -- \
