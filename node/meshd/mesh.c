@@ -7,6 +7,7 @@
 
 #include <mesh/mesh.h>
 
+#include "link_internal.h"
 #include "log.h"
 #include "mesh.h"
 #include "util.h"
@@ -196,88 +197,6 @@ static void link_note_state(struct link *l)
 	}
 }
 
-/* ---- adaptive admission of our dials (struct mesh_admission) ---- */
-
-#define ADM_WINDOW_INITIAL 4.0 /* attempts of ours in flight at the start: ramps up as they come UP */
-#define ADM_CUT_GAP_MIN_MS 500 /* halve at most this often when no attempt has come UP yet */
-
-static void adm_init(struct mesh *m)
-{
-	m->adm.window = ADM_WINDOW_INITIAL;
-	m->adm.ssthresh = (double)UINT16_MAX; /* slow start until the first sign of congestion */
-	m->adm.next = m->n_links ? m->self->id % m->n_links : 0; /* nodes start at different peers */
-	m->adm.ticks = 1; /* failed_tick 0 of a new link names no tick */
-}
-
-/* One of our attempts came UP after sample_ms: the window grows (as TCP's per acknowledgement) and
- * the attempt time is smoothed as RFC 6298 smooths round trips. */
-static void adm_on_up(struct mesh *m, uint64_t sample_ms)
-{
-	struct mesh_admission *a = &m->adm;
-
-	if (!a->srtt_ms) {
-		a->srtt_ms = MAX(sample_ms, 1);
-		a->rttvar_ms = sample_ms / 2;
-	} else {
-		uint64_t d = a->srtt_ms > sample_ms ? a->srtt_ms - sample_ms : sample_ms - a->srtt_ms;
-
-		a->rttvar_ms = (3 * a->rttvar_ms + d) / 4;
-		a->srtt_ms = MAX((7 * a->srtt_ms + sample_ms) / 8, 1);
-	}
-	a->window += a->window < a->ssthresh ? 1.0 : 1.0 / a->window;
-	a->window = MIN(a->window, (double)MAX(m->cfg->max_handshakes, 1u));
-}
-
-/* One of our attempts timed out, or a peer had no room for it: halve the window, once per smoothed
- * attempt time (the attempts of one burst fail together and are one signal, as one lost window is
- * one signal to TCP). */
-static void adm_on_congestion(struct mesh *m, uint64_t t)
-{
-	struct mesh_admission *a = &m->adm;
-
-	if (a->cuts && t - a->last_cut_ms < MAX(a->srtt_ms, (uint64_t)ADM_CUT_GAP_MIN_MS))
-		return;
-	a->ssthresh = MAX(MIN(a->window, (double)m->cfg->max_handshakes) / 2, 1.0);
-	a->window = a->ssthresh;
-	a->last_cut_ms = t;
-	a->cuts++;
-	log_debug("admission: window %.1f after a congested attempt (%llu cuts)", a->window, (unsigned long long)a->cuts);
-}
-
-/* How long a dial may go without a single QP answering: twice the resolve timeout (so that with
- * several providers the next one gets its turn soon), but never shorter than attempts are taking
- * now (a loaded machine answers late, and an attempt given up on is re-dialled at full cost). */
-static uint64_t adm_no_answer_ms(const struct mesh *m)
-{
-	return MAX(2ull * m->cfg->connect_timeout_ms, m->adm.srtt_ms + 4 * m->adm.rttvar_ms);
-}
-
-uint32_t mesh_dial_window(const struct mesh *m)
-{
-	return (uint32_t)MIN(m->adm.window, (double)m->cfg->max_handshakes);
-}
-
-static void link_dial(struct link *l);
-
-/* Dials the peers that are due, round the links from where the last look stopped, while the window
- * and cluster.max_handshakes leave room. */
-static void mesh_admit(struct mesh *m, uint64_t t)
-{
-	size_t n = m->n_links, i = m->adm.next;
-
-	for (size_t k = 0; k < n && !m->stopping; k++, i = (i + 1) % n) {
-		struct link *l = &m->links[i];
-
-		if (m->adm.dials >= mesh_dial_window(m) || m->handshakes >= m->cfg->max_handshakes)
-			break;
-		if (!l->dialer || l->phase != LINK_IDLE || t < l->next_dial_ms || l->failed_tick == m->adm.ticks)
-			continue;
-		link_dial(l);
-		m->adm.next = (i + 1) % n;
-	}
-	m->adm.ended = false; /* what ended before or failed at once above: looked at now, or backing off */
-}
-
 static void link_set_phase(struct link *l, enum link_phase p)
 {
 	struct mesh *m = l->mesh;
@@ -349,7 +268,7 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 		l->down_ms = now_ms();
 		memcpy(l->down_error, l->last_error, sizeof(l->down_error));
 	} else if (l->dialer && (err == -ETIMEDOUT || err == -MESH_EHANDSHAKE))
-		adm_on_congestion(m, now_ms());
+		mesh_adm_on_congestion(m, now_ms());
 	link_metrics_failed(&l->metrics, was_up, err);
 	link_epoch_forget_unproven(l);
 	if (m->upper)
@@ -1166,7 +1085,7 @@ static void link_progress(struct link *l)
 		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
 			l->rail_error[r][0] = '\0';
 		if (l->dialer)
-			adm_on_up(m, t - l->attempt_ms);
+			mesh_adm_on_up(m, t - l->attempt_ms);
 		if (m->upper)
 			m->upper->link_up(l);
 		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
@@ -1189,7 +1108,7 @@ static void link_begin(struct link *l, uint64_t epoch)
 	link_set_phase(l, LINK_QPS);
 }
 
-static void link_dial(struct link *l)
+void link_dial(struct link *l)
 {
 	struct mesh *m = l->mesh;
 	uint8_t pdata[XPORT_PDATA_MAX];
@@ -1918,7 +1837,7 @@ static void mesh_on_event(struct mesh *m, const struct xport_event *ev)
 		break;
 	case XPORT_EV_REJECTED:
 		if (l->dialer && l->phase != LINK_UP && reject_code(ev) == -MESH_EBUSY)
-			adm_on_congestion(m, now_ms());
+			mesh_adm_on_congestion(m, now_ms());
 		link_conn_fail(l, ev->conn, ev->status, "node %u at %s rejected QP %u: %s", l->peer->id, ev->conn->peer_addr,
 			  ev->conn->index, reject_reason(ev));
 		break;
@@ -2171,7 +2090,7 @@ static void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl
 static uint64_t link_qps_wait_ms(const struct link *l)
 {
 	const struct mesh *m = l->mesh;
-	uint64_t max = adm_no_answer_ms(m);
+	uint64_t max = mesh_adm_no_answer_ms(m);
 
 	if (!l->ups)
 		return max;
@@ -2424,7 +2343,7 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 			return -ENOMEM;
 		}
 	}
-	adm_init(m);
+	mesh_adm_init(m);
 	return 0;
 }
 

@@ -316,7 +316,7 @@ struct mesh {
 	size_t n_links;
 	struct link *links; /* one per peer, sorted by peer id */
 	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
-	/* Admission of our own dials (mesh.c, mesh_admit), as TCP's congestion window: at most
+	/* Admission of our own dials (link_admit.c, mesh_admit), as TCP's congestion window: at most
 	 * `window` of our attempts in flight, grown by every attempt of ours that comes UP (by one while
 	 * below ssthresh, then by 1/window) and halved when an attempt times out or a peer answers busy,
 	 * at most once per smoothed attempt time; never above cluster.max_handshakes. A fixed window
