@@ -268,10 +268,10 @@ struct channel *channel_find(struct mesh *m, uint32_t id);
 const char *channel_state_name(const struct channel *ch);
 bool channel_pairs_paused(const struct channel *ch);
 
-/* wr_id kinds of the data path (mesh.c owns 1..4). */
+/* wr_id kinds of the data path (link_internal.h owns 1..4). */
 #define WR_CH_DATA 5u
 #define WR_CH_CREDIT 6u
-#define WR_CH_DIRECT 9u /* mesh.c's 7 and 8 come between */
+#define WR_CH_DIRECT 9u /* link_internal.h's 7 and 8 come between */
 #define WR_CH_HINT 10u
 
 #endif

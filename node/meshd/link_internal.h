@@ -1,14 +1,45 @@
 /*
  * What the files of the link layer share, and nothing outside them sees: mesh.c (links, rails,
- * messages, keepalives, the tick) and link_admit.c (admission of our dials). Everything here works on
- * struct mesh and struct link of mesh.h; the rest of meshd goes through mesh.h alone.
+ * messages, keepalives, the tick), link_handshake.c (the proofs of the cluster key, Hello, the
+ * mailbox proof, Ready) and link_admit.c (admission of our dials). Everything here works on struct
+ * mesh and struct link of mesh.h; the rest of meshd goes through mesh.h alone.
  */
 #ifndef MESH_MESHD_LINK_INTERNAL_H
 #define MESH_MESHD_LINK_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mesh.h"
+
+/* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
+ * connection has its own CQ, so a wr_id never outlives its attempt. */
+enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
+	       WR_RECV_DATA = 7, WR_KA_WRITE /* channel.h: WR_CH_DIRECT (9), WR_CH_HINT (10) */ };
+_Static_assert(WR_CH_DATA == WR_PROOF_READ + 1 && WR_CH_CREDIT + 1 == WR_RECV_DATA &&
+		       WR_CH_DIRECT == WR_KA_WRITE + 1 && WR_CH_HINT == WR_CH_DIRECT + 1,
+	       "wr_id kinds of link_internal.h and channel.h overlap");
+#define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+#define WR_KIND(id) ((uint32_t)((id) >> 32))
+#define WR_IDX(id) ((uint32_t)(id))
+
+/* Layout of link->buf: receive slots of every rail (rail r's are r * LINK_RECV_BUFS ...), send
+ * slots, proof scratch, token. */
+#define BUF_RECV_OFF 0
+#define BUF_SEND_OFF(m) (BUF_RECV_OFF + (size_t)LINK_RECV_BUFS * (m)->n_rails * MESH_PEER_MSG_MAX)
+#define BUF_PROOF_OFF(m) (BUF_SEND_OFF(m) + LINK_SEND_BUFS * MESH_PEER_MSG_MAX)
+#define BUF_TOKEN_OFF(m) (BUF_PROOF_OFF(m) + MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
+#define BUF_KA_OFF(m) (BUF_TOKEN_OFF(m) + MESH_PROOF_LEN)
+#define BUF_LEN(m) (BUF_KA_OFF(m) + MESH_KA_LEN)
+
+/* link_handshake.c: the handshake of an attempt and the proofs of the cluster key. */
+int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, const uint8_t *ours,
+		    const uint8_t *theirs);
+int link_accept_auth(struct link *l, const struct mesh_cm_pdata *req, struct mesh_cm_pdata *rep);
+int link_take_accept_auth(struct link *l, const struct mesh_cm_pdata *pd, const char **why);
+void link_progress(struct link *l);
+void link_on_hello(struct link *l, const Hello *h);
+void link_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg);
 
 /* link_admit.c: admission of our dials (struct mesh_admission). */
 void mesh_adm_init(struct mesh *m);
@@ -18,6 +49,15 @@ uint64_t mesh_adm_no_answer_ms(const struct mesh *m);
 void mesh_admit(struct mesh *m, uint64_t t);
 
 /* mesh.c */
+const char *link_phase_name(enum link_phase p);
+uint32_t link_qp_rail(const struct link *l, uint32_t qp);
+bool link_qp_first(const struct link *l, uint32_t qp);
+int link_register_mailbox(struct link *l);
+int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg);
+void link_set_phase(struct link *l, enum link_phase p);
+void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void link_rail_progress(struct link *l, uint32_t r);
 void link_dial(struct link *l);
 
 #endif

@@ -13,30 +13,8 @@
 #include "util.h"
 
 _Static_assert(CONFIG_RAILS_MAX == MESH_RAILS_MAX, "config and wire disagree on the rails per node");
-_Static_assert(AUTH_NONCE_LEN == MESH_AUTH_NONCE_LEN && AUTH_MAC_LEN == MESH_AUTH_MAC_LEN,
-	       "the proof and the private data disagree on nonce or MAC sizes");
 _Static_assert(MESH_CM_ACCEPT_PDATA_MAX <= XPORT_PDATA_MAX && MESH_CM_PDATA_MAX <= XPORT_CONNECT_PDATA_MAX,
 	       "the transport cannot carry our private data");
-
-/* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
- * connection has its own CQ, so a wr_id never outlives its attempt. */
-enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
-	       WR_RECV_DATA = 7, WR_KA_WRITE /* channel.h: WR_CH_DIRECT (9), WR_CH_HINT (10) */ };
-_Static_assert(WR_CH_DATA == WR_PROOF_READ + 1 && WR_CH_CREDIT + 1 == WR_RECV_DATA &&
-		       WR_CH_DIRECT == WR_KA_WRITE + 1 && WR_CH_HINT == WR_CH_DIRECT + 1,
-	       "wr_id kinds of mesh.c and channel.h overlap");
-#define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
-#define WR_KIND(id) ((uint32_t)((id) >> 32))
-#define WR_IDX(id) ((uint32_t)(id))
-
-/* Layout of link->buf: receive slots of every rail (rail r's are r * LINK_RECV_BUFS ...), send
- * slots, proof scratch, token. */
-#define BUF_RECV_OFF 0
-#define BUF_SEND_OFF(m) (BUF_RECV_OFF + (size_t)LINK_RECV_BUFS * (m)->n_rails * MESH_PEER_MSG_MAX)
-#define BUF_PROOF_OFF(m) (BUF_SEND_OFF(m) + LINK_SEND_BUFS * MESH_PEER_MSG_MAX)
-#define BUF_TOKEN_OFF(m) (BUF_PROOF_OFF(m) + MESH_QPS_PER_LINK_MAX * MESH_PROOF_LEN)
-#define BUF_KA_OFF(m) (BUF_TOKEN_OFF(m) + MESH_PROOF_LEN)
-#define BUF_LEN(m) (BUF_KA_OFF(m) + MESH_KA_LEN)
 
 static uint64_t now_ms(void)
 {
@@ -52,6 +30,11 @@ static uint64_t doubled(uint64_t v, uint32_t n, uint64_t max)
 }
 
 static const char *const phase_names[] = {"IDLE", "QPS", "AUTH", "HELLO", "PROOF", "READY_WAIT", "UP"};
+
+const char *link_phase_name(enum link_phase p)
+{
+	return phase_names[p];
+}
 
 static bool phase_in_handshake(enum link_phase p)
 {
@@ -197,7 +180,7 @@ static void link_note_state(struct link *l)
 	}
 }
 
-static void link_set_phase(struct link *l, enum link_phase p)
+void link_set_phase(struct link *l, enum link_phase p)
 {
 	struct mesh *m = l->mesh;
 
@@ -229,10 +212,10 @@ static void link_epoch_forget_unproven(struct link *l)
 
 /* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
  * and schedules the next dial when we are the dialler. */
-static void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl);
 
-static void link_fail(struct link *l, int err, const char *fmt, ...)
+void link_fail(struct link *l, int err, const char *fmt, ...)
 {
 	struct mesh *m = l->mesh;
 	char why[LINK_ERR_MAX - 32];
@@ -321,12 +304,12 @@ static void link_fail(struct link *l, int err, const char *fmt, ...)
 
 /* The rail of a QP of the link, and whether it is its rail's first (buffered receives: control on
  * rail 0, keepalives on every rail). */
-static uint32_t link_qp_rail(const struct link *l, uint32_t qp)
+uint32_t link_qp_rail(const struct link *l, uint32_t qp)
 {
 	return qp / l->mesh->cfg->qps_per_link;
 }
 
-static bool link_qp_first(const struct link *l, uint32_t qp)
+bool link_qp_first(const struct link *l, uint32_t qp)
 {
 	return qp % l->mesh->cfg->qps_per_link == 0;
 }
@@ -357,7 +340,7 @@ static int link_register(struct link *l, xport_conn_t *c)
 /* The mailbox, the one memory of ours a peer may write before channels exist: registered only as
  * our Hello announces it, that is once the peer proved the cluster key (with one), so no QP of an
  * attempt that proved nothing can reach it, whatever key it guesses. */
-static int link_register_mailbox(struct link *l)
+int link_register_mailbox(struct link *l)
 {
 	if (l->mr_mailbox)
 		return 0;
@@ -462,7 +445,7 @@ static int link_post_slot(struct link *l, uint32_t qp, uint32_t slot)
 /* A message on QP qp (the first of its rail): control on the control rail's, a rail's keepalives on
  * its own. A sequenced message keeps its slot until the peer acks it; while messages are being sent
  * again after a control failover, new ones wait (-ENOBUFS) so that the order holds. */
-static int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg)
+int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg)
 {
 	PeerMsg m = *msg;
 	bool seqd = link_sequenced(l) && msg_sequenced(msg->body_case);
@@ -553,131 +536,6 @@ static void link_send_ack(struct link *l)
 	link_send_on(l, link_ctl_qp(l), &msg); /* -ENOBUFS: the tick sends it */
 }
 
-/* ---- the proof of the cluster key (auth.h) ---- */
-
-/* The transcript of the link's proof (rail 0, gen 0) or of rail r's join (gen), as the prover
- * (dialler_proves) makes it; ours and theirs are our nonce and the peer's. */
-static struct auth_transcript link_transcript(const struct link *l, bool dialler_proves, uint32_t rail, uint32_t gen,
-					      const uint8_t *ours, const uint8_t *theirs)
-{
-	struct auth_transcript t = {
-		.cluster = l->mesh->cfg->cluster_name,
-		.dialler_proves = dialler_proves,
-		.dialler = l->dialer ? l->mesh->self->id : l->peer->id,
-		.acceptor = l->dialer ? l->peer->id : l->mesh->self->id,
-		.link_epoch = l->epoch,
-		.rail = rail,
-		.gen = gen,
-		.nonce_dialler = l->dialer ? ours : theirs,
-		.nonce_acceptor = l->dialer ? theirs : ours,
-	};
-
-	return t;
-}
-
-static int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, const uint8_t *ours,
-			   const uint8_t *theirs)
-{
-	struct auth_transcript t = link_transcript(l, l->dialer, rail, gen, ours, theirs);
-	uint8_t mac[AUTH_MAC_LEN];
-	PeerMsg msg = PEER_MSG__INIT;
-	AuthProof p = AUTH_PROOF__INIT;
-	int ret = auth_prove(&l->mesh->keys, &t, mac);
-
-	if (ret)
-		return ret;
-	p.mac.data = mac;
-	p.mac.len = sizeof(mac);
-	msg.body_case = PEER_MSG__BODY_AUTH_PROOF;
-	msg.auth_proof = &p;
-	return link_send_on(l, qp, &msg);
-}
-
-static bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, const uint8_t *ours,
-			     const uint8_t *theirs, const uint8_t *mac, size_t mac_len)
-{
-	struct auth_transcript t = link_transcript(l, !l->dialer, rail, gen, ours, theirs);
-
-	return auth_verify(&l->mesh->keys, &t, mac, mac_len);
-}
-
-/* The acceptor, answering the first QP of an attempt (rail 0, QP 0) or of rail r's join: takes the
- * dialler's nonce from its request, puts ours in the accept and, with a key, our proof over both, so
- * the dialler knows we hold the key the moment that QP connects (its proof comes back as AuthProof). */
-/* Which proof a first QP's private data belongs to: the link attempt's (rail 0, gen 0) or rail r's
- * join's, with that proof's nonces. */
-struct link_auth_slot {
-	uint32_t rail, gen;
-	uint8_t *ours, *theirs;
-};
-
-static struct link_auth_slot link_auth_slot(struct link *l, const struct mesh_cm_pdata *pd)
-{
-	bool join = pd->flags & MESH_CM_F_RAIL_JOIN;
-	uint32_t r = join ? pd->rail : 0;
-
-	return (struct link_auth_slot){
-		.rail = r,
-		.gen = join ? l->rail_gen[r] : 0,
-		.ours = join ? l->rail_nonce_ours[r] : l->nonce_ours,
-		.theirs = join ? l->rail_nonce_peer[r] : l->nonce_peer,
-	};
-}
-
-static int link_accept_auth(struct link *l, const struct mesh_cm_pdata *req, struct mesh_cm_pdata *rep)
-{
-	bool join = req->flags & MESH_CM_F_RAIL_JOIN;
-	struct link_auth_slot a = link_auth_slot(l, req);
-	uint32_t r = a.rail;
-	struct auth_transcript t;
-	int ret = util_random(a.ours, AUTH_NONCE_LEN);
-
-	if (ret)
-		return ret;
-	memcpy(a.theirs, req->nonce, AUTH_NONCE_LEN);
-	memcpy(rep->nonce, a.ours, AUTH_NONCE_LEN);
-	if (!l->mesh->keys.n)
-		return 0;
-	t = link_transcript(l, false, r, a.gen, a.ours, a.theirs);
-	ret = auth_prove(&l->mesh->keys, &t, rep->mac);
-	if (ret)
-		return ret;
-	rep->flags |= MESH_CM_F_PROOF;
-	if (join)
-		l->rails_proof_sent |= 1u << r;
-	else
-		l->auth_proof_sent = true;
-	return 0;
-}
-
-/* The dialler, on the accept of the first QP of an attempt or of rail r's join: the acceptor's nonce,
- * and with a key its proof, which must verify. 0 or -MESH_EAUTH with *why. */
-static int link_take_accept_auth(struct link *l, const struct mesh_cm_pdata *pd, const char **why)
-{
-	bool join = pd->flags & MESH_CM_F_RAIL_JOIN;
-	struct link_auth_slot a = link_auth_slot(l, pd);
-	bool proof = pd->flags & MESH_CM_F_PROOF;
-
-	if (!l->mesh->keys.n && proof) {
-		*why = "it proves a cluster key; this node has none (cluster.key_file)";
-		return -MESH_EAUTH;
-	}
-	if (l->mesh->keys.n && !proof) {
-		*why = "it accepted without proving the cluster key (no cluster.key_file there?)";
-		return -MESH_EAUTH;
-	}
-	if (proof && !link_check_proof(l, a.rail, a.gen, a.ours, pd->nonce, pd->mac, sizeof(pd->mac))) {
-		*why = "its proof of the cluster key does not verify (another key?)";
-		return -MESH_EAUTH;
-	}
-	memcpy(a.theirs, pd->nonce, AUTH_NONCE_LEN);
-	if (join && proof)
-		l->rails_peer_proved |= 1u << a.rail;
-	else if (!join)
-		l->peer_proved = proof;
-	return 0;
-}
-
 /* ---- rails ---- */
 
 static uint64_t link_rail_mask(const struct link *l, uint32_t r)
@@ -758,9 +616,9 @@ static void link_send_raildowns(struct link *l)
  * control moves to the next rail with what the peer has not acked, the peer hears RailDown, the
  * rail's channels move (mesh_upper.rail_down), and the dialler dials the rail again with backoff.
  * Without another UP rail, or without the feature, the link fails. */
-static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...)
+void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...)
 {
 	struct mesh *m = l->mesh;
 	char why[LINK_ERR_MAX - 32];
@@ -898,7 +756,7 @@ static void link_rail_dial(struct link *l, uint32_t r)
 }
 
 /* A joining rail is UP once all its QPs are connected and both sides sent RailUp on it. */
-static void link_rail_progress(struct link *l, uint32_t r)
+void link_rail_progress(struct link *l, uint32_t r)
 {
 	uint64_t mask = link_rail_mask(l, r);
 
@@ -953,145 +811,6 @@ static void link_rail_progress(struct link *l, uint32_t r)
 	l->rail_rx_ms[r] = now_ms();
 	log_info("link to node %u: rail %u (%s) UP again (gen %u), %llu ms after it was dialled", l->peer->id, r,
 		 mesh_node_addr(l->peer, r), l->rail_gen[r], (unsigned long long)(now_ms() - l->rail_attempt_ms[r]));
-}
-
-static int link_send_hello(struct link *l)
-{
-	struct mesh *m = l->mesh;
-	Hello h = HELLO__INIT;
-	PeerMsg msg = PEER_MSG__INIT;
-	int ret = link_register_mailbox(l);
-
-	if (ret)
-		return ret;
-	h.node_id = m->self->id;
-	h.cluster_hash = m->cluster_hash;
-	h.boot_epoch = m->boot_epoch;
-	h.link_epoch = l->epoch;
-	h.features = MESH_FEAT_ALL;
-	h.qp_count = m->cfg->qps_per_link;
-	h.mailbox_addr = (uintptr_t)l->mailbox;
-	h.mailbox_len = m->cfg->mailbox_size;
-	h.mailbox_rkey = l->mr_mailbox->rkey;
-	msg.body_case = PEER_MSG__BODY_HELLO;
-	msg.hello = &h;
-	return mesh_link_send(l, &msg);
-}
-
-/* Proves the peer's mailbox key on every QP: write our token into slot i, read slot i back. RC
- * executes requests of one QP in order, so the READ returns what the WRITE stored. */
-static int link_start_proof(struct link *l)
-{
-	uint32_t q = l->mesh->cfg->qps_per_link;
-	uint8_t *token = l->buf + BUF_TOKEN_OFF(l->mesh); /* the WRITE's source must be registered memory */
-	int ret;
-
-	ret = util_random(token, MESH_PROOF_LEN);
-	if (ret)
-		return ret;
-	/* Bind the token to this node, so two peers' tokens never collide. */
-	token[0] = (uint8_t)(l->mesh->self->id >> 8);
-	token[1] = (uint8_t)l->mesh->self->id;
-	for (uint32_t i = 0; i < q; i++) {
-		uint64_t raddr = l->peer_mb_addr + (uint64_t)i * MESH_PROOF_LEN;
-		uint8_t *scratch = l->buf + BUF_PROOF_OFF(l->mesh) + i * MESH_PROOF_LEN;
-
-		memset(scratch, 0, MESH_PROOF_LEN);
-		ret = xport_post_write(l->conns[i], l->mr_local, token, MESH_PROOF_LEN, raddr, l->peer_mb_rkey,
-				       WR_ID(WR_PROOF_WRITE, i));
-		if (ret)
-			return ret;
-		ret = xport_post_read(l->conns[i], l->mr_local, scratch, MESH_PROOF_LEN, raddr, l->peer_mb_rkey,
-				      WR_ID(WR_PROOF_READ, i));
-		if (ret)
-			return ret;
-		l->sq_used[i] += 2;
-	}
-	return 0;
-}
-
-static void link_progress(struct link *l)
-{
-	struct mesh *m = l->mesh;
-	int ret;
-
-	if (l->phase == LINK_QPS && link_qps_established(l) == mesh_link_qps(m)) {
-		if (m->keys.n) {
-			/* Nothing of the link (the mailbox key in our Hello) before the peer proved the key:
-			 * the acceptor proved it in its accept, the dialler proves it now. */
-			if (!l->auth_proof_sent) {
-				ret = link_send_proof(l, 0, 0, 0, l->nonce_ours, l->nonce_peer);
-				if (ret) {
-					link_fail(l, ret, "cannot send the proof of the cluster key");
-					return;
-				}
-				l->auth_proof_sent = true;
-			}
-			link_set_phase(l, LINK_AUTH);
-		} else {
-			ret = link_send_hello(l);
-			if (ret) {
-				link_fail(l, ret, "cannot register the mailbox or send Hello");
-				return;
-			}
-			link_set_phase(l, LINK_HELLO);
-		}
-	}
-	if (l->phase == LINK_AUTH && l->peer_proved) {
-		ret = link_send_hello(l);
-		if (ret) {
-			link_fail(l, ret, "cannot register the mailbox or send Hello");
-			return;
-		}
-		link_set_phase(l, LINK_HELLO);
-	}
-	if (l->phase == LINK_HELLO && l->have_peer_hello) {
-		ret = link_start_proof(l);
-		if (ret) {
-			link_fail(l, ret, "cannot post the mailbox proof");
-			return;
-		}
-		link_set_phase(l, LINK_PROOF);
-	}
-	if (l->phase == LINK_PROOF && l->proofs_done == m->cfg->qps_per_link) {
-		PeerMsg msg = PEER_MSG__INIT;
-		Ready r = READY__INIT;
-
-		r.link_epoch = l->epoch;
-		msg.body_case = PEER_MSG__BODY_READY;
-		msg.ready = &r;
-		ret = mesh_link_send(l, &msg);
-		if (ret) {
-			link_fail(l, ret, "cannot send Ready");
-			return;
-		}
-		link_set_phase(l, LINK_READY_WAIT);
-	}
-	if (l->phase == LINK_READY_WAIT && l->peer_ready) {
-		uint64_t t = now_ms();
-
-		link_set_phase(l, LINK_UP);
-		l->ups++;
-		l->xp_up = l->xp;
-		l->failures = 0;
-		l->last_rx_ms = t;
-		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
-			l->rail_rx_ms[r] = t;
-		l->next_ka_ms = t;
-		l->last_error[0] = '\0';
-		l->rails_up = (1u << m->n_rails) - 1;
-		l->ctl_rail = 0;
-		memset(l->rail_failures, 0, sizeof(l->rail_failures));
-		for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
-			l->rail_error[r][0] = '\0';
-		if (l->dialer)
-			mesh_adm_on_up(m, t - l->attempt_ms);
-		if (m->upper)
-			m->upper->link_up(l);
-		log_info("link to node %u UP: epoch %llu, %u QPs, peer mailbox 0x%llx len %u rkey 0x%x, %llu ms",
-			 l->peer->id, (unsigned long long)l->epoch, link_qps_established(l), (unsigned long long)l->peer_mb_addr,
-			 l->peer_mb_len, l->peer_mb_rkey, (unsigned long long)(t - l->attempt_ms));
-	}
 }
 
 /* Starts an attempt: the epoch grows across our restarts (wall clock) and across attempts. */
@@ -1450,89 +1169,6 @@ static void mesh_on_established(struct link *l, const struct xport_event *ev)
 	}
 	l->est_mask |= 1ull << ev->conn->index;
 	link_note_state(l);
-	link_progress(l);
-}
-
-static void link_on_hello(struct link *l, const Hello *h)
-{
-	struct mesh *m = l->mesh;
-
-	if (l->have_peer_hello || l->phase > LINK_HELLO) {
-		link_fail(l, -MESH_EPEERMSG, "second Hello");
-		return;
-	}
-	if (m->keys.n && !l->peer_proved) {
-		link_fail(l, -MESH_EAUTH, "node %u sent its Hello without proving the cluster key (no cluster.key_file there?)",
-			  h->node_id);
-		return;
-	}
-	if (h->node_id != l->peer->id || h->cluster_hash != m->cluster_hash || h->link_epoch != l->epoch) {
-		link_fail(l, -MESH_EPEERMSG, "Hello from node %u, cluster 0x%08x, epoch %llu does not match", h->node_id,
-			  h->cluster_hash, (unsigned long long)h->link_epoch);
-		return;
-	}
-	if (h->qp_count != m->cfg->qps_per_link) {
-		link_fail(l, -MESH_EQPCOUNT, "Hello says %u QPs", h->qp_count);
-		return;
-	}
-	if (h->mailbox_len < h->qp_count * MESH_PROOF_LEN) {
-		link_fail(l, -MESH_EPEERMSG, "peer mailbox of %u bytes is too small for %u proofs", h->mailbox_len,
-			  h->qp_count);
-		return;
-	}
-	l->have_peer_hello = true;
-	l->peer_boot_epoch = h->boot_epoch;
-	l->features = h->features & MESH_FEAT_ALL;
-	l->peer_mb_addr = h->mailbox_addr;
-	l->peer_mb_len = h->mailbox_len;
-	l->peer_mb_rkey = h->mailbox_rkey;
-	if (h->mailbox_len < MESH_KA_OFF + MESH_KA_LEN)
-		l->features &= ~MESH_FEAT_KA_WRITE; /* no keepalive word in its mailbox */
-	link_progress(l);
-}
-
-/* AuthProof: the dialler's, of the link's attempt on QP 0 before Hello, or of a rail's join on its
- * first QP before RailUp (the acceptor proved itself in its accept). Without a key of ours, a peer
- * that proves one is refused with a clear word: the two nodes' configurations differ. */
-static void link_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
-{
-	uint32_t r = link_qp_rail(l, qp), bit = 1u << r;
-	bool joining = l->phase == LINK_UP && (l->rails_joining & bit) && link_qp_first(l, qp);
-	const AuthProof *p = msg->auth_proof;
-
-	if (!l->mesh->keys.n) {
-		link_fail(l, -MESH_EAUTH, "node %u proves a cluster key; this node has none (cluster.key_file)", l->peer->id);
-		return;
-	}
-	if (joining) {
-		if (!(l->rails_proof_sent & bit) || (l->rails_peer_proved & bit) || l->dialer) {
-			link_rail_fail(l, r, -MESH_EPEERMSG, "unexpected AuthProof on rail %u's join", r);
-			return;
-		}
-		if (!link_check_proof(l, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r], p->mac.data,
-				      p->mac.len)) {
-			link_rail_fail(l, r, -MESH_EAUTH, "node %u's proof of the cluster key for rail %u does not verify",
-				       l->peer->id, r);
-			return;
-		}
-		l->rails_peer_proved |= bit;
-		link_rail_progress(l, r);
-		return;
-	}
-	if (qp || (l->phase != LINK_QPS && l->phase != LINK_AUTH)) {
-		link_fail(l, -MESH_EPEERMSG, "AuthProof on QP %u in phase %s", qp, phase_names[l->phase]);
-		return;
-	}
-	if (l->dialer || !l->auth_proof_sent || l->peer_proved) {
-		link_fail(l, -MESH_EPEERMSG, "unexpected AuthProof");
-		return;
-	}
-	if (!link_check_proof(l, 0, 0, l->nonce_ours, l->nonce_peer, p->mac.data, p->mac.len)) {
-		link_fail(l, -MESH_EAUTH, "node %u's proof of the cluster key does not verify (another key?)", l->peer->id);
-		return;
-	}
-	l->peer_proved = true;
-	l->epoch_proven = l->epoch; /* from now on this attempt's epoch is the real node's */
 	link_progress(l);
 }
 
