@@ -101,7 +101,7 @@ back_rc=0
 tests/rdma/vm-test.sh -c "10.78.0.1/24 10.78.0.2/24" -c "10.79.0.1/24 10.79.0.2/24" -- python3 \
 	"$(pwd)/tests/integration/resilience_test.py" --build "$(pwd)/build" --transport rdma --devices "rail0 rail1" \
 	--cabled --addrs1 "10.78.0.1 10.79.0.1" --addrs2 "10.78.0.2 10.79.0.2" --outage link --rail-flaps 0 \
-	--outages 6 --ka-interval 300 --ka-timeout 2000 --resume-timeout 10000 --rate 1000000 >build/way-back.log 2>&1 ||
+	--outages 6 --ka-interval 300 --ka-timeout 2000 --resume-timeout 20000 --rate 1000000 >build/way-back.log 2>&1 ||
 	back_rc=$?
 grep -E '^# (outage|wire back|failover)' build/way-back.log || true
 if [ "$back_rc" = 77 ]; then
