@@ -2471,24 +2471,36 @@ static void channel_rail_down(struct link *l, uint32_t r)
 
 /* Registers the rings and credit words again on rail k's device (the same memory: a second
  * registration) and moves the channel there; the old registrations go after the batch. */
+/* The channel's memory registered again through c (another rail's device, or the link's new
+ * attempt's scope), the old registrations buried; on failure (no c: -ENETDOWN) nothing changes. */
+static int channel_mrs_renew(struct channel *ch, xport_conn_t *c)
+{
+	struct channel_mrs mr = {0};
+	int ret = c ? channel_mr_reg(ch, c, &mr) : -ENETDOWN;
+
+	if (ret) {
+		channel_mrs_bury(ch->mesh, mr);
+		return ret;
+	}
+	channel_mrs_bury(ch->mesh, channel_mrs(ch));
+	channel_mrs_set(ch, &mr);
+	return 0;
+}
+
 static void channel_move(struct channel *ch, uint32_t k)
 {
 	struct link *l = ch->link;
 	struct mesh *m = ch->mesh;
-	xport_conn_t *c = l->conns[k * m->cfg->qps_per_link];
-	struct channel_mrs mr = {0};
 	uint32_t from = ch->rail;
 	int ret;
 
 	if (k == ch->rail)
 		return;
-	if (!c || (ret = channel_mr_reg(ch, c, &mr))) {
-		channel_mrs_bury(m, mr);
-		channel_break(ch, c ? ret : -ENETDOWN, "cannot move from rail %u to rail %u: registration failed", ch->rail, k);
+	ret = channel_mrs_renew(ch, l->conns[k * m->cfg->qps_per_link]);
+	if (ret) {
+		channel_break(ch, ret, "cannot move from rail %u to rail %u: registration failed", ch->rail, k);
 		return;
 	}
-	channel_mrs_bury(m, channel_mrs(ch));
-	channel_mrs_set(ch, &mr);
 	log_info("channel %u (node %u port %u): moved from rail %u to rail %u", ch->id, l->peer->id, ch->peer_port,
 		 ch->rail, k);
 	channel_rail_unlink(ch);
@@ -2508,21 +2520,15 @@ static void channel_move(struct channel *ch, uint32_t k)
  * the channel was reachable from it. The old registrations go after the batch. */
 static void channel_reregister(struct channel *ch)
 {
-	struct link *l = ch->link;
-	xport_conn_t *c = l->conns[ch->qp0];
-	struct channel_mrs mr = {0};
-	int ret = -ENETDOWN;
+	int ret;
 
 	if (ch->local)
 		return;
-	if (!c || (ret = channel_mr_reg(ch, c, &mr))) {
-		channel_mrs_bury(ch->mesh, mr);
+	ret = channel_mrs_renew(ch, ch->link->conns[ch->qp0]);
+	if (ret) {
 		channel_detach(ch);
 		channel_break(ch, ret, "cannot register its rings with the link's new attempt");
-		return;
 	}
-	channel_mrs_bury(ch->mesh, channel_mrs(ch));
-	channel_mrs_set(ch, &mr);
 }
 
 static void channel_link_up(struct link *l)

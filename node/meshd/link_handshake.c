@@ -207,6 +207,21 @@ static int link_start_proof(struct link *l)
 	return 0;
 }
 
+/* Our Hello (with the mailbox registered for it) and the phase that waits for the peer's: the next
+ * step of a keyless attempt once its QPs are up, of a keyed one once the peer proved the key.
+ * False when the link failed. */
+static bool link_go_hello(struct link *l)
+{
+	int ret = link_send_hello(l);
+
+	if (ret) {
+		link_fail(l, ret, "cannot register the mailbox or send Hello");
+		return false;
+	}
+	link_set_phase(l, LINK_HELLO);
+	return true;
+}
+
 void link_progress(struct link *l)
 {
 	struct mesh *m = l->mesh;
@@ -225,23 +240,12 @@ void link_progress(struct link *l)
 				l->auth_proof_sent = true;
 			}
 			link_set_phase(l, LINK_AUTH);
-		} else {
-			ret = link_send_hello(l);
-			if (ret) {
-				link_fail(l, ret, "cannot register the mailbox or send Hello");
-				return;
-			}
-			link_set_phase(l, LINK_HELLO);
-		}
-	}
-	if (l->phase == LINK_AUTH && l->peer_proved) {
-		ret = link_send_hello(l);
-		if (ret) {
-			link_fail(l, ret, "cannot register the mailbox or send Hello");
+		} else if (!link_go_hello(l)) {
 			return;
 		}
-		link_set_phase(l, LINK_HELLO);
 	}
+	if (l->phase == LINK_AUTH && l->peer_proved && !link_go_hello(l))
+		return;
 	if (l->phase == LINK_HELLO && l->have_peer_hello) {
 		ret = link_start_proof(l);
 		if (ret) {
