@@ -19,6 +19,7 @@ const (
 	ERESUMETIMEO = syscall.Errno(C.MESH_ERESUMETIMEO) // the link stayed DOWN past cluster.resume_timeout_ms
 	EAUTH        = syscall.Errno(C.MESH_EAUTH)        // the peer did not prove the cluster key
 	EREFUSED     = syscall.Errno(C.MESH_EREFUSED)     // the peer refused; its log says why
+	EREMOVED     = syscall.Errno(C.MESH_EREMOVED)     // the peer node was removed from the configuration
 )
 
 // Error is a failure reported by libmesh or meshd. Code is the errno (a syscall.Errno, or one of

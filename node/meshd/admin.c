@@ -912,7 +912,7 @@ static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req
 
 			link_info__init(li);
 			mailbox_info__init(&mbs[r.n_links]);
-			fill_link(a->mesh, &a->mesh->links[i], li, &mbs[r.n_links]);
+			fill_link(a->mesh, a->mesh->links[i], li, &mbs[r.n_links]);
 			bytes += link_info__get_packed_size(li) + 4;
 			if (r.n_links && bytes > ADMIN_LIST_PAGE)
 				break;
@@ -1025,7 +1025,7 @@ void admin_snapshot(struct admin *a, uint64_t now)
 		LinkInfo li = LINK_INFO__INIT;
 		MailboxInfo mb = MAILBOX_INFO__INIT;
 
-		fill_link(m, &m->links[i], &li, &mb);
+		fill_link(m, m->links[i], &li, &mb);
 		sn.link_len[i] = link_info__get_packed_size(&li);
 		sn.links[i] = malloc(sn.link_len[i] ? sn.link_len[i] : 1);
 		if (!sn.links[i])

@@ -2380,8 +2380,13 @@ static bool channel_resumable(const struct channel *ch)
 	       !ch->error && !ch->accept_pending && !ch->close_sent && !ch->close_rcvd;
 }
 
-static void channel_link_down(struct link *l, bool may_resume)
+static void channel_link_down(struct link *l, int err, bool may_resume)
 {
+	/* A peer removed from the configuration (ours or its own) is said as such; any other DOWN that
+	 * breaks channels is a reset. */
+	int cerr = err == -MESH_EREMOVED ? err : -ECONNRESET;
+	const char *how = err == -MESH_EREMOVED ? "was removed from the configuration" : "went DOWN";
+
 	for (uint32_t i = 0; i < l->ch_cap; i++) {
 		struct channel *ch = l->ch_slots[i];
 
@@ -2408,14 +2413,14 @@ static void channel_link_down(struct link *l, bool may_resume)
 		l->ch_slots[i] = NULL;
 		if (ch->state == CH_OPENING) {
 			/* Nobody answers any more: the waiting client hears it now (channel_free). */
-			ch->error = -ECONNRESET;
-			snprintf(ch->why, sizeof(ch->why), "link to node %u went DOWN", l->peer->id);
+			ch->error = cerr;
+			snprintf(ch->why, sizeof(ch->why), "link to node %u %s", l->peer->id, how);
 			ch->link = NULL;
 			ch->app_gone = true;
 			channel_free(ch);
 			continue;
 		}
-		channel_break(ch, -ECONNRESET, "link to node %u went DOWN", l->peer->id);
+		channel_break(ch, cerr, "link to node %u %s", l->peer->id, how);
 		ch->link = NULL;
 		ch->inflight = 0;
 		channel_pump(ch);
@@ -2674,8 +2679,8 @@ static uint32_t channel_refused_wait_ms(const struct mesh *m)
 static void channel_tick(struct mesh *m, uint64_t t)
 {
 	for (size_t i = 0; i < m->n_links; i++)
-		if (m->links[i].n_rejects)
-			channel_flush_rejects(&m->links[i]);
+		if (m->links[i]->n_rejects)
+			channel_flush_rejects(m->links[i]);
 	for (struct channel *ch = m->channels, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->state == CH_OPENING && ch->reply_fd >= 0 && t - ch->open_ms > m->cfg->handshake_timeout_ms) {

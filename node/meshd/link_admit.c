@@ -77,7 +77,7 @@ void mesh_admit(struct mesh *m, uint64_t t)
 	size_t n = m->n_links, i = m->adm.next;
 
 	for (size_t k = 0; k < n && !m->stopping; k++, i = (i + 1) % n) {
-		struct link *l = &m->links[i];
+		struct link *l = m->links[i];
 
 		if (m->adm.dials >= mesh_dial_window(m) || m->handshakes >= m->cfg->max_handshakes)
 			break;

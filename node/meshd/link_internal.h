@@ -2,7 +2,7 @@
  * What the files of the link layer share, and nothing outside them sees: mesh.c (links, rails,
  * messages, keepalives, the tick), link_handshake.c (the proofs of the cluster key, Hello, the
  * mailbox proof, Ready) and link_admit.c (admission of our dials). Everything here works on struct
- * mesh and struct link of mesh.h; the rest of meshd goes through mesh.h alone.
+ * mesh and struct link of mesh.h (link_reconf.c applies a reload); the rest of meshd goes through mesh.h alone.
  */
 #ifndef MESH_MESHD_LINK_INTERNAL_H
 #define MESH_MESHD_LINK_INTERNAL_H
@@ -48,7 +48,13 @@ void mesh_adm_on_congestion(struct mesh *m, uint64_t t);
 uint64_t mesh_adm_no_answer_ms(const struct mesh *m);
 void mesh_admit(struct mesh *m, uint64_t t);
 
+/* link_reconf.c: links of removed nodes, closed once their Goodbye had its time (all: now). */
+#define LINK_LEAVE_GRACE_MS 300
+void mesh_leaving_tick(struct mesh *m, uint64_t t, bool all);
+
 /* mesh.c */
+struct link *mesh_link_new(struct mesh *m, const struct config_node *node);
+void mesh_link_free(struct mesh *m, struct link *l, bool buried);
 const char *link_phase_name(enum link_phase p);
 uint32_t link_qp_rail(const struct link *l, uint32_t qp);
 bool link_qp_first(const struct link *l, uint32_t qp);

@@ -409,7 +409,7 @@ static void stop_gracefully(struct daemon *d)
 		for (size_t i = 0; i < d->n_xports; i++)
 			drain_xport_n(d, d->xports[i], true, &got);
 		for (size_t i = 0; i < d->mesh.n_links; i++)
-			busy |= d->mesh.links[i].send_busy != 0;
+			busy |= d->mesh.links[i]->send_busy != 0;
 		if (!busy)
 			break;
 		/* Any fd may wake us; only the transports matter now (the other rails' sleep in their

@@ -73,25 +73,38 @@ uint32_t mesh_links_up(const struct mesh *m)
 	uint32_t n = 0;
 
 	for (size_t i = 0; i < m->n_links; i++)
-		n += m->links[i].phase == LINK_UP;
+		n += m->links[i]->phase == LINK_UP;
 	return n;
 }
 
-struct link *mesh_link_find(struct mesh *m, uint32_t peer)
+/* Where a link to peer is or would go in m->links (sorted by peer id). */
+size_t mesh_link_slot(const struct mesh *m, uint32_t peer)
 {
 	size_t lo = 0, hi = m->n_links;
 
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 
-		if (m->links[mid].peer->id == peer)
-			return &m->links[mid];
-		if (m->links[mid].peer->id < peer)
+		if (m->links[mid]->peer->id < peer)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return NULL;
+	return lo;
+}
+
+struct link *mesh_link_find(struct mesh *m, uint32_t peer)
+{
+	size_t k = mesh_link_slot(m, peer);
+
+	return k < m->n_links && m->links[k]->peer->id == peer ? m->links[k] : NULL;
+}
+
+size_t mesh_link_index(const struct mesh *m, const struct link *l)
+{
+	size_t k = mesh_link_slot(m, l->peer->id);
+
+	return k < m->n_links && m->links[k] == l ? k : m->n_links;
 }
 
 static int grave_push(void ***arr, size_t *n, size_t *cap, void *p)
@@ -235,7 +248,9 @@ void link_fail(struct link *l, int err, const char *fmt, ...)
 	 * A DOWN that the peer's goodbye or our own stop explains is no warning, and its rails' state
 	 * explains nothing: only an unexpected DOWN is a warning followed by the rails' state. */
 	if (was_up) {
-		bool expected = err == -MESH_ESHUTDOWN || m->stopping;
+		/* ECANCELED: we ended it on purpose (a stop, or the peer moved in the configuration). */
+		bool expected = err == -MESH_ESHUTDOWN || err == -MESH_EREMOVED || err == -ECANCELED || m->stopping ||
+				l->leave_ms;
 
 		log_at(expected ? LOG_LVL_INFO : LOG_LVL_WARN, "link to node %u DOWN: %s", l->peer->id, l->last_error);
 		link_rails_diag(l, now_ms(), expected ? LOG_LVL_DEBUG : LOG_LVL_WARN);
@@ -246,7 +261,7 @@ void link_fail(struct link *l, int err, const char *fmt, ...)
 	else
 		log_debug("link to node %u: attempt epoch %llu failed: %s", l->peer->id,
 			  (unsigned long long)l->epoch, l->last_error);
-	if (was_up) {
+	if (was_up && !l->leave_ms) {
 		m->link_flaps++;
 		l->down_ms = now_ms();
 		memcpy(l->down_error, l->last_error, sizeof(l->down_error));
@@ -255,7 +270,7 @@ void link_fail(struct link *l, int err, const char *fmt, ...)
 	link_metrics_failed(&l->metrics, was_up, err);
 	link_epoch_forget_unproven(l);
 	if (m->upper)
-		m->upper->link_down(l, err != -MESH_ESHUTDOWN && !m->stopping);
+		m->upper->link_down(l, err, err != -MESH_ESHUTDOWN && err != -MESH_EREMOVED && !m->stopping);
 	memset(l->sq_used, 0, sizeof(l->sq_used));
 	l->n_rejects = 0;
 	for (uint32_t i = 0; i < LINK_CONNS_MAX; i++) {
@@ -1252,7 +1267,12 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 		break;
 	}
 	case PEER_MSG__BODY_GOODBYE:
-		link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
+		/* Removed from the peer's configuration (a reload there): our channels to it fail with
+		 * that, not as at a stop, and our re-dials meet "unknown node" until we are added back. */
+		if (msg->goodbye->reason == MESH_EREMOVED)
+			link_fail(l, -MESH_EREMOVED, "node %u removed this node from its configuration", l->peer->id);
+		else
+			link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
 		break;
 	case PEER_MSG__BODY_LINK_ACK:
 		break; /* its ack is all it says */
@@ -1875,7 +1895,8 @@ void mesh_tick(struct mesh *m, uint64_t t)
 		}
 	}
 	for (size_t i = 0; i < m->n_links; i++)
-		link_tick(&m->links[i], t);
+		link_tick(m->links[i], t);
+	mesh_leaving_tick(m, t, false);
 	mesh_admit(m, t);
 	if (m->upper)
 		m->upper->tick(m, t);
@@ -1885,7 +1906,7 @@ void mesh_stop(struct mesh *m)
 {
 	m->stopping = true;
 	for (size_t i = 0; i < m->n_links; i++) {
-		struct link *l = &m->links[i];
+		struct link *l = m->links[i];
 
 		if (l->phase == LINK_UP && (l->features & MESH_FEAT_GOODBYE)) {
 			Goodbye g = GOODBYE__INIT;
@@ -1903,7 +1924,7 @@ void mesh_stop(struct mesh *m)
 static void mesh_disconnect_all(struct mesh *m)
 {
 	for (size_t i = 0; i < m->n_links; i++)
-		link_fail(&m->links[i], -ECANCELED, "meshd is stopping");
+		link_fail(m->links[i], -ECANCELED, "meshd is stopping");
 	mesh_reap(m);
 }
 
@@ -1924,11 +1945,52 @@ static void link_mem_free(void *p, size_t len)
 		munmap(p, len);
 }
 
+/* A link to node, idle (a dialler dials at once), with its buffers; NULL when out of memory. */
+struct link *mesh_link_new(struct mesh *m, const struct config_node *node)
+{
+	struct link *l = calloc(1, sizeof(*l));
+	uint64_t t = now_ms();
+
+	if (!l)
+		return NULL;
+	l->mesh = m;
+	l->peer = node;
+	l->dialer = mesh_dials(m->self->id, node->id);
+	l->phase = LINK_IDLE;
+	l->phase_ms = t;
+	l->shown = LINK_STATE_DOWN_;
+	l->shown_ms = t;
+	l->next_dial_ms = t;
+	l->buf_len = BUF_LEN(m);
+	l->buf = link_mem_alloc(l->buf_len);
+	l->mailbox = link_mem_alloc(m->cfg->mailbox_size);
+	if (!l->buf || !l->mailbox) {
+		mesh_link_free(m, l, false);
+		return NULL;
+	}
+	return l;
+}
+
+/* Frees an idle link (link_fail'ed: nothing of it is posted or connected). buried: its memory may
+ * still be registered (the registrations wait in the graveyard), so it goes after them. */
+void mesh_link_free(struct mesh *m, struct link *l, bool buried)
+{
+	if (buried) {
+		if (l->buf)
+			mesh_bury_map(m, l->buf, l->buf_len);
+		if (l->mailbox)
+			mesh_bury_map(m, l->mailbox, m->cfg->mailbox_size);
+	} else {
+		link_mem_free(l->buf, l->buf_len);
+		link_mem_free(l->mailbox, m->cfg->mailbox_size);
+	}
+	free(l->ch_slots);
+	free(l);
+}
+
 int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *const *xports,
 	      size_t n_xports)
 {
-	size_t n = 0;
-
 	memset(m, 0, sizeof(*m));
 	m->numa.home = -1; /* unplaced until main.c learns the topology */
 	for (size_t r = 0; r < MESH_RAILS_MAX; r++)
@@ -1956,28 +2018,18 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 	m->links = calloc(cfg->n_nodes, sizeof(*m->links));
 	if (!m->links)
 		return -ENOMEM;
+	m->links_cap = cfg->n_nodes;
 	for (size_t i = 0; i < cfg->n_nodes; i++) {
 		struct link *l;
 
 		if (cfg->nodes[i].id == self->id)
 			continue;
-		l = &m->links[n++];
-		l->mesh = m;
-		l->peer = &cfg->nodes[i];
-		l->dialer = mesh_dials(self->id, l->peer->id);
-		l->phase = LINK_IDLE;
-		l->phase_ms = m->start_ms;
-		l->shown = LINK_STATE_DOWN_;
-		l->shown_ms = m->start_ms;
-		l->next_dial_ms = m->start_ms;
-		m->n_links = n;
-		l->buf_len = BUF_LEN(m);
-		l->buf = link_mem_alloc(l->buf_len);
-		l->mailbox = link_mem_alloc(cfg->mailbox_size);
-		if (!l->buf || !l->mailbox) {
+		l = mesh_link_new(m, &cfg->nodes[i]);
+		if (!l) {
 			mesh_cleanup(m);
 			return -ENOMEM;
 		}
+		m->links[m->n_links++] = l;
 	}
 	mesh_adm_init(m);
 	return 0;
@@ -1989,14 +2041,13 @@ void mesh_cleanup(struct mesh *m)
 		return;
 	if (m->upper)
 		m->upper->cleanup(m);
+	mesh_leaving_tick(m, now_ms(), true);
 	mesh_disconnect_all(m);
-	for (size_t i = 0; i < m->n_links; i++) {
-		link_mem_free(m->links[i].buf, m->links[i].buf_len);
-		link_mem_free(m->links[i].mailbox, m->cfg->mailbox_size);
-		free(m->links[i].ch_slots);
-	}
+	for (size_t i = 0; i < m->n_links; i++)
+		mesh_link_free(m, m->links[i], false);
 	free(m->links);
 	m->links = NULL;
+	m->n_links = m->links_cap = 0;
 	explicit_bzero(&m->keys, sizeof(m->keys));
 	free(m->grave.conns);
 	free(m->grave.mrs);

@@ -182,6 +182,10 @@ struct link {
 	uint64_t next_dial_ms;
 	uint64_t failed_tick; /* mesh.adm.ticks when it last failed: not re-dialled in the same tick */
 
+	/* Its node was removed from the configuration (link_reconf.c): out of mesh->links, waiting
+	 * until then for its Goodbye to go out; 0: a link of the mesh. */
+	uint64_t leave_ms;
+
 	/* Counters. */
 	uint32_t ups;
 	uint64_t tx_msgs, rx_msgs;
@@ -276,9 +280,10 @@ struct mesh_upper {
 	int (*message)(struct link *l, const PeerMsg *msg);
 	int (*imm)(struct link *l, uint32_t imm, uint32_t len);
 	int (*completion)(struct link *l, uint32_t kind, uint32_t idx, int status);
-	/* The link went DOWN (may_resume: false when the peer said Goodbye or we stop), came UP, or
-	 * lost rail r while staying UP. */
-	void (*link_down)(struct link *l, bool may_resume);
+	/* The link went DOWN (err: why, as link_fail was told; may_resume: false when the peer said
+	 * Goodbye, we stop, or the peer was removed from the configuration), came UP, or lost rail r
+	 * while staying UP. */
+	void (*link_down)(struct link *l, int err, bool may_resume);
 	void (*link_up)(struct link *l);
 	void (*rail_down)(struct link *l, uint32_t r);
 	/* Periodic work after the links' (timeouts), and everything at exit. */
@@ -314,7 +319,13 @@ struct mesh {
 	uint64_t fd_limit;   /* RLIMIT_NOFILE in force, 0 unknown (channel.c keeps a reserve of it) */
 	uint64_t start_ms;
 	size_t n_links;
-	struct link *links; /* one per peer, sorted by peer id */
+	/* One per peer, sorted by peer id. Each link is allocated on its own: a reload adds and removes
+	 * peers (mesh_reconfigure), and channels and connections keep pointers to their link. */
+	struct link **links;
+	size_t links_cap;
+	/* Links of nodes a reload removed, until their Goodbye went out (link_reconf.c). */
+	struct link **leaving;
+	size_t n_leaving, leaving_cap;
 	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
 	/* Admission of our own dials (link_admit.c, mesh_admit), as TCP's congestion window: at most
 	 * `window` of our attempts in flight, grown by every attempt of ours that comes UP (by one while
@@ -367,6 +378,19 @@ struct mesh {
 	struct mesh_numa numa;
 };
 
+/* What a reload changed of the links (mesh_reconfigure). */
+struct mesh_reconf {
+	uint32_t added, removed, moved;
+};
+
+/* Applies a new configuration to the links (link_reconf.c): m->cfg already holds it, self is this
+ * node's entry in it (its own address, port and rails unchanged: config_reload_check), and the
+ * links still point at the nodes of the configuration before, which must stay allocated until
+ * this returns. Links of removed nodes close (their channels fail with MESH_EREMOVED), added
+ * nodes get links, links of nodes that moved (address, port, rails) re-form; the others are not
+ * touched. 0, or -ENOMEM when a link could not be added (the rest is applied). */
+int mesh_reconfigure(struct mesh *m, const struct config_node *self, struct mesh_reconf *out);
+
 /* Sets up links for every peer of cfg (self = our node) over the given transport instances
  * (already created and listening): per provider in order of preference, one per rail of self. */
 int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config_node *self, xport_t *const *xports,
@@ -387,6 +411,10 @@ void mesh_tick(struct mesh *m, uint64_t now_ms);
 void mesh_stop(struct mesh *m);
 
 struct link *mesh_link_find(struct mesh *m, uint32_t peer);
+/* Where a link to peer is, or would go, in m->links. */
+size_t mesh_link_slot(const struct mesh *m, uint32_t peer);
+/* The index of l in m->links, or m->n_links when it is not one of them (the local node's). */
+size_t mesh_link_index(const struct mesh *m, const struct link *l);
 
 /* The RC ACK timeout for a cluster's keepalive timeout (xport_attr.ack_timeout): 0, rdma_cm's
  * default, unless that is longer than an eighth of the keepalive timeout. */

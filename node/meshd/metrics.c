@@ -54,6 +54,7 @@ enum metrics_reason metrics_reason_of(int err)
 		return METRICS_REASON_AUTH;
 	case MESH_EPROOF:
 		return METRICS_REASON_PROOF;
+	case MESH_EREMOVED: /* the peer's configuration no longer has us (or ours it) */
 	case MESH_ECLUSTER:
 	case MESH_EQPCOUNT:
 	case MESH_EPROTOVER:
@@ -271,7 +272,7 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 	}
 
 	for (size_t i = 0; i < m->n_links; i++) {
-		const struct link *l = &m->links[i];
+		const struct link *l = m->links[i];
 
 		mem_add(&mx, l->mr_local);
 		mem_add(&mx, l->mr_mailbox);
@@ -300,12 +301,16 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 		return;
 	}
 	for (const struct channel *ch = m->channels; ch; ch = ch->next)
-		if (ch->link && ch->state == CH_OPEN && ch->link >= m->links && ch->link < m->links + m->n_links)
-			open[ch->link - m->links]++;
+		if (ch->link && ch->state == CH_OPEN) {
+			size_t k = mesh_link_index(m, ch->link); /* the local node's is not one of them */
+
+			if (k < m->n_links)
+				open[k]++;
+		}
 
 	family(b, "rdmamesh_link_info", "gauge", "A configured peer: its address and the provider of its link (always 1).");
 	for (size_t i = 0; i < m->n_links; i++) {
-		const struct link *l = &m->links[i];
+		const struct link *l = m->links[i];
 
 		metrics_buf_printf(b, "rdmamesh_link_info{peer=\"%u\",addr=\"", l->peer->id);
 		metrics_buf_label_value(b, l->peer->addr);
@@ -313,94 +318,94 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 	}
 	family(b, "rdmamesh_link_up", "gauge", "1 when the link to the peer is UP, else 0.");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_up", &m->links[i], "", link_state(&m->links[i]) == LINK_STATE_UP_);
+		link_sample(b, "rdmamesh_link_up", m->links[i], "", link_state(m->links[i]) == LINK_STATE_UP_);
 	family(b, "rdmamesh_link_state", "gauge", "The link's state: 1 for the one it is in (DOWN, CONNECTING, UP).");
 	for (size_t i = 0; i < m->n_links; i++)
 		for (size_t s = 0; s < ARRAY_SIZE(states); s++) {
 			snprintf(more, sizeof(more), ",state=\"%s\"", states[s]);
-			link_sample(b, "rdmamesh_link_state", &m->links[i], more, link_state(&m->links[i]) == s);
+			link_sample(b, "rdmamesh_link_state", m->links[i], more, link_state(m->links[i]) == s);
 		}
 	family(b, "rdmamesh_link_rail_up", "gauge", "1 when the rail of the link carries traffic, else 0.");
 	for (size_t i = 0; i < m->n_links; i++)
 		for (uint32_t r = 0; r < m->n_rails; r++) {
 			snprintf(more, sizeof(more), ",rail=\"%u\"", r);
-			link_sample(b, "rdmamesh_link_rail_up", &m->links[i], more,
-				    m->links[i].phase == LINK_UP && mesh_link_rail_up(&m->links[i], r));
+			link_sample(b, "rdmamesh_link_rail_up", m->links[i], more,
+				    m->links[i]->phase == LINK_UP && mesh_link_rail_up(m->links[i], r));
 		}
 	family(b, "rdmamesh_link_rtt_seconds", "gauge",
 	       "Round-trip time of the last keepalive on the link's control rail (UP links that measured one).");
 	for (size_t i = 0; i < m->n_links; i++)
-		if (m->links[i].phase == LINK_UP && m->links[i].rtt_us)
-			metrics_buf_printf(b, "rdmamesh_link_rtt_seconds{peer=\"%u\"} %.6f\n", m->links[i].peer->id,
-					   (double)m->links[i].rtt_us / 1e6);
+		if (m->links[i]->phase == LINK_UP && m->links[i]->rtt_us)
+			metrics_buf_printf(b, "rdmamesh_link_rtt_seconds{peer=\"%u\"} %.6f\n", m->links[i]->peer->id,
+					   (double)m->links[i]->rtt_us / 1e6);
 	family(b, "rdmamesh_link_ups_total", "counter", "Times the link came UP.");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_ups_total", &m->links[i], "", m->links[i].ups);
+		link_sample(b, "rdmamesh_link_ups_total", m->links[i], "", m->links[i]->ups);
 	family(b, "rdmamesh_link_downs_total", "counter",
 	       "Times the UP link went DOWN, by reason (reasons that happened only).");
 	for (size_t i = 0; i < m->n_links; i++)
 		for (int r = 0; r < METRICS_REASONS; r++)
-			if (m->links[i].metrics.downs[r]) {
+			if (m->links[i]->metrics.downs[r]) {
 				snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
-				link_sample(b, "rdmamesh_link_downs_total", &m->links[i], more, m->links[i].metrics.downs[r]);
+				link_sample(b, "rdmamesh_link_downs_total", m->links[i], more, m->links[i]->metrics.downs[r]);
 			}
 	family(b, "rdmamesh_link_handshake_failures_total", "counter",
 	       "Link attempts that ended before UP, by reason (reasons that happened only).");
 	for (size_t i = 0; i < m->n_links; i++)
 		for (int r = 0; r < METRICS_REASONS; r++)
-			if (m->links[i].metrics.hs_failures[r]) {
+			if (m->links[i]->metrics.hs_failures[r]) {
 				snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
-				link_sample(b, "rdmamesh_link_handshake_failures_total", &m->links[i], more,
-					    m->links[i].metrics.hs_failures[r]);
+				link_sample(b, "rdmamesh_link_handshake_failures_total", m->links[i], more,
+					    m->links[i]->metrics.hs_failures[r]);
 			}
 	family(b, "rdmamesh_link_keepalive_misses_total", "counter",
 	       "Keepalives on the rail whose ack had not come back when the next one was due.");
 	for (size_t i = 0; i < m->n_links; i++)
 		for (uint32_t r = 0; r < m->n_rails; r++) {
 			snprintf(more, sizeof(more), ",rail=\"%u\"", r);
-			link_sample(b, "rdmamesh_link_keepalive_misses_total", &m->links[i], more,
-				    m->links[i].metrics.ka_misses[r]);
+			link_sample(b, "rdmamesh_link_keepalive_misses_total", m->links[i], more,
+				    m->links[i]->metrics.ka_misses[r]);
 		}
 	family(b, "rdmamesh_link_rail_failovers_total", "counter", "Rails of the link that failed while it stayed UP.");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_rail_failovers_total", &m->links[i], "", m->links[i].rail_failovers);
+		link_sample(b, "rdmamesh_link_rail_failovers_total", m->links[i], "", m->links[i]->rail_failovers);
 	family(b, "rdmamesh_link_control_messages_total", "counter", "Control messages over the link, by direction.");
 	for (size_t i = 0; i < m->n_links; i++) {
-		link_sample(b, "rdmamesh_link_control_messages_total", &m->links[i], ",direction=\"tx\"", m->links[i].tx_msgs);
-		link_sample(b, "rdmamesh_link_control_messages_total", &m->links[i], ",direction=\"rx\"", m->links[i].rx_msgs);
+		link_sample(b, "rdmamesh_link_control_messages_total", m->links[i], ",direction=\"tx\"", m->links[i]->tx_msgs);
+		link_sample(b, "rdmamesh_link_control_messages_total", m->links[i], ",direction=\"rx\"", m->links[i]->rx_msgs);
 	}
 	family(b, "rdmamesh_link_bytes_total", "counter", "Channel payload bytes over the link, by direction.");
 	for (size_t i = 0; i < m->n_links; i++) {
-		link_sample(b, "rdmamesh_link_bytes_total", &m->links[i], ",direction=\"tx\"", m->links[i].metrics.tx_bytes);
-		link_sample(b, "rdmamesh_link_bytes_total", &m->links[i], ",direction=\"rx\"", m->links[i].metrics.rx_bytes);
+		link_sample(b, "rdmamesh_link_bytes_total", m->links[i], ",direction=\"tx\"", m->links[i]->metrics.tx_bytes);
+		link_sample(b, "rdmamesh_link_bytes_total", m->links[i], ",direction=\"rx\"", m->links[i]->metrics.rx_bytes);
 	}
 	family(b, "rdmamesh_link_chunks_total", "counter",
 	       "Channel chunks over the link, by direction: writes meshd posted, or batches of an application's own "
 	       "writes meshd accounted (cluster.app_send).");
 	for (size_t i = 0; i < m->n_links; i++) {
-		link_sample(b, "rdmamesh_link_chunks_total", &m->links[i], ",direction=\"tx\"", m->links[i].metrics.tx_chunks);
-		link_sample(b, "rdmamesh_link_chunks_total", &m->links[i], ",direction=\"rx\"", m->links[i].metrics.rx_chunks);
+		link_sample(b, "rdmamesh_link_chunks_total", m->links[i], ",direction=\"tx\"", m->links[i]->metrics.tx_chunks);
+		link_sample(b, "rdmamesh_link_chunks_total", m->links[i], ",direction=\"rx\"", m->links[i]->metrics.rx_chunks);
 	}
 	family(b, "rdmamesh_link_credit_stalls_total", "counter",
 	       "Times a channel over the link waited for the peer's reader (a whole ring unconsumed).");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_credit_stalls_total", &m->links[i], "", m->links[i].metrics.credit_stalls);
+		link_sample(b, "rdmamesh_link_credit_stalls_total", m->links[i], "", m->links[i]->metrics.credit_stalls);
 	family(b, "rdmamesh_link_channel_resumes_total", "counter",
 	       "Channels over the link that resumed after it (or their rail) came back.");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_channel_resumes_total", &m->links[i], "", m->links[i].metrics.channel_resumes);
+		link_sample(b, "rdmamesh_link_channel_resumes_total", m->links[i], "", m->links[i]->metrics.channel_resumes);
 	family(b, "rdmamesh_link_channels_opened_total", "counter",
 	       "Channels that opened over the link, asked for by either side.");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_channels_opened_total", &m->links[i], "", m->links[i].metrics.channels_opened);
+		link_sample(b, "rdmamesh_link_channels_opened_total", m->links[i], "", m->links[i]->metrics.channels_opened);
 	family(b, "rdmamesh_link_app_grants_total", "counter",
 	       "Times one of our applications took over its channel's sending half (cluster.app_send: its own "
 	       "QP, or over tcp its own connection).");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_app_grants_total", &m->links[i], "", m->links[i].metrics.app_grants);
+		link_sample(b, "rdmamesh_link_app_grants_total", m->links[i], "", m->links[i]->metrics.app_grants);
 	family(b, "rdmamesh_link_channels_open", "gauge", "Open channels over the link (resuming and half-closed ones too).");
 	for (size_t i = 0; i < m->n_links; i++)
-		link_sample(b, "rdmamesh_link_channels_open", &m->links[i], "", open[i]);
+		link_sample(b, "rdmamesh_link_channels_open", m->links[i], "", open[i]);
 	free(open);
 }
 

@@ -111,8 +111,8 @@ static struct fake_post *pick_recv(struct mt *t, struct fake_conn *c)
 static struct link *conn_link(struct mt *t, struct fake_conn *c)
 {
 	for (size_t i = 0; i < t->m.n_links; i++)
-		if (c->base.ctx == &t->m.links[i])
-			return &t->m.links[i];
+		if (c->base.ctx == t->m.links[i])
+			return t->m.links[i];
 	return NULL;
 }
 
@@ -562,7 +562,7 @@ static void check_invariants(struct mt *t)
 
 	FUZZ_CHECK(t->m.handshakes <= t->cfg.max_handshakes);
 	for (size_t i = 0; i < t->m.n_links; i++) {
-		const struct link *l = &t->m.links[i];
+		const struct link *l = t->m.links[i];
 
 		FUZZ_CHECK(l->ctl_rail < t->m.n_rails);
 		FUZZ_CHECK(!(l->rails_up >> t->m.n_rails));

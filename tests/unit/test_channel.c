@@ -3376,6 +3376,29 @@ static void channel_link_down__goodbye__econnreset_at_once(void **state)
 	mt_finish(&c->t);
 }
 
+/* The peer removed this node from its configuration (a reload there): even a resumable channel
+ * ends at once, and its application hears the removal, not a reset. */
+static void channel_goodbye__peer_removed_us__eremoved_to_the_app_no_resume(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	PeerMsg m = PEER_MSG__INIT;
+	Goodbye g = GOODBYE__INIT;
+
+	ct_init_resume(c, 2);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	g.reason = MESH_EREMOVED;
+	m.body_case = PEER_MSG__BODY_GOODBYE;
+	m.goodbye = &g;
+	peer_msg(c, &m);
+	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
+	assert_true(ring_state(h) & MESH_STATE_ERROR);
+	assert_int_equal(ring_error(h), -MESH_EREMOVED);
+	assert_false(chn(c, h)->resuming);
+	app_hangup(c, h);
+	mt_finish(&c->t);
+}
+
 /* A QP refuses the data write (its connection died; the link's own event may come later in the
  * batch): the application hears the reset a lost link means, not the provider's errno. */
 /* Resuming off: a QP that refuses a data write ends the channel as a lost link would. */
@@ -5167,6 +5190,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack),
 	T(channel_on_lifeline__without_shut_wr__close_econnreset),
 	T(channel_on_message__peer_close__ack_once_our_writes_completed),
+	T(channel_goodbye__peer_removed_us__eremoved_to_the_app_no_resume),
 	T(channel_post_data__qp_refuses_resuming_off__econnreset_to_the_app),
 	T(channel_post_data__qp_refuses__channel_resumes_after_the_links_event),
 	T(channel_tick__qp_refused_and_link_stays_up__econnreset_naming_it),

@@ -23,6 +23,7 @@
 
 #include <mesh/mesh.h>
 
+#include "link_internal.h" /* LINK_LEAVE_GRACE_MS */
 #include "log.h"
 #include "mesh_harness.h"
 #include "unit_main.h"
@@ -654,6 +655,27 @@ static void mesh_goodbye__on_up_link__down_naming_shutdown(void **state)
 	mt_finish(t);
 }
 
+static void mesh_goodbye__removed_reason__down_naming_the_removal_no_resume(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	PeerMsg m = PEER_MSG__INIT;
+	Goodbye g = GOODBYE__INIT;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	g.reason = MESH_EREMOVED;
+	m.body_case = PEER_MSG__BODY_GOODBYE;
+	m.goodbye = &g;
+	peer_send(t, l, &m);
+	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l->last_error, "removed this node"));
+	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EREMOVED)));
+	mt_finish(t);
+}
+
 static void mesh_stop__up_link__goodbye_sent(void **state)
 {
 	struct mt *t = *state;
@@ -674,6 +696,140 @@ static void mesh_stop__up_link__goodbye_sent(void **state)
 	/* Stopping: no more dials, and requests are refused. */
 	tick_at(t, util_now_ms() + 60 * 1000);
 	assert_int_equal(t->fx->n_connects, QPS);
+	mt_finish(t);
+}
+
+/* ---- reload: mesh_reconfigure ---------------------------------------------------------------- */
+
+/* The harness's configuration with the nodes of ids (copies of its own entries where an id was
+ * there before) in nn: what main.c puts where m->cfg points before mesh_reconfigure. */
+static const struct config_node *reconf_nodes(struct mt *t, struct config_node *nn, const uint16_t *ids, size_t n,
+					      uint16_t self_id)
+{
+	const struct config_node *self = NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct config_node *was = config_node_find(&t->cfg, ids[i]);
+
+		if (was) {
+			nn[i] = *was;
+		} else {
+			memset(&nn[i], 0, sizeof(nn[i]));
+			nn[i].id = ids[i];
+			nn[i].port = 7471;
+			nn[i].n_rails = 1;
+			snprintf(nn[i].addr, sizeof(nn[i].addr), "10.0.0.%u", ids[i]);
+			snprintf(nn[i].rail[0], sizeof(nn[i].rail[0]), "10.0.0.%u", ids[i]);
+		}
+		if (ids[i] == self_id)
+			self = &nn[i];
+	}
+	t->cfg.nodes = nn;
+	t->cfg.n_nodes = n;
+	return self;
+}
+
+static void mesh_reconfigure__node_removed__goodbye_says_removed_then_closed_after_grace(void **state)
+{
+	static const uint16_t ids23[] = {2, 3};
+	struct mt *t = *state;
+	struct config_node nn[2];
+	struct mesh_reconf rc;
+	struct link *l1, *l3;
+	unsigned c0;
+	size_t from;
+	PeerMsg *m;
+
+	mt_init(t, 2, ids123, 3);
+	l1 = lk(t, 1);
+	l3 = lk(t, 3);
+	tick(t);
+	drive_to_up(t, l1);
+	c0 = conn_id(l1->conns[0]);
+	from = t->fx->n_posts;
+	assert_int_equal(mesh_reconfigure(&t->m, reconf_nodes(t, nn, ids23, 2, 2), &rc), 0);
+	assert_int_equal(rc.removed, 1);
+	assert_int_equal(rc.added + rc.moved, 0);
+	/* Out of the mesh at once (no request, dial or channel finds it), the peer told why. */
+	assert_null(mesh_link_find(&t->m, 1));
+	assert_int_equal(t->m.n_links, 1);
+	assert_ptr_equal(t->m.links[0], l3);
+	m = last_send(t, from, c0);
+	assert_int_equal(m->body_case, PEER_MSG__BODY_GOODBYE);
+	assert_int_equal(m->goodbye->reason, MESH_EREMOVED);
+	mesh_peer_msg_free(m);
+	/* Its QPs close once the Goodbye had its time, and no removed link is counted as a flap. */
+	assert_false(fake_disconnected(t->fx, c0));
+	tick_at(t, util_now_ms() + LINK_LEAVE_GRACE_MS + 1);
+	assert_true(fake_disconnected(t->fx, c0));
+	assert_int_equal(t->m.n_leaving, 0);
+	assert_int_equal(t->m.link_flaps, 0);
+	mt_finish(t);
+}
+
+static void mesh_reconfigure__node_added__lower_id_dialled_and_up_link_untouched(void **state)
+{
+	static const uint16_t ids12[] = {1, 2}, ids012[] = {0, 1, 2};
+	struct mt *t = *state;
+	struct config_node nn[3];
+	struct mesh_reconf rc;
+	xport_conn_t *c0;
+	struct link *l1, *l0;
+	size_t connects;
+
+	mt_init(t, 2, ids12, 2);
+	l1 = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l1);
+	c0 = l1->conns[0];
+	connects = t->fx->n_connects;
+	assert_int_equal(mesh_reconfigure(&t->m, reconf_nodes(t, nn, ids012, 3, 2), &rc), 0);
+	assert_int_equal(rc.added, 1);
+	assert_int_equal(rc.removed + rc.moved, 0);
+	l0 = lk(t, 0);
+	assert_non_null(l0);
+	assert_true(l0->dialer);
+	assert_ptr_equal(t->m.links[0], l0); /* in id order */
+	tick(t);
+	assert_int_equal(t->fx->n_connects, connects + QPS);
+	assert_string_equal(t->fx->connects[connects].addr, "10.0.0.0");
+	/* The link that was there is the same link, on the same QPs, UP once. */
+	assert_ptr_equal(lk(t, 1), l1);
+	assert_int_equal(link_state(l1), LINK_STATE_UP_);
+	assert_ptr_equal(l1->conns[0], c0);
+	assert_int_equal(l1->ups, 1);
+	assert_ptr_equal(l1->peer, &nn[1]);
+	mt_finish(t);
+}
+
+static void mesh_reconfigure__node_moved__its_link_reforms_there_at_once(void **state)
+{
+	struct mt *t = *state;
+	struct config_node nn[3];
+	struct mesh_reconf rc;
+	struct link *l1, *l3;
+	size_t connects;
+
+	mt_init(t, 2, ids123, 3);
+	l1 = lk(t, 1);
+	l3 = lk(t, 3);
+	tick(t);
+	drive_to_up(t, l1);
+	reconf_nodes(t, nn, ids123, 3, 2);
+	snprintf(nn[0].addr, sizeof(nn[0].addr), "10.0.9.1");
+	snprintf(nn[0].rail[0], sizeof(nn[0].rail[0]), "10.0.9.1");
+	connects = t->fx->n_connects;
+	assert_int_equal(mesh_reconfigure(&t->m, &nn[1], &rc), 0);
+	assert_int_equal(rc.moved, 1);
+	assert_int_equal(rc.added + rc.removed, 0);
+	assert_int_equal(link_state(l1), LINK_STATE_DOWN_);
+	assert_non_null(strstr(l1->last_error, "moved"));
+	/* Re-dialled at the new address by the next tick, without a failure's backoff. */
+	tick(t);
+	assert_int_equal(t->fx->n_connects, connects + QPS);
+	assert_string_equal(t->fx->connects[connects].addr, "10.0.9.1");
+	assert_ptr_equal(t->m.self, &nn[1]);
+	assert_ptr_equal(l3->peer, &nn[2]);
 	mt_finish(t);
 }
 
@@ -1322,7 +1478,7 @@ static uint32_t dials_in_flight(struct mt *t)
 	uint32_t n = 0;
 
 	for (size_t i = 0; i < t->m.n_links; i++)
-		n += our_attempt(&t->m.links[i]);
+		n += our_attempt(t->m.links[i]);
 	assert_int_equal(n, t->m.adm.dials);
 	return n;
 }
@@ -1331,8 +1487,8 @@ static uint32_t dials_in_flight(struct mt *t)
 static struct link *any_dialling(struct mt *t)
 {
 	for (size_t i = 0; i < t->m.n_links; i++)
-		if (our_attempt(&t->m.links[i]))
-			return &t->m.links[i];
+		if (our_attempt(t->m.links[i]))
+			return t->m.links[i];
 	return NULL;
 }
 
@@ -2557,6 +2713,10 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_message__longer_than_buffer__down),
 	T(mesh_goodbye__on_up_link__down_naming_shutdown),
 	T(mesh_stop__up_link__goodbye_sent),
+	T(mesh_goodbye__removed_reason__down_naming_the_removal_no_resume),
+	T(mesh_reconfigure__node_removed__goodbye_says_removed_then_closed_after_grace),
+	T(mesh_reconfigure__node_added__lower_id_dialled_and_up_link_untouched),
+	T(mesh_reconfigure__node_moved__its_link_reforms_there_at_once),
 	T(mesh_accept__valid_request__accepted_with_accept_pdata),
 	cmocka_unit_test(log_ratelimit_ok__beyond_burst__refused_and_counted),
 	cmocka_unit_test(mesh_ack_timeout__keepalive_timeouts__eighth_of_it_per_attempt),

@@ -56,7 +56,8 @@ enum mesh_errno {
 	MESH_ERESUMETIMEO = 2018, /* the link stayed DOWN longer than cluster.resume_timeout_ms */
 	MESH_EAUTH = 2019,        /* the peer did not prove the cluster key (cluster.key_file) */
 	MESH_EREFUSED = 2020,     /* the peer refused the connection; its log says why */
-	MESH_ERRNO_LAST = 2021
+	MESH_EREMOVED = 2021,     /* the peer node was removed from the cluster's configuration (a reload) */
+	MESH_ERRNO_LAST = 2022
 };
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */
