@@ -276,6 +276,8 @@ static const char *ctl_req_check(const CtlRequest *r)
 		return NULL;
 	case CTL_OP__CTL_OP_LISTEN:
 		return r->port > 65535 ? "port out of range 0..65535" : NULL;
+	case CTL_OP__CTL_OP_RELOAD:
+		return r->object != CTL_OBJECT__CTL_OBJECT_NODE ? "reload: object must be NODE" : NULL;
 	case CTL_OP__CTL_OP_CONNECT:
 		if (r->node > MESH_NODE_ID_MAX)
 			return "node out of range 0..65535";

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mesh/mesh.h>
@@ -26,6 +27,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: meshctl [-j] [-p] [-L] [-s SOCKET] [OBJECT [show]]\n"
+		"       meshctl [-j] [-s SOCKET] reload\n"
 		"       meshctl keygen\n"
 		"\n"
 		"Shows the state of the local meshd.\n"
@@ -36,6 +38,13 @@ static void usage(FILE *out)
 		"          the last rail_error, rail_failovers, ctl_rail)\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
+		"  reload  meshd reads its configuration file again and applies what changed (as\n"
+		"          SIGHUP): nodes added and removed, a node moved, limits, timeouts, log level,\n"
+		"          metrics address, key file; links and channels the change is not about are\n"
+		"          not touched. A file that does not load, or that changes a key only a start\n"
+		"          applies, is refused as a whole: meshd keeps what it had, and this says why\n"
+		"          (exit 2). Root or meshd's own user only. Prints the node's configuration\n"
+		"          generation afterwards (meshctl node: config_*)\n"
 		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
 		"          cluster.key_file: meshctl keygen > /etc/rdmamesh/cluster.key; chmod 600 it\n"
 		"  channels  one row per open channel: ports, role, its user (the uid it counts against),\n"
@@ -147,6 +156,7 @@ enum field_kind {
 	F_ROLE,
 	F_OPENER,
 	F_NODE, /* a NUMA node: JSON the number; table "-" for -1 (none/unknown), "spread" for -2 */
+	F_WALL_US, /* wall clock in us: JSON the number; table UTC time, "-" for 0 */
 };
 
 struct field {
@@ -258,6 +268,12 @@ static const struct field node_fields[] = {
 	NF("numa_nodes", F_U32, numa_nodes),
 	NF("numa_home", F_NODE, numa_home),
 	NF("numa_why", F_STR, numa_why),
+	NF("config_path", F_STR, config_path),
+	NF("config_generation", F_U64, config_generation),
+	NF("config_loaded_us", F_WALL_US, config_loaded_us),
+	NF("config_reloads", F_U64, config_reloads),
+	NF("config_refused", F_U64, config_refused),
+	NF("config_error", F_STR, config_error),
 };
 
 #define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member)}
@@ -320,6 +336,19 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 	case F_BOOL:
 		snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
 		break;
+	case F_WALL_US: {
+		uint64_t us = *(const uint64_t *)p;
+		time_t t = (time_t)(us / 1000000);
+		struct tm tm;
+
+		if (table && !us)
+			s = "-";
+		else if (table && gmtime_r(&t, &tm))
+			strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		else
+			snprintf(buf, sizeof(buf), "%" PRIu64, us);
+		break;
+	}
 	case F_NODE: {
 		int32_t v = *(const int32_t *)p;
 
@@ -722,6 +751,46 @@ static int print_metrics(const char *path)
 	return status;
 }
 
+/* `meshctl reload`: 0 when meshd applied the file, 2 when it refused it (its reason on stderr) or
+ * cannot be reached. Prints the configuration in force afterwards either way. */
+static int reload(const char *path, struct out *o)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	int fd = ctl_connect(path), status = 0;
+	CtlReply *r;
+
+	if (fd < 0)
+		return 2;
+	req.version = MESH_CTL_VERSION;
+	req.object = CTL_OBJECT__CTL_OBJECT_NODE;
+	req.op = CTL_OP__CTL_OP_RELOAD;
+	if (ctl_call(fd, path, &req, &r)) {
+		close(fd);
+		return 2;
+	}
+	close(fd);
+	if (r->status) {
+		fprintf(stderr, "meshctl: reload refused, nothing was changed: %s\n",
+			r->error && *r->error ? r->error : mesh_strerror(r->status));
+		status = 2;
+	}
+	if (r->node && o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "reloaded");
+		fputs(r->status ? "false" : "true", stdout);
+		for (size_t f = 0; f < ARRAY_SIZE(node_fields); f++)
+			if (!strncmp(node_fields[f].key, "config_", 7))
+				field_print(o, &node_fields[f], r->node, false);
+		json_close(o, '}');
+		putchar('\n');
+	} else if (r->node && !r->status) {
+		printf("reloaded %s: generation %" PRIu64 " (%" PRIu64 " reloads, %" PRIu64 " refused)\n",
+		       r->node->config_path, r->node->config_generation, r->node->config_reloads, r->node->config_refused);
+	}
+	ctl_reply__free_unpacked(r, NULL);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -787,6 +856,13 @@ int main(int argc, char **argv)
 		}
 		return print_metrics(sock);
 	}
+	if (optind < argc && !strcmp(argv[optind], "reload")) {
+		if (optind + 1 < argc) {
+			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
+			return 1;
+		}
+		return reload(sock, &o);
+	}
 	if (optind < argc && !strcmp(argv[optind], "keygen")) {
 		/* A fresh cluster key (getrandom) in cluster.key_file's format; needs no meshd. */
 		char key[AUTH_KEY_B64_LEN + 1];
@@ -808,7 +884,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, keygen)\n",
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, reload, keygen)\n",
 				argv[optind]);
 			return 1;
 		}

@@ -424,6 +424,12 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->peers = (uint32_t)m->n_links;
 	n->links_up = mesh_links_up(m);
 	n->qps_per_link = m->cfg->qps_per_link;
+	n->config_path = (char *)m->cfg->path;
+	n->config_generation = m->conf.generation;
+	n->config_loaded_us = m->conf.loaded_us;
+	n->config_reloads = m->conf.reloads;
+	n->config_refused = m->conf.refused;
+	n->config_error = (char *)m->conf.error;
 	n->pid = (uint32_t)getpid();
 	n->version = version;
 	n->peer_rejects = m->peer_rejects;
@@ -875,6 +881,36 @@ static void admin_metrics_page(struct admin *a, int slot, const CtlRequest *req,
 
 /* Answers a decoded request with the mesh's lock held: 0, or the failed reply's error (the caller
  * drops the client). req stays the caller's. */
+/* `meshctl reload`: root's or meshd's own user's alone (a reload may close links and channels of
+ * every user); the reply carries the node as it is afterwards, and why nothing changed if so. */
+static int admin_reload(struct admin *a, int slot, int fd)
+{
+	CtlReply r = CTL_REPLY__INIT;
+	NodeInfo node = NODE_INFO__INIT;
+	struct numa_show numa;
+	char err[512] = "";
+	uint32_t uid = a->client_uid[slot];
+	int ret;
+
+	if (uid && uid != (uint32_t)geteuid()) {
+		if (admin_client_log_ok(a))
+			log_warn("local client pid %d uid %u: reload refused: only root or uid %u may reload",
+				 a->client_pid[slot], uid, (unsigned)geteuid());
+		atomic_fetch_add(&a->errors, 1);
+		r.status = -EPERM;
+		r.error = "only root (or meshd's own user) may reload the configuration";
+		return admin_send_reply(fd, &r);
+	}
+	log_info("local client pid %d uid %u asks for a reload", a->client_pid[slot], uid);
+	ret = a->reload ? a->reload(a->reload_ctx, "meshctl reload", err, sizeof(err)) : -EOPNOTSUPP;
+	fill_node_show(a->mesh, &node, &numa);
+	fill_ctl_counters(a, &node);
+	r.node = &node;
+	r.status = ret;
+	r.error = ret ? (err[0] ? err : (char *)mesh_strerror(ret)) : (char *)"";
+	return admin_send_reply(fd, &r);
+}
+
 static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req)
 {
 	CtlReply r = CTL_REPLY__INIT;
@@ -891,6 +927,8 @@ static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req
 		admin_channel_request(a, slot, fd, req);
 		return 0;
 	}
+	if (req->op == CTL_OP__CTL_OP_RELOAD)
+		return admin_reload(a, slot, fd);
 	fill_node_show(a->mesh, &node, &numa);
 	fill_ctl_counters(a, &node);
 	r.node = &node;

@@ -125,6 +125,10 @@ struct admin {
 	 * through it (CTL_OBJECT_METRICS), freed after the last page or with the client. Mesh lock. */
 	char *metrics_text[ADMIN_CLIENTS_MAX];
 	size_t metrics_len[ADMIN_CLIENTS_MAX];
+	/* `meshctl reload` (root or meshd's user): main.c's daemon_reload, called with the mesh's lock;
+	 * 0 or a negative errno with err saying why nothing was changed. */
+	int (*reload)(void *ctx, const char *how, char *err, size_t errlen);
+	void *reload_ctx;
 	pthread_mutex_t snap_lock;
 	struct admin_snap snap; /* written by the data path only, under snap_lock */
 	/* The lines local clients cause (admin_client_log_ok): both threads write them. */

@@ -149,6 +149,22 @@ static const struct node_key node_keys[] = {
 	 "optional: this node's own cluster.metrics_listen, [ADDR]:PORT (no ADDR: 127.0.0.1), \"\" for none"},
 };
 
+/* Keys a reload cannot change in a running meshd (config_reload_check): what the transports, the
+ * control socket and the data-path threads were set up with, and what both ends of every link
+ * agreed on at its Hello. Every other key applies at a reload (docs/design.md, "Reload"). */
+static const char *const restart_keys[] = {
+	"name", "transport", "qps_per_link", "keepalive_timeout_ms", "connect_timeout_ms", "mailbox_size",
+	"socket_group", "polling", "poll_budget_us", "control_priority", "direct_receive", "app_send", "numa",
+};
+
+static bool key_needs_restart(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(restart_keys); i++)
+		if (!strcmp(restart_keys[i], name))
+			return true;
+	return false;
+}
+
 static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
@@ -667,6 +683,78 @@ const struct config_node *config_node_find(const struct mesh_config *cfg, uint32
 	return bsearch(&key, cfg->nodes, cfg->n_nodes, sizeof(key), node_cmp);
 }
 
+/* The value of key k in cfg, as the file would write it. */
+static void key_value(const struct config_key *k, const struct mesh_config *cfg, char *out, size_t len)
+{
+	const char *p = (const char *)cfg + k->offset;
+
+	if (k->type == CFG_BYTES)
+		snprintf(out, len, "%llu", (unsigned long long)*(const uint64_t *)p);
+	else if (k->type == CFG_UINT)
+		snprintf(out, len, "%u", *(const uint32_t *)p);
+	else
+		snprintf(out, len, "\"%s\"", p);
+}
+
+/* Appends ", what" (or "what" first) to err. */
+static void reload_say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void reload_say(char *err, size_t errlen, const char *fmt, ...)
+{
+	size_t n = strlen(err);
+	va_list ap;
+
+	if (n && n + 2 < errlen) {
+		memcpy(err + n, "; ", 3);
+		n += 2;
+	}
+	if (n + 1 >= errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err + n, errlen - n, fmt, ap);
+	va_end(ap);
+}
+
+int config_reload_check(const struct mesh_config *was, const struct mesh_config *now, uint32_t self_id, char *err,
+			size_t errlen)
+{
+	const struct config_node *a = config_node_find(was, self_id), *b = config_node_find(now, self_id);
+
+	err[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(config_keys); i++) {
+		const struct config_key *k = &config_keys[i];
+		char va[CONFIG_LISTEN_MAX + 8], vb[CONFIG_LISTEN_MAX + 8];
+
+		if (!key_needs_restart(k->name))
+			continue;
+		key_value(k, was, va, sizeof(va));
+		key_value(k, now, vb, sizeof(vb));
+		if (strcmp(va, vb))
+			reload_say(err, errlen, "cluster.%s changed (%s -> %s)", k->name, va, vb);
+	}
+	if (!b) {
+		reload_say(err, errlen, "node %u (this node) is no longer in nodes", self_id);
+	} else if (a) {
+		bool rails = MAX(1u, a->n_rails) != MAX(1u, b->n_rails);
+
+		for (uint32_t r = 1; !rails && r < MAX(1u, a->n_rails); r++)
+			rails = strcmp(a->rail[r], b->rail[r]) != 0;
+		if (strcmp(a->addr, b->addr))
+			reload_say(err, errlen, "line %d: this node's addr changed (%s -> %s)", b->line, a->addr, b->addr);
+		if (a->port != b->port)
+			reload_say(err, errlen, "line %d: this node's port changed (%u -> %u)", b->line, a->port, b->port);
+		if (rails)
+			reload_say(err, errlen, "line %d: this node's rails changed", b->line);
+		if (strcmp(a->numa, b->numa))
+			reload_say(err, errlen, "line %d: this node's numa changed (\"%s\" -> \"%s\")", b->line, a->numa,
+				   b->numa);
+	}
+	if (!err[0])
+		return 0;
+	reload_say(err, errlen, "a restart applies these, a reload cannot (restart meshd, or put them back and reload)");
+	return -MESH_ECONFIG;
+}
+
 void config_dump(FILE *out, const struct mesh_config *cfg)
 {
 	/* As the dump (and mesh.conf(5), made from it) names each type. */
@@ -695,8 +783,10 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 			if (cfg)
 				snprintf(cur, sizeof(cur), "\"%s\"", (const char *)cfg + k->offset);
 		}
-		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s%s%s\n", k->name, type_names[k->type],
-			!k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range, k->help, cfg ? "; in force: " : "", cur);
+		fprintf(out, "cluster.%-22s %-8s default %-8s range %-14s %s (%s)%s%s\n", k->name, type_names[k->type],
+			!k->def ? "(none)" : !k->def[0] ? "\"\"" : k->def, range, k->help,
+			key_needs_restart(k->name) ? "a restart applies it" : "a reload applies it", cfg ? "; in force: " : "",
+			cur);
 	}
 	fprintf(out, "# nodes = ( { ... }, ... );  one entry per node\n");
 	for (size_t i = 0; i < ARRAY_SIZE(node_keys); i++) {

@@ -87,6 +87,12 @@ const char *config_node_metrics_listen(const struct mesh_config *cfg, const stru
  * naming what is wrong. */
 int config_listen_parse(const char *v, struct sockaddr_storage *ss, socklen_t *len, const char **why);
 
+/* Whether now may replace was in a running meshd of node self_id (a reload): 0, or -MESH_ECONFIG
+ * with err naming every key only a start applies that changed (cluster keys, this node's own
+ * address, port, rails and numa). */
+int config_reload_check(const struct mesh_config *was, const struct mesh_config *now, uint32_t self_id, char *err,
+			size_t errlen);
+
 /* The node with this id, or NULL. */
 const struct config_node *config_node_find(const struct mesh_config *cfg, uint32_t id);
 

@@ -109,7 +109,14 @@ struct daemon {
 	bool more[MESH_XPORT_INSTANCES]; /* the transport may hold events we have not taken yet */
 	struct mesh mesh;
 	struct admin admin;
-	struct metrics_http metrics; /* cluster.metrics_listen: served from rail 0's loop */
+	/* cluster.metrics_listen, served from rail 0's loop: one of two slots, so that a reload opens
+	 * the new address before it gives up the old one (libmicrohttpd keeps a pointer to its slot). */
+	struct metrics_http metrics_slot[2];
+	struct metrics_http *metrics;
+	/* What a reload needs (daemon_reload): the file, this node, a --log-level that overrides the file's. */
+	const char *cfg_path;
+	uint32_t self_id;
+	const char *level_override;
 	int epfd, tfd, sfd;
 	/* systemd (Type=notify): WATCHDOG=1 every half of WatchdogSec from the tick, so a loop that
 	 * stalls gets meshd restarted; STATUS= when the count of links UP changes. */
@@ -120,6 +127,8 @@ struct daemon {
 	uint32_t tick_period_ms;
 	struct log_ratelimit late_rl; /* a loaded machine's late ticks: a few lines a minute */
 };
+
+static int daemon_reload(void *ctx, const char *how, char *err, size_t errlen);
 
 /* libsystemd's sd_notify(3), loaded only when $NOTIFY_SOCKET names a service manager's socket
  * (systemd's Type=notify sets it): linked, libsystemd mapped itself and six compression and crypto
@@ -355,17 +364,24 @@ static void numa_setup(struct daemon *d)
 		 dev_node, why);
 }
 
-static int timer_start(uint32_t period_ms)
+/* The tick every period_ms, the first in a millisecond: 0 or -errno. */
+static int timer_set(int fd, uint32_t period_ms)
 {
 	struct itimerspec its = {
 		.it_interval = {.tv_sec = period_ms / 1000, .tv_nsec = (long)(period_ms % 1000) * 1000000L},
 		.it_value = {.tv_sec = 0, .tv_nsec = 1000000L},
 	};
+
+	return timerfd_settime(fd, 0, &its, NULL) ? -errno : 0;
+}
+
+static int timer_start(uint32_t period_ms)
+{
 	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	if (timerfd_settime(fd, 0, &its, NULL)) {
+	if (timer_set(fd, period_ms)) {
 		int ret = -errno;
 
 		close(fd);
@@ -585,9 +601,13 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 			break;
 		}
 		case TAG_SIGNAL: {
-			struct signalfd_siginfo si;
+			struct signalfd_siginfo si = {0};
 
-			if (read(fd, &si, sizeof(si)) == sizeof(si)) {
+			if (read(fd, &si, sizeof(si)) == sizeof(si) && si.ssi_signo == SIGHUP) {
+				char err[512];
+
+				daemon_reload(d, "SIGHUP", err, sizeof(err));
+			} else if (si.ssi_signo) {
 				log_info("signal %s: stopping", strsignal((int)si.ssi_signo));
 				*running = false;
 			}
@@ -603,7 +623,7 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 			channel_on_lifeline(m, (uint32_t)fd);
 			break;
 		case TAG_METRICS:
-			metrics_http_run(&d->metrics);
+			metrics_http_run(d->metrics);
 			break;
 		}
 	}
@@ -656,7 +676,7 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		m->tick_no_liveness = false;
 		mesh_reap(m);
 		admin_snapshot(&d->admin, util_now_ms());
-		metrics_http_run(&d->metrics); /* its connection timeouts */
+		metrics_http_run(d->metrics); /* its connection timeouts */
 		notify_tick(d, util_now_ms());
 	}
 	channel_pump_wanted(m, dp->rail);
@@ -917,9 +937,11 @@ static void dp_close(struct daemon *d)
 }
 
 /* cluster.key_file, relative to the configuration file's directory; "" loads nothing. */
-static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct auth_keys *keys)
+/* 0 (the keys, or none without key_file), or an error written into err. */
+static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct auth_keys *keys, char *err,
+		     size_t errlen)
 {
-	char path[PATH_MAX], err[512];
+	char path[PATH_MAX];
 	const char *slash = strrchr(cfg_path, '/');
 	int ret;
 
@@ -930,12 +952,126 @@ static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct
 		snprintf(path, sizeof(path), "%s", cfg->key_file);
 	else
 		snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - cfg_path), cfg_path, cfg->key_file);
-	ret = auth_load_keys(path, keys, err, sizeof(err));
-	if (ret)
-		log_error("%s", err);
-	else
+	ret = auth_load_keys(path, keys, err, errlen);
+	if (!ret)
 		log_info("cluster key from %s (%u key%s)", path, keys->n, keys->n > 1 ? "s: current and next" : "");
 	return ret;
+}
+
+/* Takes a reload's outcome into what `meshctl node` and the metrics show, and tells systemd. */
+static void reload_done(struct daemon *d, int ret, const char *err)
+{
+	struct mesh_conf_state *c = &d->mesh.conf;
+
+	if (ret) {
+		c->refused++;
+		util_strlcpy(c->error, err, sizeof(c->error));
+	} else {
+		c->reloads++;
+		c->generation++;
+		c->loaded_us = util_wall_us();
+		c->error[0] = '\0';
+	}
+	notify_status(d, "READY=1\n");
+}
+
+/* The providers' lists of the other nodes' addresses (xport_attr.node_addrs), after a reload. */
+static void xports_node_addrs(struct daemon *d, const struct config_node *self)
+{
+	uint32_t n;
+	const char **addrs = node_addrs_list(d, self, &n);
+
+	for (size_t i = 0; addrs && i < d->n_xports; i++)
+		if (xport_set_node_addrs(d->xports[i], addrs, n))
+			addrs = NULL;
+	if (!addrs)
+		log_warn("reload: no memory for the nodes' addresses: the transports keep the old list");
+	free(addrs);
+}
+
+/* The new metrics address in the other slot, before the old one is given up; 0, or err said. */
+static int reload_metrics_open(struct daemon *d, const char *listen, struct metrics_http **out, char *err,
+			       size_t errlen)
+{
+	struct metrics_http *o = &d->metrics_slot[d->metrics == &d->metrics_slot[0]];
+	int ret;
+
+	memset(o, 0, sizeof(*o));
+	o->fd = -1;
+	ret = metrics_http_open(o, listen, &d->admin);
+	if (!ret && o->fd >= 0 && (ret = add_fd(d->epfd, o->fd, TAG(TAG_METRICS))))
+		metrics_http_close(o);
+	if (ret)
+		snprintf(err, errlen, "metrics_listen \"%s\": cannot serve there (%s)", listen, mesh_strerror(ret));
+	*out = o;
+	return ret;
+}
+
+/*
+ * Reads the configuration file again and applies what changed, with every lock held: from SIGHUP
+ * or `meshctl reload` (how says which). A file that does not load, a key only a start applies that
+ * changed (config_reload_check), a key file that does not load or a metrics address that cannot be
+ * served refuses the whole reload: meshd keeps what it had and err says why. Otherwise the links
+ * follow the nodes (mesh_reconfigure: only those added, removed or moved are touched), new keys
+ * serve the next handshakes (links already proven stay), and limits, timeouts, the log level and
+ * the metrics address apply from now on. 0 or a negative errno.
+ */
+static int daemon_reload(void *ctx, const char *how, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	struct mesh_config nc = {0}, old;
+	const struct config_node *self;
+	struct metrics_http *mh = NULL;
+	struct auth_keys keys = {0};
+	struct mesh_reconf rc;
+	const char *listen;
+	char why[448];
+	int ret;
+
+	notify("RELOADING=1\nSTATUS=reloading the configuration");
+	log_info("reloading %s (%s)", d->cfg_path, how);
+	ret = config_load(d->cfg_path, &nc, err, errlen);
+	if (!ret && (ret = config_reload_check(&d->cfg, &nc, d->self_id, why, sizeof(why))))
+		snprintf(err, errlen, "%s: %s", d->cfg_path, why);
+	if (!ret)
+		ret = load_keys(&nc, d->cfg_path, &keys, err, errlen);
+	self = ret ? NULL : config_node_find(&nc, d->self_id);
+	listen = self ? config_node_metrics_listen(&nc, self) : "";
+	if (!ret && strcmp(listen, config_node_metrics_listen(&d->cfg, d->mesh.self)))
+		ret = reload_metrics_open(d, listen, &mh, err, errlen);
+	if (ret) {
+		log_error("reload refused, nothing was changed: %s", err);
+		config_free(&nc);
+		explicit_bzero(&keys, sizeof(keys));
+		reload_done(d, ret, err);
+		return ret;
+	}
+	old = d->cfg;
+	d->cfg = nc; /* where m->cfg points */
+	self = config_node_find(&d->cfg, d->self_id);
+	mesh_reconfigure(&d->mesh, self, &rc);
+	xports_node_addrs(d, self);
+	explicit_bzero(&d->mesh.keys, sizeof(d->mesh.keys));
+	d->mesh.keys = keys;
+	explicit_bzero(&keys, sizeof(keys));
+	if (!d->level_override)
+		log_set_level((enum log_level)log_level_parse(d->cfg.log_level));
+	if (d->cfg.keepalive_interval_ms != old.keepalive_interval_ms) {
+		d->tick_period_ms = MAX(5u, MIN(100u, d->cfg.keepalive_interval_ms / 4));
+		timer_set(d->tfd, d->tick_period_ms);
+	}
+	if (mh) {
+		if (d->metrics->fd >= 0)
+			epoll_ctl(d->epfd, EPOLL_CTL_DEL, d->metrics->fd, NULL);
+		metrics_http_close(d->metrics);
+		d->metrics = mh;
+		log_info("metrics: %s%s", listen[0] ? "serving at " : "no longer served", listen);
+	}
+	config_free(&old);
+	reload_done(d, 0, "");
+	log_info("configuration reloaded (generation %llu): %u node(s) added, %u removed, %u moved; %zu peers",
+		 (unsigned long long)d->mesh.conf.generation, rc.added, rc.removed, rc.moved, d->mesh.n_links);
+	return 0;
 }
 
 /* meshd holds descriptors for every channel (the ring's memfd, the application's lifeline, kick
@@ -984,7 +1120,7 @@ int main(int argc, char **argv)
 	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL, *log_time;
 	long node_id = -1;
 	bool dump = false;
-	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .metrics = {.fd = -1}};
+	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .metrics_slot = {{.fd = -1}, {.fd = -1}}};
 	const struct config_node *self;
 	struct auth_keys keys;
 	int rail_epfd[MESH_RAILS_MAX];
@@ -1072,10 +1208,15 @@ int main(int argc, char **argv)
 	log_time = getenv("MESH_LOG_TIME");
 	log_set_timestamps(log_time && *log_time && strcmp(log_time, "0"));
 	log_set_level((enum log_level)log_level_parse(level ? level : d.cfg.log_level));
-	if (notify_load() || load_keys(&d.cfg, cfg_path, &keys)) {
-		config_free(&d.cfg);
-		return 1;
+	if (notify_load())
+		goto out_xport;
+	if (load_keys(&d.cfg, cfg_path, &keys, err, sizeof(err))) {
+		log_error("%s", err);
+		goto out_xport;
 	}
+	d.cfg_path = cfg_path;
+	d.self_id = self->id;
+	d.level_override = level;
 	fd_limit = fd_limit_raise();
 	if (!keys.n)
 		log_warn("no cluster.key_file: any host that reaches %s port %u can join cluster \"%s\" as any node "
@@ -1098,6 +1239,8 @@ int main(int argc, char **argv)
 	d.locks.n_rails = d.mesh.n_rails;
 	d.mesh.keys = keys;
 	explicit_bzero(&keys, sizeof(keys));
+	d.mesh.conf.generation = 1;
+	d.mesh.conf.loaded_us = util_wall_us();
 	d.epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d.epfd < 0) {
 		log_error("epoll_create1: %m");
@@ -1144,14 +1287,17 @@ int main(int argc, char **argv)
 	ret = admin_open(&d.admin, sock, d.epfd, TAG(TAG_ADMIN_WORK), &d.mesh, &d.locks);
 	if (ret)
 		goto out_admin;
+	d.admin.reload = daemon_reload;
+	d.admin.reload_ctx = &d;
 	for (uint32_t r = 0; r < d.mesh.n_rails; r++)
 		rail_epfd[r] = d.dp[r].epfd;
 	admin_bind_channels(&d.admin, TAG(TAG_CH_KICK), TAG(TAG_CH_LIFE), rail_epfd, d.mesh.n_rails);
 	/* A listener like the others: READY=1 (below) only once it serves. */
-	if (metrics_http_open(&d.metrics, config_node_metrics_listen(&d.cfg, self), &d.admin))
+	d.metrics = &d.metrics_slot[0];
+	if (metrics_http_open(d.metrics, config_node_metrics_listen(&d.cfg, self), &d.admin))
 		goto out_metrics;
-	if (d.metrics.fd >= 0) {
-		ret = add_fd(d.epfd, d.metrics.fd, TAG(TAG_METRICS));
+	if (d.metrics->fd >= 0) {
+		ret = add_fd(d.epfd, d.metrics->fd, TAG(TAG_METRICS));
 		if (ret) {
 			log_error("epoll_ctl (metrics endpoint): %s", strerror(-ret));
 			goto out_metrics;
@@ -1179,7 +1325,7 @@ int main(int argc, char **argv)
 	notify("STOPPING=1\nSTATUS=stopping");
 	admin_stop(&d.admin);
 out_metrics:
-	metrics_http_close(&d.metrics);
+	metrics_http_close(d.metrics);
 out_admin:
 	admin_close(&d.admin);
 out_dp:

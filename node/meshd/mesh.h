@@ -351,6 +351,13 @@ struct mesh {
 	uint64_t channel_resumes; /* channels that resumed after their link came back */
 	uint64_t rail_failovers;  /* rails that failed while their link stayed UP on the others */
 	bool stopping;
+	/* The configuration in force (main.c, daemon_reload): `meshctl node` and the metrics show it. */
+	struct mesh_conf_state {
+		uint64_t generation; /* 1 at start, one more per reload applied */
+		uint64_t loaded_us;  /* wall clock of its load */
+		uint64_t reloads, refused; /* reloads applied, reloads refused */
+		char error[512];     /* why the last reload was refused; "" when it was applied */
+	} conf;
 	struct mesh_graveyard grave;
 
 	/* Channels (channel.c). */

@@ -1159,22 +1159,26 @@ static void tcp_destroy(xport_t *x)
 	free(tx);
 }
 
-/* The other nodes' addresses, kept as 16 bytes each: compared with every newcomer's. */
-static int tcp_node_addrs_copy(struct tcp_xport *tx, const struct xport_attr *attr)
+/* The other nodes' addresses, kept as 16 bytes each: compared with every newcomer's. At create,
+ * and again at a reload (connections accepted before keep what they were judged). */
+static int tcp_set_node_addrs(xport_t *x, const char *const *addrs, uint32_t n)
 {
-	if (!attr->n_node_addrs)
-		return 0;
-	tx->node_addrs = calloc(attr->n_node_addrs, sizeof(*tx->node_addrs));
-	if (!tx->node_addrs)
+	struct tcp_xport *tx = to_tx(x);
+	uint8_t(*a)[16] = n ? calloc(n, sizeof(*a)) : NULL;
+	uint32_t k = 0;
+
+	if (n && !a)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < attr->n_node_addrs; i++) {
-		if (util_addr_bytes(attr->node_addrs[i], tx->node_addrs[tx->n_node_addrs])) {
-			log_warn("tcp: node address %s is not numeric: it gets no room among strangers",
-				 attr->node_addrs[i]);
+	for (uint32_t i = 0; i < n; i++) {
+		if (util_addr_bytes(addrs[i], a[k])) {
+			log_warn("tcp: node address %s is not numeric: it gets no room among strangers", addrs[i]);
 			continue;
 		}
-		tx->n_node_addrs++;
+		k++;
 	}
+	free(tx->node_addrs);
+	tx->node_addrs = a;
+	tx->n_node_addrs = k;
 	return 0;
 }
 
@@ -1190,7 +1194,7 @@ static int tcp_create(const struct xport_attr *attr, xport_t **out)
 	tx->attr = *attr;
 	tx->attr.node_addrs = NULL; /* the caller's; ours are in tx->node_addrs */
 	tx->attr.n_node_addrs = 0;
-	ret = tcp_node_addrs_copy(tx, attr);
+	ret = tcp_set_node_addrs(&tx->base, attr->node_addrs, attr->n_node_addrs);
 	if (ret)
 		goto err_free;
 	tx->pending_log.burst = 10;
@@ -1836,4 +1840,5 @@ const struct xport_ops xport_tcp_ops = {
 	.poll = tcp_poll,
 	.device = tcp_device,
 	.path = tcp_path,
+	.set_node_addrs = tcp_set_node_addrs,
 };

@@ -183,6 +183,9 @@ struct xport_ops {
 	void (*arm)(xport_t *x);
 	/* Optional: the path of a connected conn's QP (struct xport_path); NULL: none. */
 	int (*path)(xport_conn_t *c, struct xport_path *out);
+	/* Optional: the other nodes' addresses changed (a reload), as xport_attr.node_addrs (copied).
+	 * 0 or -ENOMEM (the old list is kept). NULL: the provider does not use them. */
+	int (*set_node_addrs)(xport_t *x, const char *const *addrs, uint32_t n);
 };
 
 /* Providers. */
@@ -283,6 +286,11 @@ static inline int xport_device(xport_t *x, char *name, size_t len)
 static inline int xport_path(xport_conn_t *c, struct xport_path *out)
 {
 	return c->xport->ops->path ? c->xport->ops->path(c, out) : -EOPNOTSUPP;
+}
+
+static inline int xport_set_node_addrs(xport_t *x, const char *const *addrs, uint32_t n)
+{
+	return x->ops->set_node_addrs ? x->ops->set_node_addrs(x, addrs, n) : 0;
 }
 
 static inline void xport_arm(xport_t *x)

@@ -127,6 +127,69 @@ static const char valid_text[] =
 	"  { id = 0; addr = \"10.0.0.9\"; port = 1; }\n"           /* 16 */
 	");\n";                                                    /* 17 */
 
+/* ---- reload: config_reload_check ------------------------------------------------------------ */
+
+#define RELOAD_BASE \
+	"cluster = { name = \"lab\"; qps_per_link = 2; max_channels_per_link = 100; log_level = \"info\"; };\n"
+#define RELOAD_NODES \
+	"nodes = (\n  { id = 1; addr = \"10.0.0.1\"; port = 7471; },\n  { id = 2; addr = \"10.0.0.2\"; port = 7471; }\n);\n"
+
+/* Loads was_text and now_text and checks now against was for node 1. */
+static int reload_check(struct cfg_test *t, const char *was_text, const char *now_text)
+{
+	struct mesh_config was;
+	int ret;
+
+	if (load_text(t, was_text))
+		fail_msg("config_load (before): %s", t->err);
+	was = t->cfg;
+	memset(&t->cfg, 0, sizeof(t->cfg));
+	if (load_text(t, now_text)) {
+		config_free(&was);
+		fail_msg("config_load (after): %s", t->err);
+	}
+	ret = config_reload_check(&was, &t->cfg, 1, t->err, sizeof(t->err));
+	config_free(&was);
+	return ret;
+}
+
+static void config_reload_check__limits_log_level_and_nodes__applied(void **state)
+{
+	struct cfg_test *t = *state;
+	static const char now[] =
+		"cluster = { name = \"lab\"; qps_per_link = 2; max_channels_per_link = 7; log_level = \"debug\"; "
+		"resume_timeout_ms = 1000; key_file = \"k\"; metrics_listen = \":9999\"; };\n"
+		"nodes = (\n  { id = 1; addr = \"10.0.0.1\"; port = 7471; },\n  { id = 3; addr = \"10.0.0.3\"; port = 7471; }\n);\n";
+
+	assert_int_equal(reload_check(t, RELOAD_BASE RELOAD_NODES, now), 0);
+	assert_string_equal(t->err, "");
+}
+
+static void config_reload_check__restart_keys_and_own_address__refused_naming_each(void **state)
+{
+	struct cfg_test *t = *state;
+	static const char now[] =
+		"cluster = { name = \"lab\"; qps_per_link = 4; max_channels_per_link = 100; transport = \"tcp\"; };\n"
+		"nodes = (\n  { id = 1; addr = \"10.0.0.9\"; port = 7400; },\n  { id = 2; addr = \"10.0.0.2\"; port = 7471; }\n);\n";
+
+	assert_int_equal(reload_check(t, RELOAD_BASE RELOAD_NODES, now), -MESH_ECONFIG);
+	assert_non_null(strstr(t->err, "cluster.qps_per_link changed (2 -> 4)"));
+	assert_non_null(strstr(t->err, "cluster.transport changed (\"rdma\" -> \"tcp\")"));
+	assert_non_null(strstr(t->err, "line 3: this node's addr changed (10.0.0.1 -> 10.0.0.9)"));
+	assert_non_null(strstr(t->err, "this node's port changed (7471 -> 7400)"));
+	assert_non_null(strstr(t->err, "a restart applies these, a reload cannot"));
+	assert_null(strstr(t->err, "max_channels_per_link"));
+}
+
+static void config_reload_check__this_node_removed__refused(void **state)
+{
+	struct cfg_test *t = *state;
+	static const char now[] = RELOAD_BASE "nodes = (\n  { id = 2; addr = \"10.0.0.2\"; port = 7471; }\n);\n";
+
+	assert_int_equal(reload_check(t, RELOAD_BASE RELOAD_NODES, now), -MESH_ECONFIG);
+	assert_non_null(strstr(t->err, "node 1 (this node) is no longer in nodes"));
+}
+
 static void config_load__valid_file__every_value_parsed_and_defaults_applied(void **state)
 {
 	struct cfg_test *t = *state;
@@ -1075,6 +1138,9 @@ static void config_load__bad_rails__rejected_with_line(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
+	T(config_reload_check__limits_log_level_and_nodes__applied),
+	T(config_reload_check__restart_keys_and_own_address__refused_naming_each),
+	T(config_reload_check__this_node_removed__refused),
 	T(config_load__valid_file__every_value_parsed_and_defaults_applied),
 	T(config_load__valid_file__nodes_sorted_by_id_with_lines),
 	T(config_node_find__loaded_ids__found_and_others_null),
