@@ -274,6 +274,7 @@ static const struct field node_fields[] = {
 	NF("config_reloads", F_U64, config_reloads),
 	NF("config_refused", F_U64, config_refused),
 	NF("config_error", F_STR, config_error),
+	NF("log_level", F_STR, log_level),
 };
 
 #define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member)}

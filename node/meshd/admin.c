@@ -430,6 +430,7 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->config_reloads = m->conf.reloads;
 	n->config_refused = m->conf.refused;
 	n->config_error = (char *)m->conf.error;
+	n->log_level = (char *)log_level_name(log_current_level);
 	n->pid = (uint32_t)getpid();
 	n->version = version;
 	n->peer_rejects = m->peer_rejects;

@@ -120,6 +120,28 @@ def strace_part(args, work, unit):
         except OSError as e:
             text = repr(e)
         check('rdmamesh_link_up{peer="2"} 1' in text, "traced meshd 1 serves /metrics (a link UP in it)", text[-300:])
+        # systemctl reload (ExecReload=kill -HUP): a reload that moves the metrics endpoint to another
+        # port (a bind, the old listener closed) is traced too.
+        with open(conf) as f:
+            text = f.read()
+        with open(conf + ".tmp", "w") as f:
+            f.write(text.replace(f"127.0.0.1:{args.port + 2}", f"127.0.0.1:{args.port + 3}"))
+        os.replace(conf + ".tmp", conf)
+        os.kill(traced, signal.SIGHUP)
+        gen = None
+        for _ in range(100):
+            r = subprocess.run([meshctl, "-s", socks[1], "-j", "node"], capture_output=True, text=True)
+            gen = re.search(r'"config_generation":(\d+)', r.stdout)
+            if gen and gen.group(1) == "2":
+                break
+            time.sleep(0.1)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{args.port + 3}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+        except OSError as e:
+            text = repr(e)
+        check(gen and gen.group(1) == "2" and "rdmamesh_link_up" in text,
+              "traced meshd 1 reloads on SIGHUP (generation 2) and serves /metrics at the new port", text[-300:])
         # SIGTERM to meshd itself (strace's child), as systemd would send it: the shutdown path is traced too.
         os.kill(traced, signal.SIGTERM)
         procs[0].wait(timeout=20)
