@@ -226,6 +226,21 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 	metrics_buf_printf(b, "\",version=\"%s\"} 1\n", version);
 	family(b, "rdmamesh_start_time_seconds", "gauge", "When this meshd started, seconds since the epoch.");
 	metrics_buf_printf(b, "rdmamesh_start_time_seconds %.6f\n", (double)m->boot_epoch / 1e6);
+	/* As Prometheus's own prometheus_config_last_reload_successful and its timestamp. */
+	node_sample(b, "rdmamesh_config_generation", "gauge",
+		    "The configuration in force: 1 at start, one more per reload applied.", m->conf.generation);
+	node_sample(b, "rdmamesh_config_last_reload_successful", "gauge",
+		    "0 when the last reload was refused (meshctl node: config_error says why), else 1.",
+		    m->conf.error[0] == '\0');
+	family(b, "rdmamesh_config_last_reload_success_timestamp_seconds", "gauge",
+	       "When the configuration in force was loaded, seconds since the epoch.");
+	metrics_buf_printf(b, "rdmamesh_config_last_reload_success_timestamp_seconds %.6f\n",
+			   (double)m->conf.loaded_us / 1e6);
+	family(b, "rdmamesh_config_reloads_total", "counter", "Reloads (SIGHUP, meshctl reload), applied or refused.");
+	metrics_buf_printf(b, "rdmamesh_config_reloads_total{result=\"applied\"} %llu\n",
+			   (unsigned long long)m->conf.reloads);
+	metrics_buf_printf(b, "rdmamesh_config_reloads_total{result=\"refused\"} %llu\n",
+			   (unsigned long long)m->conf.refused);
 	node_sample(b, "rdmamesh_peers", "gauge", "Peers configured (one link each).", m->n_links);
 	node_sample(b, "rdmamesh_links_up", "gauge", "Links UP.", mesh_links_up(m));
 	node_sample(b, "rdmamesh_handshakes_in_flight", "gauge", "Link attempts in their handshake now.", m->handshakes);

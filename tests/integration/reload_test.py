@@ -185,6 +185,13 @@ def main():
               and "mailbox_size" in n1.get("config_error", ""),
               "meshctl node: generation unchanged, 2 refused, config_error says why", str(n1))
         check("reload refused, nothing was changed" in log_text(c, 1), "node 1's log says why the reload was refused")
+        text = subprocess.run([c.bin("meshctl"), "-s", c.nodes[1]["sock"], "metrics"], capture_output=True,
+                              text=True, timeout=mesh_test.CTL_TIMEOUT_S).stdout
+        check("rdmamesh_config_last_reload_successful 0" in text
+              and 'rdmamesh_config_reloads_total{result="refused"} 2' in text
+              and f"rdmamesh_config_generation {gen[1]}" in text,
+              "the metrics say so too (last reload not successful, 2 refused, generation unchanged)",
+              "\n".join(l for l in text.splitlines() if "config" in l))
         shutil.copy(c.conf + ".good", c.conf)
 
         # 4. the log level
