@@ -278,6 +278,10 @@ static const char *ctl_req_check(const CtlRequest *r)
 		return r->port > 65535 ? "port out of range 0..65535" : NULL;
 	case CTL_OP__CTL_OP_RELOAD:
 		return r->object != CTL_OBJECT__CTL_OBJECT_NODE ? "reload: object must be NODE" : NULL;
+	case CTL_OP__CTL_OP_DRAIN:
+		if (r->object != CTL_OBJECT__CTL_OBJECT_NODE)
+			return "drain: object must be NODE";
+		return r->drain_ms > MESH_DRAIN_MAX_MS ? "drain: drain_ms over a day" : NULL;
 	case CTL_OP__CTL_OP_CONNECT:
 		if (r->node > MESH_NODE_ID_MAX)
 			return "node out of range 0..65535";

@@ -31,6 +31,9 @@
 #define MESH_CTL_REQ_MAX 4096u
 #define MESH_CTL_REPLY_MAX (1u << 20)
 #define MESH_CTL_VERSION 1
+/* `meshctl drain`: its deadline when none is given, and at most (CtlRequest.drain_ms). */
+#define MESH_DRAIN_DEFAULT_MS 300000u
+#define MESH_DRAIN_MAX_MS 86400000u
 
 /* Feature bits of Hello. A message kind is sent only if both sides announced its bit. */
 #define MESH_FEAT_KEEPALIVE (1ull << 0)

@@ -20,6 +20,7 @@ const (
 	EAUTH        = syscall.Errno(C.MESH_EAUTH)        // the peer did not prove the cluster key
 	EREFUSED     = syscall.Errno(C.MESH_EREFUSED)     // the peer refused; its log says why
 	EREMOVED     = syscall.Errno(C.MESH_EREMOVED)     // the peer node was removed from the configuration
+	EDRAINING    = syscall.Errno(C.MESH_EDRAINING)    // the node is draining for maintenance: no new channels
 )
 
 // Error is a failure reported by libmesh or meshd. Code is the errno (a syscall.Errno, or one of

@@ -24,6 +24,7 @@ static const char *const mesh_errstr[MESH_ERRNO_LAST - MESH_ERRNO_BASE] = {
 	[MESH_EAUTH - MESH_ERRNO_BASE] = "the peer did not prove the cluster key (cluster.key_file)",
 	[MESH_EREFUSED - MESH_ERRNO_BASE] = "the peer refused the connection (its log says why)",
 	[MESH_EREMOVED - MESH_ERRNO_BASE] = "the peer node was removed from the cluster's configuration",
+	[MESH_EDRAINING - MESH_ERRNO_BASE] = "the node is draining for maintenance: no new channels (meshctl drain)",
 };
 
 MESH_EXPORT const char *mesh_strerror(int err)

@@ -28,6 +28,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"Usage: meshctl [-j] [-p] [-L] [-s SOCKET] [OBJECT [show]]\n"
 		"       meshctl [-j] [-s SOCKET] reload\n"
+		"       meshctl [-j] [-s SOCKET] [--deadline SEC] [--wait] drain\n"
 		"       meshctl keygen\n"
 		"\n"
 		"Shows the state of the local meshd.\n"
@@ -45,6 +46,12 @@ static void usage(FILE *out)
 		"          applies, is refused as a whole: meshd keeps what it had, and this says why\n"
 		"          (exit 2). Root or meshd's own user only. Prints the node's configuration\n"
 		"          generation afterwards (meshctl node: config_*)\n"
+		"  drain   for maintenance: meshd refuses new channels from now on (opened here, by\n"
+		"          peers, or new ports: \"the node is draining\"), lets the open ones run, and\n"
+		"          stops once none is left, at the latest after --deadline SEC (default 300;\n"
+		"          what is left then fails with the same error). Again: a new deadline. With\n"
+		"          --wait, meshctl waits until meshd has stopped, printing the channels left.\n"
+		"          Root or meshd's own user only\n"
 		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
 		"          cluster.key_file: meshctl keygen > /etc/rdmamesh/cluster.key; chmod 600 it\n"
 		"  channels  one row per open channel: ports, role, its user (the uid it counts against),\n"
@@ -64,6 +71,8 @@ static void usage(FILE *out)
 		"  -p, --pretty        indent the JSON\n"
 		"  -L, --live          node, links: wait for meshd's data path, however busy, rather than\n"
 		"                      take the state it last published (exact counters after an event)\n"
+		"      --deadline SEC  drain: stop at the latest SEC seconds from now (default 300)\n"
+		"      --wait          drain: return once meshd has stopped\n"
 		"  -s, --socket PATH   meshd's control socket (default $%s, else %s)\n"
 		"  -V, --version       print the version\n"
 		"  -h, --help          this help\n"
@@ -275,6 +284,9 @@ static const struct field node_fields[] = {
 	NF("config_refused", F_U64, config_refused),
 	NF("config_error", F_STR, config_error),
 	NF("log_level", F_STR, log_level),
+	NF("draining", F_BOOL, draining),
+	NF("drain_left_ms", F_U64, drain_left_ms),
+	NF("channels", F_U32, channels),
 };
 
 #define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member)}
@@ -539,6 +551,9 @@ static void print_node(struct out *o, const CtlReply *r)
 
 /* ---- talking to meshd ---- */
 
+/* Set while `drain --wait` polls a meshd that is about to go: its absence is the answer, not an error. */
+static bool ctl_quiet;
+
 static int ctl_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -555,8 +570,9 @@ static int ctl_connect(const char *path)
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		ret = -errno;
-		fprintf(stderr, "meshctl: cannot connect to %s: %s (is meshd running? see -s and $%s)\n", path,
-			strerror(errno), MESH_SOCKET_ENV);
+		if (!ctl_quiet)
+			fprintf(stderr, "meshctl: cannot connect to %s: %s (is meshd running? see -s and $%s)\n", path,
+				strerror(errno), MESH_SOCKET_ENV);
 		close(fd);
 		return ret;
 	}
@@ -792,13 +808,78 @@ static int reload(const char *path, struct out *o)
 	return status;
 }
 
+/* `meshctl drain`: 0 once meshd drains (with wait: once it stopped), 2 when it refused or cannot be
+ * reached. */
+static int request(const char *path, CtlObject obj, bool live, struct listing *ls);
+
+static int drain(const char *path, struct out *o, uint32_t deadline_ms, bool wait)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	int fd = ctl_connect(path), status = 0;
+	CtlReply *r;
+
+	if (fd < 0)
+		return 2;
+	req.version = MESH_CTL_VERSION;
+	req.object = CTL_OBJECT__CTL_OBJECT_NODE;
+	req.op = CTL_OP__CTL_OP_DRAIN;
+	req.drain_ms = deadline_ms;
+	if (ctl_call(fd, path, &req, &r)) {
+		close(fd);
+		return 2;
+	}
+	close(fd);
+	if (r->status || !r->node) {
+		fprintf(stderr, "meshctl: drain refused: %s\n",
+			r->error && *r->error ? r->error : mesh_strerror(r->status ? r->status : -EPROTO));
+		ctl_reply__free_unpacked(r, NULL);
+		return 2;
+	}
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "draining");
+		fputs("true", stdout);
+		for (size_t f = 0; f < ARRAY_SIZE(node_fields); f++)
+			if (!strcmp(node_fields[f].key, "channels") || !strcmp(node_fields[f].key, "drain_left_ms"))
+				field_print(o, &node_fields[f], r->node, false);
+		json_close(o, '}');
+		putchar('\n');
+	} else {
+		printf("node %u draining: no new channels; %u channel%s open; meshd stops once none is left, at the latest "
+		       "in %" PRIu64 " s\n", r->node->id, r->node->channels, r->node->channels == 1 ? "" : "s",
+		       (r->node->drain_left_ms + 999) / 1000);
+	}
+	ctl_reply__free_unpacked(r, NULL);
+	fflush(stdout);
+	/* Until the control socket is gone: meshd stopped. */
+	while (wait && !status) {
+		struct listing ls;
+		uint32_t left;
+
+		sleep(1);
+		ctl_quiet = true;
+		if (request(path, CTL_OBJECT__CTL_OBJECT_NODE, false, &ls)) {
+			if (!o->json)
+				printf("meshd stopped\n");
+			break;
+		}
+		left = ls.view.node ? ls.view.node->channels : 0;
+		listing_free(&ls);
+		if (!o->json)
+			printf("%u channel%s left\n", left, left == 1 ? "" : "s");
+		fflush(stdout);
+	}
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"json", no_argument, NULL, 'j'},    {"pretty", no_argument, NULL, 'p'},
 		{"live", no_argument, NULL, 'L'},
 		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
-		{"help", no_argument, NULL, 'h'},    {NULL, 0, NULL, 0},
+		{"help", no_argument, NULL, 'h'},    {"deadline", required_argument, NULL, 'D'},
+		{"wait", no_argument, NULL, 'W'},    {NULL, 0, NULL, 0},
 	};
 	static const struct {
 		const char *name;
@@ -815,7 +896,8 @@ int main(int argc, char **argv)
 	struct listing ls;
 	CtlReply *r = NULL;
 	size_t obj = 0;
-	bool live = false;
+	bool live = false, wait = false;
+	long deadline_s = 0;
 	int c, ret;
 
 	if (!sock || !*sock)
@@ -824,6 +906,21 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'L':
 			live = true;
+			break;
+		case 'D': {
+			char *end;
+
+			errno = 0;
+			deadline_s = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || deadline_s < 1 || deadline_s > MESH_DRAIN_MAX_MS / 1000) {
+				fprintf(stderr, "meshctl: --deadline %s: expected seconds, 1..%u\n", optarg,
+					MESH_DRAIN_MAX_MS / 1000);
+				return 1;
+			}
+			break;
+		}
+		case 'W':
+			wait = true;
 			break;
 		case 'j':
 			o.json = true;
@@ -857,6 +954,17 @@ int main(int argc, char **argv)
 		}
 		return print_metrics(sock);
 	}
+	if ((deadline_s || wait) && !(optind < argc && !strcmp(argv[optind], "drain"))) {
+		fprintf(stderr, "meshctl: --deadline and --wait are options of drain\n");
+		return 1;
+	}
+	if (optind < argc && !strcmp(argv[optind], "drain")) {
+		if (optind + 1 < argc) {
+			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
+			return 1;
+		}
+		return drain(sock, &o, (uint32_t)deadline_s * 1000, wait);
+	}
 	if (optind < argc && !strcmp(argv[optind], "reload")) {
 		if (optind + 1 < argc) {
 			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
@@ -885,7 +993,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, reload, keygen)\n",
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, reload, drain, keygen)\n",
 				argv[optind]);
 			return 1;
 		}

@@ -431,6 +431,9 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->config_refused = m->conf.refused;
 	n->config_error = (char *)m->conf.error;
 	n->log_level = (char *)log_level_name(log_current_level);
+	n->draining = m->draining;
+	n->drain_left_ms = m->draining && m->drain_deadline_ms > util_now_ms() ? m->drain_deadline_ms - util_now_ms() : 0;
+	n->channels = m->n_channels;
 	n->pid = (uint32_t)getpid();
 	n->version = version;
 	n->peer_rejects = m->peer_rejects;
@@ -882,6 +885,50 @@ static void admin_metrics_page(struct admin *a, int slot, const CtlRequest *req,
 
 /* Answers a decoded request with the mesh's lock held: 0, or the failed reply's error (the caller
  * drops the client). req stays the caller's. */
+/* Only root or meshd's own user may change the node (reload, drain): 0, or the refusal sent. */
+static int admin_privileged(struct admin *a, int slot, int fd, const char *what, bool *refused)
+{
+	CtlReply r = CTL_REPLY__INIT;
+	uint32_t uid = a->client_uid[slot];
+	char why[96];
+
+	*refused = uid && uid != (uint32_t)geteuid();
+	if (!*refused)
+		return 0;
+	if (admin_client_log_ok(a))
+		log_warn("local client pid %d uid %u: %s refused: only root or uid %u may", a->client_pid[slot], uid, what,
+			 (unsigned)geteuid());
+	atomic_fetch_add(&a->errors, 1);
+	snprintf(why, sizeof(why), "only root (or meshd's own user) may %s", what);
+	r.status = -EPERM;
+	r.error = why;
+	return admin_send_reply(fd, &r);
+}
+
+/* `meshctl drain`: no new channels; meshd stops once none is left or at the deadline (main.c). The
+ * reply's node says how many are left and how long until the deadline. */
+static int admin_drain(struct admin *a, int slot, int fd, const CtlRequest *req)
+{
+	CtlReply r = CTL_REPLY__INIT;
+	NodeInfo node = NODE_INFO__INIT;
+	struct numa_show numa;
+	uint32_t ms = req->drain_ms ? req->drain_ms : MESH_DRAIN_DEFAULT_MS;
+	struct mesh *m = a->mesh;
+	bool refused;
+	int ret = admin_privileged(a, slot, fd, "drain the node", &refused);
+
+	if (refused)
+		return ret;
+	log_info("local client pid %d uid %u: drain: no new channels; stopping once none of %u is left, at the latest in "
+		 "%u ms", a->client_pid[slot], a->client_uid[slot], m->n_channels, ms);
+	m->draining = true;
+	m->drain_deadline_ms = util_now_ms() + ms;
+	fill_node_show(m, &node, &numa);
+	fill_ctl_counters(a, &node);
+	r.node = &node;
+	return admin_send_reply(fd, &r);
+}
+
 /* `meshctl reload`: root's or meshd's own user's alone (a reload may close links and channels of
  * every user); the reply carries the node as it is afterwards, and why nothing changed if so. */
 static int admin_reload(struct admin *a, int slot, int fd)
@@ -891,17 +938,11 @@ static int admin_reload(struct admin *a, int slot, int fd)
 	struct numa_show numa;
 	char err[512] = "";
 	uint32_t uid = a->client_uid[slot];
-	int ret;
+	bool refused;
+	int ret = admin_privileged(a, slot, fd, "reload the configuration", &refused);
 
-	if (uid && uid != (uint32_t)geteuid()) {
-		if (admin_client_log_ok(a))
-			log_warn("local client pid %d uid %u: reload refused: only root or uid %u may reload",
-				 a->client_pid[slot], uid, (unsigned)geteuid());
-		atomic_fetch_add(&a->errors, 1);
-		r.status = -EPERM;
-		r.error = "only root (or meshd's own user) may reload the configuration";
-		return admin_send_reply(fd, &r);
-	}
+	if (refused)
+		return ret;
 	log_info("local client pid %d uid %u asks for a reload", a->client_pid[slot], uid);
 	ret = a->reload ? a->reload(a->reload_ctx, "meshctl reload", err, sizeof(err)) : -EOPNOTSUPP;
 	fill_node_show(a->mesh, &node, &numa);
@@ -930,6 +971,8 @@ static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req
 	}
 	if (req->op == CTL_OP__CTL_OP_RELOAD)
 		return admin_reload(a, slot, fd);
+	if (req->op == CTL_OP__CTL_OP_DRAIN)
+		return admin_drain(a, slot, fd, req);
 	fill_node_show(a->mesh, &node, &numa);
 	fill_ctl_counters(a, &node);
 	r.node = &node;

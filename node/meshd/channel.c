@@ -1715,6 +1715,10 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
 		*why = "ports below 1024 are root's (as in TCP)";
 		return -EACCES;
 	}
+	if (m->draining) {
+		*why = "this node's meshd is draining for maintenance";
+		return -MESH_EDRAINING;
+	}
 	for (li = m->listeners; li; li = li->next) {
 		if (li->port == port) {
 			*why = li->uid == uid ? "port already has a listener" : "port already has a listener of another user";
@@ -1827,6 +1831,10 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	if (!l) {
 		*why = "node is not in the cluster configuration";
 		return -MESH_EUNKNOWNNODE;
+	}
+	if (m->draining) {
+		*why = "this node's meshd is draining for maintenance";
+		return -MESH_EDRAINING;
 	}
 	if (l->phase != LINK_UP) {
 		*why = "the link to that node is not UP";
@@ -1982,6 +1990,11 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 	const char *why;
 	int ret;
 
+	if (m->draining) {
+		log_info("node %u opened a channel to port %u: refused, this node is draining", l->peer->id, o->dst_port);
+		channel_reject(l, o->slot, -MESH_EDRAINING);
+		return;
+	}
 	for (li = m->listeners; li && li->port != o->dst_port; li = li->next)
 		;
 	if (!li) {
@@ -2707,6 +2720,10 @@ static void channel_tick(struct mesh *m, uint64_t t)
 			channel_break(ch, -MESH_ERESUMETIMEO, "link to node %u not back within %u ms (cluster.resume_timeout_ms)",
 				      l->peer->id, m->cfg->resume_timeout_ms);
 		}
+		/* A drain's deadline: what is left fails with the drain's own error at both ends (the
+		 * Close says it), before meshd stops (main.c). */
+		if (m->draining && t >= m->drain_deadline_ms)
+			channel_break(ch, -MESH_EDRAINING, "this node's drain deadline passed");
 		channel_pump(ch);
 	}
 }

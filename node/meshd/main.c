@@ -562,6 +562,26 @@ static bool slow_wanted(struct dp *dp)
 	return dp->n_deferred || m->rail_slow[dp->rail] || channel_local_pending(m);
 }
 
+/* `meshctl drain` (admin.c): meshd stops once no channel is left, or DRAIN_GRACE_MS after the
+ * deadline (channel_tick failed what was left with MESH_EDRAINING at the deadline: their Closes go
+ * out meanwhile). */
+#define DRAIN_GRACE_MS 500
+static void drain_check(struct daemon *d, uint64_t now, bool *running)
+{
+	struct mesh *m = &d->mesh;
+
+	if (!m->draining || !*running)
+		return;
+	if (!m->n_channels)
+		log_info("drained: no channel left, stopping");
+	else if (now >= m->drain_deadline_ms + DRAIN_GRACE_MS)
+		log_info("drain deadline passed with %u channel(s) left (failed with \"%s\"): stopping", m->n_channels,
+			 mesh_strerror(-MESH_EDRAINING));
+	else
+		return;
+	*running = false;
+}
+
 /* Everything but the fast path, under every lock: the events the fast path left, in order, then
  * the other descriptors of this batch (evs: timer, signals, control socket's work, kicks,
  * lifelines, metrics), the tick, the channels left to the usual pump and the channels to the local
@@ -675,6 +695,7 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 		mesh_tick(m, now);
 		m->tick_no_liveness = false;
 		mesh_reap(m);
+		drain_check(d, now, running);
 		admin_snapshot(&d->admin, util_now_ms());
 		metrics_http_run(d->metrics); /* its connection timeouts */
 		notify_tick(d, util_now_ms());

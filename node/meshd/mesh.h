@@ -372,6 +372,11 @@ struct mesh {
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;
 	struct channel_local *local; /* channels to this node (channel.c), created on first use */
+	/* `meshctl drain`: no new channel (opened here, by a peer, or a new port) from now on; meshd
+	 * stops once no channel is left, or at drain_deadline_ms (main.c), failing what is left with
+	 * MESH_EDRAINING. */
+	bool draining;
+	uint64_t drain_deadline_ms;
 	bool polling[MESH_RAILS_MAX]; /* the rail's data-path thread polls its rings now (MESH_DAEMON_POLLING) */
 	/* Set by the loop around one mesh_tick: judge no link or rail by its keepalives this time (the
 	 * tick came after a stall, and what arrived meanwhile may not be read yet). */

@@ -133,7 +133,7 @@ expect 0 "cluster.keepalive_timeout_ms .*in force: 5000" "meshd --dump-config --
 expect 0 "nodes.port" "meshd --dump-config lists node keys" -- "$MESHD" --dump-config
 
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
-expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, reload, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
+expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, reload, drain, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unexpected argument .now." "meshctl reload takes no argument" -- "$MESHCTL" -s "$T/s" reload now
 expect 2 "cannot connect to $T/nosock" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop

@@ -19,7 +19,10 @@ What it asserts, in order, with a paced stream from node 1 to node 2 running thr
      (MESH_EREMOVED), node 3's link DOWN says node 1 removed it.
   7. The stream ends intact (every byte checked by the receiver), both applications exit 0; through
      all of it the link 1-2 kept its first epoch (UP once) and no channel resumed on 1 or 2.
-  8. SIGTERM: every meshd exits 0.
+  8. Drain: `meshctl drain` on node 2 refuses new channels from and to it ("draining"), the channel
+     open before finishes intact and meshd 2 then stops by itself (exit 0); `drain --deadline 2
+     --wait` on node 1 fails the channel left at the deadline with the drain's error and returns once
+     meshd 1 stopped (exit 0). SIGTERM: meshd 3 exits 0.
 Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
 """
 import argparse
@@ -254,6 +257,48 @@ def main():
               f"resumes {resumes0} -> {[node(c, i).get('channel_resumes') for i in (1, 2)]}")
         gens = [generation(c, i) for i in (1, 2)]
         print(f"# config generations at the end: node 1 {gens[0]}, node 2 {gens[1]}")
+
+        # 8. drain: node 2 refuses new channels, lets its open one finish, then stops by itself
+        rx = receiver(c, 1, 7005)
+        tx = chan(c, 2, "send", 1, 7005, 4 << 20, "-R", 1 << 20)
+        opened = wait_until(lambda: (node(c, 2).get("channels") or 0) >= 1, 20, 0.05)
+        r = subprocess.run([c.bin("meshctl"), "-s", c.nodes[2]["sock"], "--deadline", "60", "drain"],
+                           capture_output=True, text=True, timeout=mesh_test.CTL_TIMEOUT_S)
+        check(opened and r.returncode == 0 and "draining" in r.stdout and "1 channel open" in r.stdout,
+              "meshctl drain on node 2: exit 0, one channel open", f"exit {r.returncode}: {r.stdout}{r.stderr}")
+        rc, out = finish(chan(c, 2, "send", 1, 7005, 1000), 30)
+        check(rc != 0 and "draining" in out, "a new channel from node 2's application is refused: draining",
+              f"exit {rc}: {out}")
+        rc, out = finish(chan(c, 1, "send", 2, 7006, 1000), 30)
+        check(rc != 0 and "draining" in out, "a new channel from node 1 to node 2 is refused by node 2: draining",
+              f"exit {rc}: {out}")
+        rc, out = finish(tx, 60)
+        rc2, out2 = finish(rx, 30)
+        tx = rx = None
+        check(rc == 0 and rc2 == 0, "the channel open before the drain finishes intact", f"{rc}: {out} / {rc2}: {out2}")
+        try:
+            rc = c.nodes[2]["proc"].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = "still running"
+        check(rc == 0 and "drained: no channel left, stopping" in log_text(c, 2),
+              "meshd 2 stops by itself once no channel is left (exit 0)", f"exit {rc}")
+        # ... and at the deadline a channel still open fails with the drain's error (a channel to the
+        # node itself, ring to ring in meshd 1)
+        rx = receiver(c, 1, 7007)
+        tx = chan(c, 1, "send", 1, 7007, 1 << 40, "-R", 1 << 20)
+        wait_until(lambda: (node(c, 1).get("channels") or 0) >= 2, 20, 0.05)
+        t0 = time.monotonic()
+        r = subprocess.run([c.bin("meshctl"), "-s", c.nodes[1]["sock"], "--deadline", "2", "--wait", "drain"],
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        check(r.returncode == 0 and "meshd stopped" in r.stdout and c.nodes[1]["proc"].wait(timeout=30) == 0,
+              f"meshctl drain --deadline 2 --wait on node 1 returns once meshd stopped ({took:.1f} s), meshd exits 0",
+              f"exit {r.returncode}: {r.stdout}{r.stderr}")
+        rc, out = finish(tx, 30)
+        check(rc != 0 and "draining" in out, "the channel still open at the deadline failed with the drain's error",
+              f"exit {rc}: {out}")
+        finish(rx, 30)
+        tx = rx = None
         c.stop_all()
     except Exception as e:  # pylint: disable=broad-except
         check(False, "test aborted", repr(e))

@@ -57,7 +57,8 @@ enum mesh_errno {
 	MESH_EAUTH = 2019,        /* the peer did not prove the cluster key (cluster.key_file) */
 	MESH_EREFUSED = 2020,     /* the peer refused the connection; its log says why */
 	MESH_EREMOVED = 2021,     /* the peer node was removed from the cluster's configuration (a reload) */
-	MESH_ERRNO_LAST = 2022
+	MESH_EDRAINING = 2022,    /* the node is draining for maintenance (meshctl drain): no new channels */
+	MESH_ERRNO_LAST = 2023
 };
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */
