@@ -963,6 +963,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	struct mesh_cm_pdata pd;
 	struct link *l;
 	uint32_t idx, rail = 0;
+	bool unproven;
 	size_t xp = 0;
 	int ret;
 
@@ -1069,10 +1070,23 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			    (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
 		return;
 	}
+	/* With a cluster key, an attempt whose dialler has not proved the key holds no epoch: against it
+	 * a newcomer is judged by the last proven epoch, and the first QP of one replaces it whatever
+	 * its epoch. Otherwise a stranger's CONNECT with an epoch minutes ahead made every real attempt
+	 * stale for as long as it stayed unproven (the handshake timeout), and one such CONNECT per
+	 * timeout kept the real node out for good (issue 38). A late QP of an ended attempt is still
+	 * stale, and a newcomer that is not a first QP cannot replace anything. */
+	unproven = m->keys.n && l->phase != LINK_IDLE && l->phase != LINK_UP && !l->peer_proved;
+	if (unproven && pd.link_epoch < l->epoch &&
+	    (idx != 0 || pd.link_epoch <= l->epoch_proven || pd.link_epoch == l->epoch_ended)) {
+		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu, QP %u, while the attempt of epoch %llu "
+			    "is unproven", pd.src_node, (unsigned long long)pd.link_epoch, idx, (unsigned long long)l->epoch);
+		return;
+	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
-	if (pd.link_epoch < l->epoch ||
-	    (l->phase == LINK_IDLE && (pd.link_epoch == l->epoch || pd.link_epoch == l->epoch_ended))) {
+	if ((pd.link_epoch < l->epoch && !unproven) || (pd.link_epoch == l->epoch_ended && pd.link_epoch != l->epoch) ||
+	    (l->phase == LINK_IDLE && pd.link_epoch == l->epoch)) {
 		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd.src_node,
 			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		return;
@@ -1088,7 +1102,7 @@ static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
 		return;
 	}
-	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE) {
+	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE || (unproven && pd.link_epoch != l->epoch)) {
 		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
 			mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_INFO, " (node %u): %u handshakes in flight", pd.src_node,
 				    m->handshakes);

@@ -650,6 +650,52 @@ static void mesh_auth__unproven_attempt_ends__epoch_back_to_last_proven(void **s
 	}
 }
 
+/* The forger of issue 38 while its attempt is still in flight: a CONNECT from node 2's address with an
+ * epoch minutes ahead, its QPs established, and no proof (it holds the attempt until the handshake
+ * timeout, and one such CONNECT per timeout kept the real node out for good). Node 2's own attempt,
+ * with the lower epoch of its clock, is not stale: it replaces the unproven one and comes UP. A late
+ * QP of the forged attempt then changes nothing. */
+static void mesh_auth__unproven_attempt_in_flight__real_lower_epoch_replaces_it(void **state)
+{
+	struct mt *t = *state;
+	uint64_t proven, forged;
+	struct fake_conn *late;
+	struct xport_event ev;
+	struct link *l;
+	unsigned id;
+
+	mt_init(t, 1, ids12, 2);
+	keys_of(&t->m.keys, 0x11);
+	keys_of(&t->peer_keys, 0x11);
+	l = lk(t, 2);
+	accept_attempt(t);
+	drive_to_up(t, l);
+	proven = l->epoch;
+	forged = proven + 300ull * 1000000;
+	ev = cm_event(XPORT_EV_DISCONNECTED, l->conns[0], NULL, 0);
+	ev.status = -ECONNRESET;
+	deliver(t, &ev);
+	for (uint8_t i = 0; i < MT_QPS; i++)
+		join_request(t, i, forged);
+	for (uint32_t i = 0; i < MT_QPS; i++)
+		establish_qp(t, l, i);
+	assert_int_equal(l->phase, LINK_AUTH);
+	assert_true(l->epoch == forged);
+
+	/* Node 2, restarted, dials with its own clock while the forged attempt waits for its proof. */
+	for (uint8_t i = 0; i < MT_QPS; i++)
+		join_request(t, i, proven + 1000);
+	if (l->phase != LINK_QPS || l->epoch != proven + 1000)
+		fail_msg("node 2's attempt refused while the forged one is in flight: %s", l->last_error);
+	id = join_request(t, 1, forged);
+	late = fake_conn_by_id(t->fx, id);
+	assert_true(late == NULL || late->rejected);
+	drive_to_up(t, l);
+	assert_int_equal(link_state(l), LINK_STATE_UP_);
+	assert_true(l->epoch == proven + 1000 && l->epoch_proven == proven + 1000);
+	mt_finish(t);
+}
+
 /* With a key, a newer epoch does not take an UP link whose peer is alive (a stranger would take it
  * DOWN before proving anything); once the link was quiet for two keepalive intervals (the peer
  * restarted), it does. */
@@ -698,6 +744,7 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_auth__rail_join__proof_before_railup),
 	T(mesh_auth__forged_epochs__refused_and_forgotten),
 	T(mesh_auth__unproven_attempt_ends__epoch_back_to_last_proven),
+	T(mesh_auth__unproven_attempt_in_flight__real_lower_epoch_replaces_it),
 	T(mesh_auth__newer_epoch_on_live_up_link__refused_until_quiet),
 };
 
