@@ -63,17 +63,22 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
  * of 1024 left none: root's meshctl timed out and node 2 could not rejoin ("Too many open files").
  * Counting /proc/self/fd costs a directory read per channel opened, not per byte. */
 #define CH_FDS 4u
-
 #define FD_RESERVE_BASE 32u
+
+static uint64_t channel_fd_reserve(const struct mesh *m)
+{
+	uint64_t reserve = FD_RESERVE_BASE + 2ull * m->n_links * m->cfg->qps_per_link * m->n_rails;
+
+	return MIN(reserve, m->fd_limit / 2);
+}
 
 static int channel_fds_left(struct mesh *m, const char **why)
 {
-	uint64_t reserve = FD_RESERVE_BASE + 2ull * m->n_links * m->cfg->qps_per_link * m->n_rails;
+	uint64_t reserve = channel_fd_reserve(m);
 	int open;
 
 	if (!m->fd_limit)
 		return 0;
-	reserve = MIN(reserve, m->fd_limit / 2);
 	open = util_fds_open();
 	if (open < 0 || (uint64_t)open + CH_FDS + reserve <= m->fd_limit)
 		return 0;
@@ -102,6 +107,13 @@ int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uint64_t r
 		}
 	if (n >= m->cfg->max_channels_per_uid) {
 		*why = "the user holds cluster.max_channels_per_uid channels already";
+		return -EDQUOT;
+	}
+	/* And at most half of the channels meshd's descriptors allow: under a low RLIMIT_NOFILE one user's
+	 * channels took every descriptor the reserve did not keep, and no other user got one. */
+	if (uid && m->fd_limit && n >= MAX((m->fd_limit - channel_fd_reserve(m)) / CH_FDS / 2, 1u)) {
+		*why = "the user holds half of the channels meshd's descriptors allow (RLIMIT_NOFILE; the rest are kept "
+		       "for other users)";
 		return -EDQUOT;
 	}
 	if (bytes > m->cfg->max_ring_bytes_per_uid) {

@@ -1553,6 +1553,32 @@ static void channel_connect__beyond_the_users_quota__edquot(void **state)
 	mt_finish(&c->t);
 }
 
+/* A user other than root holds at most half of the channels meshd's descriptors allow (four each,
+ * after the reserve for links and control clients): under a low RLIMIT_NOFILE one user's channels
+ * took every descriptor and no other user got one. Bob and root still open theirs. */
+static void channel_connect__half_of_the_descriptor_budget__edquot_others_still_open(void **state)
+{
+	struct ct *c = *state;
+	const char *why = NULL;
+	uint64_t reserve;
+	int open = util_fds_open(), alice = 0;
+
+	ct_init(c, 2);
+	assert_true(open > 0);
+	reserve = 32 + 2ull * c->t.m.n_links * c->t.cfg.qps_per_link * c->t.m.n_rails;
+	/* Room for 40 channels besides what the test process holds: 20 for one user. */
+	c->t.m.fd_limit = (uint64_t)open + reserve + 40 * 4;
+	while (alice < 40 && !channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why))
+		alice++;
+	if (alice != (int)(((uint64_t)open + 40 * 4) / 4 / 2))
+		fail_msg("Alice opened %d channels, expected half of the %llu the budget allows: %s", alice,
+			 (unsigned long long)(((uint64_t)open + 40 * 4) / 4), why);
+	assert_non_null(strstr(why, "half of the channels meshd's descriptors allow"));
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, BOB, &why), 0);
+	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ROOT, &why), 0);
+	mt_finish(&c->t);
+}
+
 /* Inside one link a user other than root holds at most half of what the peer takes from this node
  * (max_channels_per_link, max_ring_mib_per_link): the rest stay for other users and root. */
 static void channel_connect__half_of_the_links_share__edquot_others_still_open(void **state)
@@ -5131,6 +5157,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_listen__port_below_1024_not_root__eacces),
 	T(channel_listen__port_held_by_another_user__eaddrinuse_naming_it),
 	T(channel_connect__beyond_the_users_quota__edquot),
+	T(channel_connect__half_of_the_descriptor_budget__edquot_others_still_open),
 	T(channel_connect__half_of_the_links_share__edquot_others_still_open),
 	T(channel_on_message__open_beyond_the_listeners_quota__rejected_edquot),
 	T(channel_on_message__open_with_more_qps_than_link__rejected_einval),
