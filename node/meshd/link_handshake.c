@@ -20,11 +20,6 @@
 _Static_assert(AUTH_NONCE_LEN == MESH_AUTH_NONCE_LEN && AUTH_MAC_LEN == MESH_AUTH_MAC_LEN,
 	       "the proof and the private data disagree on nonce or MAC sizes");
 
-static uint64_t now_ms(void)
-{
-	return util_now_ms();
-}
-
 /* ---- the proof of the cluster key (auth.h) ---- */
 
 /* The transcript of the link's proof (rail 0, gen 0) or of rail r's join (gen), as the prover

@@ -1,8 +1,10 @@
 /*
- * What the files of the link layer share, and nothing outside them sees: mesh.c (links, rails,
- * messages, keepalives, the tick), link_handshake.c (the proofs of the cluster key, Hello, the
- * mailbox proof, Ready) and link_admit.c (admission of our dials). Everything here works on struct
- * mesh and struct link of mesh.h (link_reconf.c applies a reload); the rest of meshd goes through mesh.h alone.
+ * What the files of the link layer share, and nothing outside them sees: mesh.c (links, their
+ * messages, keepalives, the tick, set-up and clean-up), link_connect.c (dialling and accepting QPs),
+ * link_handshake.c (the proofs of the cluster key, Hello, the mailbox proof, Ready), link_rail.c
+ * (rails failing and rejoining), link_admit.c (admission of our dials) and link_reconf.c (a reload's
+ * nodes added, removed, moved). Everything here works on struct mesh and struct link of mesh.h; the
+ * rest of meshd goes through mesh.h alone.
  */
 #ifndef MESH_MESHD_LINK_INTERNAL_H
 #define MESH_MESHD_LINK_INTERNAL_H
@@ -11,6 +13,20 @@
 #include <stdint.h>
 
 #include "mesh.h"
+#include "util.h"
+
+static inline uint64_t now_ms(void)
+{
+	return util_now_ms();
+}
+
+/* v doubled n times, never past max: the backoffs and the rail join's time after failures. */
+static inline uint64_t doubled(uint64_t v, uint32_t n, uint64_t max)
+{
+	for (uint32_t i = 0; i < n && v < max; i++)
+		v *= 2;
+	return MIN(v, max);
+}
 
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
@@ -53,6 +69,13 @@ void mesh_admit(struct mesh *m, uint64_t t);
 void mesh_leaving_tick(struct mesh *m, uint64_t t, bool all);
 
 /* mesh.c */
+void mesh_bury_conn(struct mesh *m, xport_conn_t *c);
+void link_note_state(struct link *l);
+int link_register(struct link *l, xport_conn_t *c);
+int link_post_recvs(struct link *l, xport_conn_t *c);
+bool link_sequenced(const struct link *l);
+void link_ctl_resend(struct link *l);
+uint64_t link_ka_word(const struct link *l);
 struct link *mesh_link_new(struct mesh *m, const struct config_node *node);
 void mesh_link_free(struct mesh *m, struct link *l, bool buried);
 const char *link_phase_name(enum link_phase p);
@@ -62,8 +85,21 @@ int link_register_mailbox(struct link *l);
 int link_send_on(struct link *l, uint32_t qp, const PeerMsg *msg);
 void link_set_phase(struct link *l, enum link_phase p);
 void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* link_rail.c */
 void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void link_rail_progress(struct link *l, uint32_t r);
+void link_rail_bury(struct link *l, uint32_t r);
+void link_send_raildowns(struct link *l);
+uint64_t rail_join_timeout_ms(const struct link *l, uint32_t r);
+void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void link_rail_dial(struct link *l, uint32_t r);
+void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl);
+
+/* link_connect.c */
 void link_dial(struct link *l);
+void mesh_reject(struct mesh *m, xport_conn_t *c, int reason, enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void mesh_on_request(struct mesh *m, const struct xport_event *ev);
+void mesh_on_established(struct link *l, const struct xport_event *ev);
 
 #endif

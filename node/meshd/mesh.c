@@ -1,3 +1,12 @@
+/*
+ * The links of the mesh (mesh.h): one per configured peer, their phases from IDLE to UP and back
+ * (link_fail), their registered buffers and control messages (sequenced, acknowledged, sent again
+ * on another rail after a failover), receives and completions, keepalives and the tick that judges
+ * them, events handed in by meshd's loop (mesh_handle_event, and mesh_fast_event for a rail's
+ * thread), the locks, and set-up and clean-up. Dialling and accepting are in link_connect.c, the
+ * handshake in link_handshake.c, rails in link_rail.c, admission in link_admit.c, a reload's
+ * changes in link_reconf.c (link_internal.h).
+ */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,19 +24,6 @@
 _Static_assert(CONFIG_RAILS_MAX == MESH_RAILS_MAX, "config and wire disagree on the rails per node");
 _Static_assert(MESH_CM_ACCEPT_PDATA_MAX <= XPORT_PDATA_MAX && MESH_CM_PDATA_MAX <= XPORT_CONNECT_PDATA_MAX,
 	       "the transport cannot carry our private data");
-
-static uint64_t now_ms(void)
-{
-	return util_now_ms();
-}
-
-/* v doubled n times, never past max: the backoffs and the rail join's time after failures. */
-static uint64_t doubled(uint64_t v, uint32_t n, uint64_t max)
-{
-	for (uint32_t i = 0; i < n && v < max; i++)
-		v *= 2;
-	return MIN(v, max);
-}
 
 static const char *const phase_names[] = {"IDLE", "QPS", "AUTH", "HELLO", "PROOF", "READY_WAIT", "UP"};
 
@@ -123,7 +119,7 @@ static int grave_push(void ***arr, size_t *n, size_t *cap, void *p)
 }
 
 /* Detaches a connection: no event for it reaches a link again, and it is destroyed in mesh_reap. */
-static void mesh_bury_conn(struct mesh *m, xport_conn_t *c)
+void mesh_bury_conn(struct mesh *m, xport_conn_t *c)
 {
 	c->ctx = NULL;
 	if (grave_push((void ***)&m->grave.conns, &m->grave.n_conns, &m->grave.cap_conns, c)) {
@@ -183,7 +179,7 @@ void mesh_reap(struct mesh *m)
 }
 
 /* Keeps the time of the state meshctl shows, which changes with phases and connected QPs. */
-static void link_note_state(struct link *l)
+void link_note_state(struct link *l)
 {
 	enum link_state s = link_state(l);
 
@@ -226,7 +222,6 @@ static void link_epoch_forget_unproven(struct link *l)
 /* Ends the current attempt (or the UP link): logs why once, releases its QPs and registrations,
  * and schedules the next dial when we are the dialler. */
 void link_fail(struct link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl);
 
 void link_fail(struct link *l, int err, const char *fmt, ...)
 {
@@ -339,7 +334,7 @@ static xport_mr_t *link_buf_mr(const struct link *l, uint32_t r)
  * and the send and receive buffers again on every other rail's device with that rail's first QP
  * (which carries the rail's keepalives; the rest of those rails' QPs carry only data, into channel
  * memory registered on their own device). */
-static int link_register(struct link *l, xport_conn_t *c)
+int link_register(struct link *l, xport_conn_t *c)
 {
 	uint32_t r = link_qp_rail(l, c->index);
 
@@ -368,7 +363,7 @@ int link_register_mailbox(struct link *l)
 /* Control messages use QP 0 only, keepalives the first QP of every rail: those get receives with
  * buffers (rail r's slots r * LINK_RECV_BUFS ...) as soon as they exist. The other QPs get receives
  * without a buffer, for the immediates of the data path. */
-static int link_post_recvs(struct link *l, xport_conn_t *c)
+int link_post_recvs(struct link *l, xport_conn_t *c)
 {
 	uint32_t r = link_qp_rail(l, c->index);
 	int ret;
@@ -405,7 +400,7 @@ void mesh_link_sq_take(struct link *l, uint32_t qp)
 
 /* Control messages are sequenced (PeerMsg.seq) on an UP link whose peer fails rails over: they can
  * then be sent again on another rail when theirs fails, and the receiver drops what it had. */
-static bool link_sequenced(const struct link *l)
+bool link_sequenced(const struct link *l)
 {
 	return l->phase == LINK_UP && (l->features & MESH_FEAT_RAILS) && l->mesh->n_rails > 1;
 }
@@ -499,7 +494,7 @@ int mesh_link_send(struct link *l, const PeerMsg *msg)
 
 /* After a control failover: the messages the peer has not acked go again, oldest first, on the new
  * control rail (the send slots still hold them). Stops when the send queue is full; the tick goes on. */
-static void link_ctl_resend(struct link *l)
+void link_ctl_resend(struct link *l)
 {
 	while (l->ctl_resend && l->ctl_resend <= l->ctl_seq) {
 		uint32_t slot;
@@ -549,656 +544,6 @@ static void link_send_ack(struct link *l)
 	msg.body_case = PEER_MSG__BODY_LINK_ACK;
 	msg.link_ack = &a;
 	link_send_on(l, link_ctl_qp(l), &msg); /* -ENOBUFS: the tick sends it */
-}
-
-/* ---- rails ---- */
-
-static uint64_t link_rail_mask(const struct link *l, uint32_t r)
-{
-	uint32_t q = l->mesh->cfg->qps_per_link;
-
-	return ((q == 64 ? 0 : (1ull << q)) - 1) << (r * q);
-}
-
-/* The send slots in flight on rail r's QPs (bitmap of send_busy). */
-static uint32_t link_rail_slots_busy(const struct link *l, uint32_t r)
-{
-	uint32_t mask = 0;
-
-	for (uint32_t slot = 0; slot < LINK_SEND_BUFS; slot++)
-		if ((l->send_busy & (1u << slot)) && link_qp_rail(l, l->send_qp[slot]) == r)
-			mask |= 1u << slot;
-	return mask;
-}
-
-/* Releases everything of rail r's current incarnation: its QPs (with whatever their CQs still
- * hold), their send-queue counts, the send slots posted on them and the rail's buffer registration.
- * Rail 0's registrations of the link stay: they live as long as the link. */
-static void link_rail_bury(struct link *l, uint32_t r)
-{
-	struct mesh *m = l->mesh;
-	uint32_t q = m->cfg->qps_per_link;
-
-	for (uint32_t i = r * q; i < (r + 1) * q; i++) {
-		if (l->conns[i]) {
-			xport_disconnect(l->conns[i]);
-			mesh_bury_conn(m, l->conns[i]);
-			l->conns[i] = NULL;
-		}
-		l->sq_used[i] = 0;
-	}
-	l->est_mask &= ~link_rail_mask(l, r);
-	l->send_busy &= ~link_rail_slots_busy(l, r);
-	l->recvs_posted &= ~(1u << r);
-	l->rails_joining &= ~(1u << r);
-	l->rails_peer_up &= ~(1u << r);
-	l->rails_railup_sent &= ~(1u << r);
-	l->rails_proof_sent &= ~(1u << r);
-	l->rails_peer_proved &= ~(1u << r);
-	if (r) {
-		mesh_bury_mr(m, l->mr_rails[r]);
-		l->mr_rails[r] = NULL;
-	}
-}
-
-static void link_send_raildowns(struct link *l)
-{
-	for (uint32_t r = 0; r < l->mesh->n_rails && l->raildown_pending; r++) {
-		PeerMsg msg = PEER_MSG__INIT;
-		RailDown d = RAIL_DOWN__INIT;
-		int ret;
-
-		if (!(l->raildown_pending & (1u << r)))
-			continue;
-		d.rail = r;
-		d.gen = l->rail_gen[r];
-		d.reason = l->raildown_reason[r];
-		msg.body_case = PEER_MSG__BODY_RAIL_DOWN;
-		msg.rail_down = &d;
-		ret = mesh_link_send(l, &msg);
-		if (ret == -ENOBUFS)
-			return; /* the tick sends it */
-		if (ret) {
-			link_fail(l, ret, "cannot send RailDown for rail %u", r);
-			return;
-		}
-		l->raildown_pending &= ~(1u << r);
-	}
-}
-
-/* Rail r failed (a QP error or disconnect, a silent rail, the peer's RailDown) or its join did. The
- * link stays UP on its other rails when the peer fails rails over: the rail's QPs are released,
- * control moves to the next rail with what the peer has not acked, the peer hears RailDown, the
- * rail's channels move (mesh_upper.rail_down), and the dialler dials the rail again with backoff.
- * Without another UP rail, or without the feature, the link fails. */
-void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-void link_rail_fail(struct link *l, uint32_t r, int err, const char *fmt, ...)
-{
-	struct mesh *m = l->mesh;
-	char why[LINK_ERR_MAX - 32];
-	bool was_up = l->rails_up & (1u << r);
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	if (!link_sequenced(l) || (was_up && !(l->rails_up & ~(1u << r)))) {
-		link_fail(l, err, "%s", why);
-		return;
-	}
-	if (!was_up && !(l->rails_joining & (1u << r)))
-		return; /* nothing of the rail is there */
-	snprintf(l->rail_error[r], sizeof(l->rail_error[r]), "%s (%s)", why, mesh_strerror(err));
-	snprintf(l->rail_last_error, sizeof(l->rail_last_error), "rail %u: %s", r, l->rail_error[r]);
-	if (was_up)
-		link_rails_diag(l, now_ms(), m->stopping ? LOG_LVL_DEBUG : LOG_LVL_WARN); /* before its state goes */
-	link_rail_bury(l, r);
-	if (was_up) {
-		l->rails_up &= ~(1u << r);
-		l->rail_failovers++;
-		m->rail_failovers++;
-		l->rail_failures[r] = 0;
-		log_warn("link to node %u: rail %u (%s) DOWN: %s; the link stays UP on %u rail%s", l->peer->id, r,
-			 mesh_node_addr(l->peer, r), l->rail_error[r], __builtin_popcount(l->rails_up),
-			 __builtin_popcount(l->rails_up) > 1 ? "s" : "");
-		if (r == l->ctl_rail) {
-			l->ctl_rail = (uint32_t)__builtin_ctz(l->rails_up);
-			l->ctl_resend = l->ctl_acked + 1;
-			log_info("link to node %u: control messages move to rail %u; %llu sent again", l->peer->id, l->ctl_rail,
-				 (unsigned long long)(l->ctl_seq - l->ctl_acked));
-			link_ctl_resend(l);
-			if (l->phase != LINK_UP)
-				return;
-		}
-		l->raildown_pending |= 1u << r;
-		l->raildown_reason[r] = err;
-		link_send_raildowns(l);
-		if (l->phase != LINK_UP)
-			return;
-		if (m->upper)
-			m->upper->rail_down(l, r);
-	} else {
-		if (!(l->rail_failures[r] & (l->rail_failures[r] - 1)))
-			log_info("link to node %u: rail %u join (gen %u) failed (%u before it): %s", l->peer->id, r,
-				 l->rail_gen[r], l->rail_failures[r], l->rail_error[r]);
-		l->rail_failures[r]++;
-	}
-	if (l->dialer) {
-		uint64_t backoff = doubled(m->cfg->backoff_initial_ms, l->rail_failures[r], m->cfg->backoff_max_ms);
-
-		l->rail_next_dial_ms[r] = now_ms() + backoff / 2 + util_rand_below(backoff / 2 + 1);
-	}
-}
-
-/* How long the join of rail r may take. The dialler's first attempt after the rail was lost gets
- * RAIL_JOIN_FIRST_MS and each failure doubles it, up to handshake_timeout_ms: that first dial goes
- * out backoff_initial_ms after the dialler saw the rail fail, often while the cable is still cut
- * (the peer sees the loss later, and whoever mends it later still), and its connection request is
- * lost. The transport would send it again only seconds later (the IB CM after 4.3 s, TCP's SYN after
- * 1 s and then 3 s), long after the cable is back; a new attempt (a newer rail_gen, which replaces
- * the old one at the acceptor) goes at once. The acceptor, which does not dial, keeps the full time. */
-#define RAIL_JOIN_FIRST_MS 1000
-
-static uint64_t rail_join_timeout_ms(const struct link *l, uint32_t r)
-{
-	uint64_t max = l->mesh->cfg->handshake_timeout_ms;
-
-	return l->dialer ? doubled(RAIL_JOIN_FIRST_MS, l->rail_failures[r], max) : max;
-}
-
-/* A transport failure on one QP: with rails failing over, only its rail is lost. */
-static void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...)
-{
-	char why[LINK_ERR_MAX - 32];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	if (l->phase == LINK_UP && link_sequenced(l))
-		link_rail_fail(l, link_qp_rail(l, c->index), err, "%s", why);
-	else
-		link_fail(l, err, "%s", why);
-}
-
-/* The dialler dials the QPs of a failed rail of an UP link again, as a new incarnation (gen). */
-static void link_rail_dial(struct link *l, uint32_t r)
-{
-	struct mesh *m = l->mesh;
-	uint8_t pdata[XPORT_PDATA_MAX];
-	uint32_t q = m->cfg->qps_per_link;
-	struct mesh_cm_pdata pd = {
-		.kind = MESH_CM_CONNECT,
-		.qp_count = (uint8_t)q,
-		.rail = (uint8_t)r,
-		.rail_count = (uint8_t)m->n_rails,
-		.flags = MESH_CM_F_RAIL_JOIN,
-		.rail_gen = ++l->rail_gen[r],
-		.cluster_hash = m->cluster_hash,
-		.src_node = m->self->id,
-		.dst_node = l->peer->id,
-		.link_epoch = l->epoch,
-		.boot_epoch = m->boot_epoch,
-	};
-
-	if (util_random(l->rail_nonce_ours[r], AUTH_NONCE_LEN)) {
-		link_rail_fail(l, r, -EIO, "no random bytes for rail %u's nonce", r);
-		return;
-	}
-	memcpy(pd.nonce, l->rail_nonce_ours[r], AUTH_NONCE_LEN);
-	l->rails_joining |= 1u << r;
-	l->rails_peer_up &= ~(1u << r);
-	l->rail_attempt_ms[r] = now_ms();
-	log_debug("node %u: dialling rail %u again (gen %u)", l->peer->id, r, pd.rail_gen);
-	for (uint32_t i = 0; i < q; i++) {
-		int len, ret;
-
-		pd.qp_index = (uint8_t)i;
-		len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
-		ret = xport_connect(mesh_xport(m, l->xp, r), mesh_node_addr(m->self, r), mesh_node_addr(l->peer, r),
-				    l->peer->port, pdata, (size_t)len, l, r * q + i, &l->conns[r * q + i]);
-		if (ret) {
-			l->conns[r * q + i] = NULL;
-			link_rail_fail(l, r, ret, "cannot dial %s:%u (rail %u)", mesh_node_addr(l->peer, r), l->peer->port, r);
-			return;
-		}
-		l->conns[r * q + i]->scope = l->scope;
-	}
-}
-
-/* A joining rail is UP once all its QPs are connected and both sides sent RailUp on it. */
-void link_rail_progress(struct link *l, uint32_t r)
-{
-	uint64_t mask = link_rail_mask(l, r);
-
-	if (!(l->rails_joining & (1u << r)) || (l->est_mask & mask) != mask)
-		return;
-	if (l->mesh->keys.n) {
-		/* The join proves the cluster key on its first QP before it may carry anything: the
-		 * acceptor did in its accept, the dialler does now. */
-		uint32_t qp = r * l->mesh->cfg->qps_per_link, bit = 1u << r;
-		int ret = 0;
-
-		if (!(l->rails_proof_sent & bit)) {
-			ret = link_send_proof(l, qp, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r]);
-			if (!ret)
-				l->rails_proof_sent |= bit;
-		}
-		if (ret == -ENOBUFS)
-			return; /* the tick tries again */
-		if (ret) {
-			link_rail_fail(l, r, ret, "cannot send the proof of the cluster key on rail %u", r);
-			return;
-		}
-		if (!(l->rails_peer_proved & bit))
-			return;
-	}
-	if (!(l->rails_railup_sent & (1u << r))) {
-		PeerMsg msg = PEER_MSG__INIT;
-		RailUp u = RAIL_UP__INIT;
-		int ret;
-
-		u.rail = r;
-		u.gen = l->rail_gen[r];
-		u.link_epoch = l->epoch;
-		msg.body_case = PEER_MSG__BODY_RAIL_UP;
-		msg.rail_up = &u;
-		ret = link_send_on(l, r * l->mesh->cfg->qps_per_link, &msg);
-		if (ret == -ENOBUFS)
-			return; /* the tick tries again */
-		if (ret) {
-			link_rail_fail(l, r, ret, "cannot send RailUp");
-			return;
-		}
-		l->rails_railup_sent |= 1u << r;
-	}
-	if (!(l->rails_peer_up & (1u << r)))
-		return;
-	l->rails_joining &= ~(1u << r);
-	l->rails_peer_up &= ~(1u << r);
-	l->rails_railup_sent &= ~(1u << r);
-	l->rails_up |= 1u << r;
-	l->rail_failures[r] = 0;
-	l->rail_rx_ms[r] = now_ms();
-	log_info("link to node %u: rail %u (%s) UP again (gen %u), %llu ms after it was dialled", l->peer->id, r,
-		 mesh_node_addr(l->peer, r), l->rail_gen[r], (unsigned long long)(now_ms() - l->rail_attempt_ms[r]));
-}
-
-/* Starts an attempt: the epoch grows across our restarts (wall clock) and across attempts. */
-/* A new attempt, with a protection scope of its own: a number never used before in this process,
- * as a pointer (scopes are only compared, never dereferenced; no heap address is that small). A
- * stranger's QP admitted into an attempt before its proof reaches nothing: the mailbox is
- * registered only for our Hello, and the link's channels only once it is UP. */
-static void link_begin(struct link *l, uint64_t epoch)
-{
-	l->scope = (const void *)(uintptr_t)++l->mesh->scopes;
-	l->epoch = epoch;
-	l->attempt_ms = now_ms();
-	l->est_mask = 0;
-	link_set_phase(l, LINK_QPS);
-}
-
-void link_dial(struct link *l)
-{
-	struct mesh *m = l->mesh;
-	uint8_t pdata[XPORT_PDATA_MAX];
-	struct mesh_cm_pdata pd = {
-		.kind = MESH_CM_CONNECT,
-		.qp_count = (uint8_t)m->cfg->qps_per_link,
-		.rail_count = (uint8_t)m->n_rails,
-		.cluster_hash = m->cluster_hash,
-		.src_node = m->self->id,
-		.dst_node = l->peer->id,
-		.boot_epoch = m->boot_epoch,
-	};
-	uint32_t q = m->cfg->qps_per_link;
-	int ret = 0, len;
-
-	link_begin(l, MAX(l->epoch + 1, util_wall_us()));
-	pd.link_epoch = l->epoch;
-	if (util_random(l->nonce_ours, AUTH_NONCE_LEN)) {
-		link_fail(l, -EIO, "no random bytes for the attempt's nonce");
-		return;
-	}
-	memcpy(pd.nonce, l->nonce_ours, AUTH_NONCE_LEN);
-	log_debug("dialling node %u at %s:%u, epoch %llu", l->peer->id, l->peer->addr, l->peer->port,
-		  (unsigned long long)l->epoch);
-	for (uint32_t i = 0; i < mesh_link_qps(m) && !ret; i++) {
-		uint32_t r = i / q;
-
-		pd.rail = (uint8_t)r;
-		pd.qp_index = (uint8_t)(i % q);
-		len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
-		ret = xport_connect(mesh_xport(m, l->xp, r), mesh_node_addr(m->self, r), mesh_node_addr(l->peer, r),
-				    l->peer->port, pdata, (size_t)len, l, i, &l->conns[i]);
-		if (ret) {
-			l->conns[i] = NULL;
-			link_fail(l, ret, "cannot dial %s:%u (rail %u)", mesh_node_addr(l->peer, r), l->peer->port, r);
-		} else {
-			l->conns[i]->scope = l->scope; /* before its QP exists (route resolved) */
-		}
-	}
-}
-
-/* Refuses connection c for `reason`, with the detail (fmt) in our log only. Strangers choose how
- * often we refuse them, so at most REJECT_LOG_BURST such lines per REJECT_LOG_INTERVAL_MS are
- * written. The wire says only what a real peer acts on: come back later (EBUSY, ESHUTDOWN), with a
- * newer epoch (ESTALE), not twice (EDUPQP), in our protocol version (EPROTOVER); every other reason
- * is the generic MESH_EREFUSED, and no cluster hash, node id or epoch travels with it, so a prober
- * learns neither the cluster's hash nor which of its fields was wrong. */
-static void mesh_reject(struct mesh *m, xport_conn_t *c, int reason, enum log_level lvl, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-static void mesh_reject(struct mesh *m, xport_conn_t *c, int reason, enum log_level lvl, const char *fmt, ...)
-{
-	uint8_t pdata[XPORT_PDATA_MAX];
-	struct mesh_cm_pdata pd = {.kind = MESH_CM_REJECT, .reason = -MESH_EREFUSED};
-	uint64_t dropped;
-	int len;
-
-	if (reason == -MESH_EBUSY || reason == -MESH_ESHUTDOWN || reason == -MESH_ESTALE || reason == -MESH_EDUPQP ||
-	    reason == -MESH_EPROTOVER)
-		pd.reason = reason;
-	m->peer_rejects++;
-	m->last_reject_reason = reason;
-	if (lvl <= log_current_level && log_ratelimit_ok(&m->reject_log, now_ms(), &dropped)) {
-		char detail[512];
-		va_list ap;
-
-		va_start(ap, fmt);
-		vsnprintf(detail, sizeof(detail), fmt, ap);
-		va_end(ap);
-		if (dropped)
-			log_warn("%llu connection refusals were not logged (more than %u in %u s)",
-				 (unsigned long long)dropped, REJECT_LOG_BURST, REJECT_LOG_INTERVAL_MS / 1000);
-		log_at(lvl, "rejecting %s%s: %s", c->peer_addr, detail, mesh_strerror(reason));
-	}
-	len = mesh_cm_pdata_encode(&pd, pdata, sizeof(pdata));
-	xport_reject(c, pdata, (size_t)len);
-	mesh_bury_conn(m, c);
-}
-
-/* Takes connection c as QP idx of the link (an attempt's or a rail's join): registers and posts
- * receives as its first QP needs, then accepts with our private data answering req. */
-static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const struct mesh_cm_pdata *req)
-{
-	struct mesh *m = l->mesh;
-	uint8_t pdata[XPORT_PDATA_MAX];
-	struct mesh_cm_pdata rep = *req;
-	int ret, len;
-
-	c->ctx = l;
-	c->scope = l->scope; /* what we register through it is for this attempt's peer alone */
-	c->index = idx;
-	l->conns[idx] = c;
-	ret = xport_admit(c);
-	if (!ret)
-		ret = link_register(l, c);
-	if (!ret)
-		ret = link_post_recvs(l, c);
-	if (ret)
-		return ret;
-	rep.kind = MESH_CM_ACCEPT;
-	rep.src_node = m->self->id;
-	rep.dst_node = req->src_node;
-	rep.boot_epoch = m->boot_epoch;
-	memset(rep.nonce, 0, sizeof(rep.nonce));
-	if (req->qp_index == 0 && (req->rail == 0 || (req->flags & MESH_CM_F_RAIL_JOIN))) {
-		ret = link_accept_auth(l, req, &rep);
-		if (ret)
-			return ret;
-	}
-	len = mesh_cm_pdata_encode(&rep, pdata, sizeof(pdata));
-	return xport_accept(c, pdata, (size_t)len);
-}
-
-/* A connection request: validate the private data against the configuration and the dial rule,
- * then join it to the link's current attempt (or start a new one for a newer epoch). */
-static void mesh_on_request(struct mesh *m, const struct xport_event *ev)
-{
-	xport_conn_t *c = ev->conn;
-	struct mesh_cm_pdata pd;
-	struct link *l;
-	uint32_t idx, rail = 0;
-	bool unproven;
-	size_t xp = 0;
-	int ret;
-
-	ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
-	if (!ret && pd.kind != MESH_CM_CONNECT)
-		ret = -EPROTO;
-	if (ret) {
-		/* Plain errno values do not fit the reason field: say "malformed" rather than nothing. */
-		mesh_reject(m, c, ret == -MESH_EBADMAGIC || ret == -MESH_EPROTOVER ? ret : -MESH_EPDATA, LOG_LVL_WARN,
-			    ": bad private data (%u bytes)", ev->pdata_len);
-		return;
-	}
-	if (pd.cluster_hash != m->cluster_hash) {
-		mesh_reject(m, c, -MESH_ECLUSTER, LOG_LVL_WARN, " (node %u): cluster hash 0x%08x, ours 0x%08x (\"%s\")",
-			    pd.src_node, pd.cluster_hash, m->cluster_hash, m->cfg->cluster_name);
-		return;
-	}
-	if (pd.dst_node != m->self->id) {
-		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, " (node %u): it dialled node %u, we are node %u",
-			    pd.src_node, pd.dst_node, m->self->id);
-		return;
-	}
-	l = mesh_link_find(m, pd.src_node);
-	if (!l) {
-		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": node %u is not in %s", pd.src_node, m->cfg->path);
-		return;
-	}
-	if (!mesh_dials(pd.src_node, m->self->id)) {
-		mesh_reject(m, c, -MESH_EDIALRULE, LOG_LVL_WARN, ": node %u dialled node %u, but the higher id dials",
-			    pd.src_node, m->self->id);
-		return;
-	}
-	if (pd.qp_count != m->cfg->qps_per_link) {
-		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u QPs per link, ours %u", pd.src_node,
-			    pd.qp_count, m->cfg->qps_per_link);
-		return;
-	}
-	if (pd.rail_count != m->n_rails) {
-		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u rails, ours %u (nodes.rails)",
-			    pd.src_node, pd.rail_count, m->n_rails);
-		return;
-	}
-	/* Rail r's QPs come to rail r's address: a QP on another device could not reach the memory
-	 * a channel of rail r registered. */
-	for (size_t i = 0; i < m->n_xports * m->n_rails; i++)
-		if (m->xports[i] == c->xport) {
-			xp = i / m->n_rails;
-			rail = (uint32_t)(i % m->n_rails);
-		}
-	if (rail != pd.rail) {
-		mesh_reject(m, c, -MESH_EPDATA, LOG_LVL_WARN, " (node %u): QP of rail %u came to %s, our rail %u",
-			    pd.src_node, pd.rail, mesh_node_addr(m->self, rail), rail);
-		return;
-	}
-	/* A node is bound to its configured addresses: a connection claiming node N on rail r comes from
-	 * N's address of rail r (its dialler binds its source there), or it is a stranger. */
-	if (!util_addr_same_host(c->peer_addr, mesh_node_addr(l->peer, rail))) {
-		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": it claims node %u, whose rail %u address is %s",
-			    pd.src_node, rail, mesh_node_addr(l->peer, rail));
-		return;
-	}
-	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
-	if (pd.flags & MESH_CM_F_RAIL_JOIN) {
-		/* A failed rail of the UP link, dialled again: only by the same peer process, for this
-		 * link epoch, over the link's provider, and only once the rail is down here too. */
-		const char *bad = NULL;
-		int reason = -MESH_ESTALE;
-		uint32_t bit = 1u << rail;
-
-		if (!link_sequenced(l) || pd.link_epoch != l->epoch || pd.boot_epoch != l->peer_boot_epoch || xp != l->xp)
-			bad = "it is not of the UP link";
-		else if ((l->rails_up | l->raildown_pending) & bit)
-			bad = "the rail is still UP here", reason = -MESH_EBUSY;
-		else if ((l->rails_joining & bit) && pd.rail_gen != l->rail_gen[rail]) {
-			if ((int16_t)(pd.rail_gen - l->rail_gen[rail]) > 0)
-				link_rail_bury(l, rail); /* a newer join replaces the one in flight */
-			else
-				bad = "an older join";
-		}
-		if (!bad && l->conns[idx])
-			bad = "that QP is already there", reason = -MESH_EDUPQP;
-		if (bad) {
-			mesh_reject(m, c, reason, LOG_LVL_INFO, " (node %u): rail %u join gen %u of epoch %llu: %s",
-				    pd.src_node, rail, pd.rail_gen, (unsigned long long)pd.link_epoch, bad);
-			return;
-		}
-		if (!(l->rails_joining & bit)) {
-			l->rails_joining |= bit;
-			l->rails_peer_up &= ~bit;
-			l->rails_railup_sent &= ~bit;
-			l->rail_gen[rail] = pd.rail_gen;
-			l->rail_attempt_ms[rail] = now_ms();
-		}
-		ret = link_accept_conn(l, c, idx, &pd);
-		if (ret)
-			link_rail_fail(l, rail, ret, "cannot accept QP %u of the rail's join", idx);
-		return;
-	}
-	/* Epochs follow the dialler's wall clock: one far in the future is a forgery that would make
-	 * every real attempt look stale. */
-	if (pd.link_epoch > util_wall_us() + LINK_EPOCH_AHEAD_US) {
-		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu is more than %llu s ahead of our clock",
-			    pd.src_node, (unsigned long long)pd.link_epoch,
-			    (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
-		return;
-	}
-	/* With a cluster key, an attempt whose dialler has not proved the key holds no epoch: against it
-	 * a newcomer is judged by the last proven epoch, and the first QP of one replaces it whatever
-	 * its epoch. Otherwise a stranger's CONNECT with an epoch minutes ahead made every real attempt
-	 * stale for as long as it stayed unproven (the handshake timeout), and one such CONNECT per
-	 * timeout kept the real node out for good (issue 38). A late QP of an ended attempt is still
-	 * stale, and a newcomer that is not a first QP cannot replace anything. */
-	unproven = m->keys.n && l->phase != LINK_IDLE && l->phase != LINK_UP && !l->peer_proved;
-	if (unproven && pd.link_epoch < l->epoch &&
-	    (idx != 0 || pd.link_epoch <= l->epoch_proven || pd.link_epoch == l->epoch_ended)) {
-		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu, QP %u, while the attempt of epoch %llu "
-			    "is unproven", pd.src_node, (unsigned long long)pd.link_epoch, idx, (unsigned long long)l->epoch);
-		return;
-	}
-	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
-	 * not start an orphan attempt that holds an admission slot). */
-	if ((pd.link_epoch < l->epoch && !unproven) || (pd.link_epoch == l->epoch_ended && pd.link_epoch != l->epoch) ||
-	    (l->phase == LINK_IDLE && pd.link_epoch == l->epoch)) {
-		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd.src_node,
-			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
-		return;
-	}
-	/* With a cluster key an UP link whose peer is alive is not given up for an attempt that has
-	 * proved nothing yet: that is how a stranger would take it DOWN. A restarted peer's old link
-	 * falls silent (or disconnects), and its new attempt is taken once the link was quiet for two
-	 * keepalive intervals. */
-	if (pd.link_epoch > l->epoch && l->phase == LINK_UP && m->keys.n &&
-	    now_ms() - l->last_rx_ms < 2ull * m->cfg->keepalive_interval_ms) {
-		mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_WARN,
-			    " (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive", pd.src_node,
-			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
-		return;
-	}
-	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE || (unproven && pd.link_epoch != l->epoch)) {
-		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
-			mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_INFO, " (node %u): %u handshakes in flight", pd.src_node,
-				    m->handshakes);
-			return;
-		}
-		if (l->phase != LINK_IDLE)
-			link_fail(l, -MESH_ESTALE, "node %u re-dialled with epoch %llu", pd.src_node,
-				  (unsigned long long)pd.link_epoch);
-		link_begin(l, pd.link_epoch);
-	}
-	if (l->phase != LINK_QPS || l->conns[idx]) {
-		mesh_reject(m, c, -MESH_EDUPQP, LOG_LVL_WARN, " (node %u): QP %u of epoch %llu %s", pd.src_node, idx,
-			    (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
-		return;
-	}
-	l->xp = (uint8_t)xp;
-	ret = link_accept_conn(l, c, idx, &pd);
-	if (ret)
-		link_fail(l, ret, "cannot accept QP %u", idx);
-}
-
-static void mesh_on_established(struct link *l, const struct xport_event *ev)
-{
-	struct mesh *m = l->mesh;
-	struct mesh_cm_pdata pd;
-	int ret;
-
-	if (l->phase == LINK_UP && (l->rails_joining & (1u << link_qp_rail(l, ev->conn->index)))) {
-		uint32_t r = link_qp_rail(l, ev->conn->index);
-
-		if (l->dialer) {
-			ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
-			if (!ret && (pd.kind != MESH_CM_ACCEPT || pd.src_node != l->peer->id || pd.dst_node != m->self->id ||
-				     pd.link_epoch != l->epoch || pd.rail_count != m->n_rails || !(pd.flags & MESH_CM_F_RAIL_JOIN) ||
-				     pd.rail_gen != l->rail_gen[r] || pd.cluster_hash != m->cluster_hash ||
-				     pd.rail * m->cfg->qps_per_link + pd.qp_index != ev->conn->index))
-				ret = -MESH_EPEERMSG;
-			if (!ret && pd.qp_index == 0) {
-				const char *why = "";
-
-				ret = link_take_accept_auth(l, &pd, &why);
-				if (ret) {
-					link_rail_fail(l, r, ret, "node %u's accept of rail %u's join: %s", l->peer->id, r, why);
-					return;
-				}
-			}
-			if (!ret)
-				ret = link_register(l, ev->conn);
-			if (!ret)
-				ret = link_post_recvs(l, ev->conn);
-			if (ret) {
-				link_rail_fail(l, r, ret, "QP %u of the rail's join: bad accept or cannot post", ev->conn->index);
-				return;
-			}
-		}
-		l->est_mask |= 1ull << ev->conn->index;
-		link_rail_progress(l, r);
-		return;
-	}
-	if (l->phase != LINK_QPS) {
-		link_fail(l, -EPROTO, "QP %u established in phase %s", ev->conn->index, phase_names[l->phase]);
-		return;
-	}
-	if (l->dialer) {
-		/* The acceptor answers with its own private data: check it as strictly as a request. */
-		ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
-		if (!ret && (pd.kind != MESH_CM_ACCEPT || pd.src_node != l->peer->id || pd.dst_node != m->self->id ||
-			     pd.link_epoch != l->epoch || pd.rail_count != m->n_rails ||
-			     pd.rail * m->cfg->qps_per_link + pd.qp_index != ev->conn->index))
-			ret = -MESH_EPEERMSG;
-		if (!ret && pd.cluster_hash != m->cluster_hash)
-			ret = -MESH_ECLUSTER;
-		if (ret) {
-			link_fail(l, ret, "QP %u: bad accept private data from %s", ev->conn->index, ev->conn->peer_addr);
-			return;
-		}
-		if (ev->conn->index == 0) {
-			const char *why = "";
-
-			ret = link_take_accept_auth(l, &pd, &why);
-			if (ret) {
-				link_fail(l, ret, "node %u's accept: %s", l->peer->id, why);
-				return;
-			}
-		}
-		ret = link_register(l, ev->conn);
-		if (!ret)
-			ret = link_post_recvs(l, ev->conn);
-		if (ret) {
-			link_fail(l, ret, "cannot register or post on QP %u", ev->conn->index);
-			return;
-		}
-	}
-	l->est_mask |= 1ull << ev->conn->index;
-	link_note_state(l);
-	link_progress(l);
 }
 
 /* A message on QP qp: the control QP (0) carries every kind, another rail's first QP only that
@@ -1677,7 +1022,7 @@ static int link_ka_write(struct link *l, uint64_t seq)
 }
 
 /* The peer's keepalive word, as it is in our mailbox now (its NIC writes it at any time). */
-static uint64_t link_ka_word(const struct link *l)
+uint64_t link_ka_word(const struct link *l)
 {
 	return __atomic_load_n((const uint64_t *)(const void *)(l->mailbox + MESH_KA_OFF), __ATOMIC_RELAXED);
 }
@@ -1697,48 +1042,6 @@ static void link_ka_look(struct link *l, uint64_t t)
 		l->last_rx_ms = t;
 		l->rail_rx_ms[0] = t;
 	}
-}
-
-/* Said when an UP link or one of its rails goes DOWN, before their state is released: each rail's
- * state, how long since it last received and since our last keepalive on it went out (how many
- * found no free send slot or queue entry, how many the peer answered), what it has in flight, when
- * its data-path thread last woke. Tells a peer gone quiet from our own sends stuck behind a dead
- * rail, or from a thread of ours that slept through its work. At lvl: a warning after an
- * unexpected DOWN, debug after a goodbye or our own stop. */
-static void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl)
-{
-	char buf[160 * MESH_RAILS_MAX + 64];
-	size_t n = 0;
-
-	if (lvl > log_current_level)
-		return;
-	buf[0] = '\0';
-	for (uint32_t r = 0; r < l->mesh->n_rails && n < sizeof(buf); r++) {
-		uint32_t qp = r * l->mesh->cfg->qps_per_link;
-
-		n += (size_t)snprintf(buf + n, sizeof(buf) - n,
-				      "%srail %u %s (gen %u): received %lld ms ago, keepalive out %lld ms ago (%llu skipped; "
-				      "%llu acked of %llu), %u send slots and %u queue entries in flight",
-				      r ? "; " : "", r,
-				      (l->rails_up & (1u << r)) ? "UP" : (l->rails_joining & (1u << r)) ? "joining" : "down",
-				      l->rail_gen[r], (long long)(t - l->rail_rx_ms[r]),
-				      l->ka_tx_ms[r] ? (long long)(t - l->ka_tx_ms[r]) : -1LL,
-				      (unsigned long long)l->ka_skipped[r], (unsigned long long)l->metrics.ka_acked[r],
-				      (unsigned long long)l->metrics.ka_sent[r],
-				      (unsigned)__builtin_popcount(link_rail_slots_busy(l, r)), l->sq_used[qp]);
-		if (n < sizeof(buf))
-			n += (size_t)snprintf(buf + n, sizeof(buf) - n, ", its thread last woke %lld ms ago (%s)",
-					      (long long)(t - l->mesh->numa.threads[r].wake_seen_ms),
-					      l->mesh->polling[r] ? "polling" : "sleeps between events");
-	}
-	/* Rail 0's keepalive words: our last number out, and the peer's as last seen and as now in
-	 * the mailbox (one that moved since the last look was read too late; one that did not, the
-	 * peer's writes did not land). */
-	log_at(lvl, "link to node %u, its rails: %s; control on rail %u, %u slots held unacked (seq %llu, "
-		 "acked %llu); keepalive words: ours %llu, the peer's %llu when last seen, %llu now", l->peer->id, buf,
-		 l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked), (unsigned long long)l->ctl_seq,
-		 (unsigned long long)l->ctl_acked, (unsigned long long)l->ka_write_seq,
-		 (unsigned long long)l->ka_word_seen, l->mailbox ? (unsigned long long)link_ka_word(l) : 0ull);
 }
 
 /* How long the dialler's attempt may wait for its QPs. A link that was UP and went DOWN is dialled
