@@ -144,118 +144,131 @@ static int link_accept_conn(struct link *l, xport_conn_t *c, uint32_t idx, const
 
 /* A connection request: validate the private data against the configuration and the dial rule,
  * then join it to the link's current attempt (or start a new one for a newer epoch). */
-void mesh_on_request(struct mesh *m, const struct xport_event *ev)
+/* The link a connection request is for, once it passed every check that needs no epoch: private
+ * data, cluster, this node, a configured node, the dial rule, QPs and rails per link, the rail it
+ * came to, the node's own address. NULL: refused (said). *xp and *rail: where it came. */
+static struct link *request_link(struct mesh *m, const struct xport_event *ev, struct mesh_cm_pdata *pd, size_t *xp,
+				 uint32_t *rail)
 {
 	xport_conn_t *c = ev->conn;
-	struct mesh_cm_pdata pd;
 	struct link *l;
-	uint32_t idx, rail = 0;
-	bool unproven;
-	size_t xp = 0;
 	int ret;
 
-	ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, &pd);
-	if (!ret && pd.kind != MESH_CM_CONNECT)
+	ret = mesh_cm_pdata_decode(ev->pdata, ev->pdata_len, pd);
+	if (!ret && pd->kind != MESH_CM_CONNECT)
 		ret = -EPROTO;
 	if (ret) {
 		/* Plain errno values do not fit the reason field: say "malformed" rather than nothing. */
 		mesh_reject(m, c, ret == -MESH_EBADMAGIC || ret == -MESH_EPROTOVER ? ret : -MESH_EPDATA, LOG_LVL_WARN,
 			    ": bad private data (%u bytes)", ev->pdata_len);
-		return;
+		return NULL;
 	}
-	if (pd.cluster_hash != m->cluster_hash) {
+	if (pd->cluster_hash != m->cluster_hash) {
 		mesh_reject(m, c, -MESH_ECLUSTER, LOG_LVL_WARN, " (node %u): cluster hash 0x%08x, ours 0x%08x (\"%s\")",
-			    pd.src_node, pd.cluster_hash, m->cluster_hash, m->cfg->cluster_name);
-		return;
+			    pd->src_node, pd->cluster_hash, m->cluster_hash, m->cfg->cluster_name);
+		return NULL;
 	}
-	if (pd.dst_node != m->self->id) {
+	if (pd->dst_node != m->self->id) {
 		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, " (node %u): it dialled node %u, we are node %u",
-			    pd.src_node, pd.dst_node, m->self->id);
-		return;
+			    pd->src_node, pd->dst_node, m->self->id);
+		return NULL;
 	}
-	l = mesh_link_find(m, pd.src_node);
+	l = mesh_link_find(m, pd->src_node);
 	if (!l) {
-		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": node %u is not in %s", pd.src_node, m->cfg->path);
-		return;
+		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": node %u is not in %s", pd->src_node, m->cfg->path);
+		return NULL;
 	}
-	if (!mesh_dials(pd.src_node, m->self->id)) {
+	if (!mesh_dials(pd->src_node, m->self->id)) {
 		mesh_reject(m, c, -MESH_EDIALRULE, LOG_LVL_WARN, ": node %u dialled node %u, but the higher id dials",
-			    pd.src_node, m->self->id);
-		return;
+			    pd->src_node, m->self->id);
+		return NULL;
 	}
-	if (pd.qp_count != m->cfg->qps_per_link) {
-		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u QPs per link, ours %u", pd.src_node,
-			    pd.qp_count, m->cfg->qps_per_link);
-		return;
+	if (pd->qp_count != m->cfg->qps_per_link) {
+		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u QPs per link, ours %u", pd->src_node,
+			    pd->qp_count, m->cfg->qps_per_link);
+		return NULL;
 	}
-	if (pd.rail_count != m->n_rails) {
+	if (pd->rail_count != m->n_rails) {
 		mesh_reject(m, c, -MESH_EQPCOUNT, LOG_LVL_WARN, " (node %u): %u rails, ours %u (nodes.rails)",
-			    pd.src_node, pd.rail_count, m->n_rails);
-		return;
+			    pd->src_node, pd->rail_count, m->n_rails);
+		return NULL;
 	}
 	/* Rail r's QPs come to rail r's address: a QP on another device could not reach the memory
 	 * a channel of rail r registered. */
 	for (size_t i = 0; i < m->n_xports * m->n_rails; i++)
 		if (m->xports[i] == c->xport) {
-			xp = i / m->n_rails;
-			rail = (uint32_t)(i % m->n_rails);
+			*xp = i / m->n_rails;
+			*rail = (uint32_t)(i % m->n_rails);
 		}
-	if (rail != pd.rail) {
+	if (*rail != pd->rail) {
 		mesh_reject(m, c, -MESH_EPDATA, LOG_LVL_WARN, " (node %u): QP of rail %u came to %s, our rail %u",
-			    pd.src_node, pd.rail, mesh_node_addr(m->self, rail), rail);
-		return;
+			    pd->src_node, pd->rail, mesh_node_addr(m->self, *rail), *rail);
+		return NULL;
 	}
 	/* A node is bound to its configured addresses: a connection claiming node N on rail r comes from
 	 * N's address of rail r (its dialler binds its source there), or it is a stranger. */
-	if (!util_addr_same_host(c->peer_addr, mesh_node_addr(l->peer, rail))) {
+	if (!util_addr_same_host(c->peer_addr, mesh_node_addr(l->peer, *rail))) {
 		mesh_reject(m, c, -MESH_EUNKNOWNNODE, LOG_LVL_WARN, ": it claims node %u, whose rail %u address is %s",
-			    pd.src_node, rail, mesh_node_addr(l->peer, rail));
-		return;
+			    pd->src_node, *rail, mesh_node_addr(l->peer, *rail));
+		return NULL;
 	}
-	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
-	if (pd.flags & MESH_CM_F_RAIL_JOIN) {
-		/* A failed rail of the UP link, dialled again: only by the same peer process, for this
-		 * link epoch, over the link's provider, and only once the rail is down here too. */
-		const char *bad = NULL;
-		int reason = -MESH_ESTALE;
-		uint32_t bit = 1u << rail;
+	return l;
+}
 
-		if (!link_sequenced(l) || pd.link_epoch != l->epoch || pd.boot_epoch != l->peer_boot_epoch || xp != l->xp)
-			bad = "it is not of the UP link";
-		else if ((l->rails_up | l->raildown_pending) & bit)
-			bad = "the rail is still UP here", reason = -MESH_EBUSY;
-		else if ((l->rails_joining & bit) && pd.rail_gen != l->rail_gen[rail]) {
-			if ((int16_t)(pd.rail_gen - l->rail_gen[rail]) > 0)
-				link_rail_bury(l, rail); /* a newer join replaces the one in flight */
-			else
-				bad = "an older join";
-		}
-		if (!bad && l->conns[idx])
-			bad = "that QP is already there", reason = -MESH_EDUPQP;
-		if (bad) {
-			mesh_reject(m, c, reason, LOG_LVL_INFO, " (node %u): rail %u join gen %u of epoch %llu: %s",
-				    pd.src_node, rail, pd.rail_gen, (unsigned long long)pd.link_epoch, bad);
-			return;
-		}
-		if (!(l->rails_joining & bit)) {
-			l->rails_joining |= bit;
-			l->rails_peer_up &= ~bit;
-			l->rails_railup_sent &= ~bit;
-			l->rail_gen[rail] = pd.rail_gen;
-			l->rail_attempt_ms[rail] = now_ms();
-		}
-		ret = link_accept_conn(l, c, idx, &pd);
-		if (ret)
-			link_rail_fail(l, rail, ret, "cannot accept QP %u of the rail's join", idx);
+/* A failed rail of the UP link, dialled again: only by the same peer process, for this link epoch,
+ * over the link's provider, and only once the rail is down here too. */
+static void request_rail_join(struct link *l, xport_conn_t *c, const struct mesh_cm_pdata *pd, uint32_t rail,
+			      size_t xp, uint32_t idx)
+{
+	struct mesh *m = l->mesh;
+	const char *bad = NULL;
+	int ret, reason = -MESH_ESTALE;
+	uint32_t bit = 1u << rail;
+
+	if (!link_sequenced(l) || pd->link_epoch != l->epoch || pd->boot_epoch != l->peer_boot_epoch || xp != l->xp)
+		bad = "it is not of the UP link";
+	else if ((l->rails_up | l->raildown_pending) & bit)
+		bad = "the rail is still UP here", reason = -MESH_EBUSY;
+	else if ((l->rails_joining & bit) && pd->rail_gen != l->rail_gen[rail]) {
+		if ((int16_t)(pd->rail_gen - l->rail_gen[rail]) > 0)
+			link_rail_bury(l, rail); /* a newer join replaces the one in flight */
+		else
+			bad = "an older join";
+	}
+	if (!bad && l->conns[idx])
+		bad = "that QP is already there", reason = -MESH_EDUPQP;
+	if (bad) {
+		mesh_reject(m, c, reason, LOG_LVL_INFO, " (node %u): rail %u join gen %u of epoch %llu: %s",
+			    pd->src_node, rail, pd->rail_gen, (unsigned long long)pd->link_epoch, bad);
 		return;
 	}
+	if (!(l->rails_joining & bit)) {
+		l->rails_joining |= bit;
+		l->rails_peer_up &= ~bit;
+		l->rails_railup_sent &= ~bit;
+		l->rail_gen[rail] = pd->rail_gen;
+		l->rail_attempt_ms[rail] = now_ms();
+	}
+	ret = link_accept_conn(l, c, idx, pd);
+	if (ret)
+		link_rail_fail(l, rail, ret, "cannot accept QP %u of the rail's join", idx);
+}
+
+/* Whether a connection request's epoch may go on: stale, ahead of our clock, a newer attempt on a
+ * live UP link or one that finds the handshakes full is refused (false, said); a newer one (or, against
+ * an unproven attempt, any first QP) replaces the attempt in flight, and an idle link begins one. */
+static bool request_epoch_ok(struct link *l, xport_conn_t *c, const struct mesh_cm_pdata *pd, uint32_t idx)
+{
+	struct mesh *m = l->mesh;
+	bool unproven;
+
 	/* Epochs follow the dialler's wall clock: one far in the future is a forgery that would make
 	 * every real attempt look stale. */
-	if (pd.link_epoch > util_wall_us() + LINK_EPOCH_AHEAD_US) {
+	if (pd->link_epoch > util_wall_us() + LINK_EPOCH_AHEAD_US) {
 		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu is more than %llu s ahead of our clock",
-			    pd.src_node, (unsigned long long)pd.link_epoch,
+			    pd->src_node, (unsigned long long)pd->link_epoch,
 			    (unsigned long long)(LINK_EPOCH_AHEAD_US / 1000000));
-		return;
+		return false;
 	}
 	/* With a cluster key, an attempt whose dialler has not proved the key holds no epoch: against it
 	 * a newcomer is judged by the last proven epoch, and the first QP of one replaces it whatever
@@ -264,42 +277,64 @@ void mesh_on_request(struct mesh *m, const struct xport_event *ev)
 	 * timeout kept the real node out for good (issue 38). A late QP of an ended attempt is still
 	 * stale, and a newcomer that is not a first QP cannot replace anything. */
 	unproven = m->keys.n && l->phase != LINK_IDLE && l->phase != LINK_UP && !l->peer_proved;
-	if (unproven && pd.link_epoch < l->epoch &&
-	    (idx != 0 || pd.link_epoch <= l->epoch_proven || pd.link_epoch == l->epoch_ended)) {
+	if (unproven && pd->link_epoch < l->epoch &&
+	    (idx != 0 || pd->link_epoch <= l->epoch_proven || pd->link_epoch == l->epoch_ended)) {
 		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): epoch %llu, QP %u, while the attempt of epoch %llu "
-			    "is unproven", pd.src_node, (unsigned long long)pd.link_epoch, idx, (unsigned long long)l->epoch);
-		return;
+			    "is unproven", pd->src_node, (unsigned long long)pd->link_epoch, idx, (unsigned long long)l->epoch);
+		return false;
 	}
 	/* Older than the link, or of the attempt that just ended (a late QP of a failed attempt must
 	 * not start an orphan attempt that holds an admission slot). */
-	if ((pd.link_epoch < l->epoch && !unproven) || (pd.link_epoch == l->epoch_ended && pd.link_epoch != l->epoch) ||
-	    (l->phase == LINK_IDLE && pd.link_epoch == l->epoch)) {
-		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd.src_node,
-			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
-		return;
+	if ((pd->link_epoch < l->epoch && !unproven) || (pd->link_epoch == l->epoch_ended && pd->link_epoch != l->epoch) ||
+	    (l->phase == LINK_IDLE && pd->link_epoch == l->epoch)) {
+		mesh_reject(m, c, -MESH_ESTALE, LOG_LVL_WARN, " (node %u): stale epoch %llu, current %llu", pd->src_node,
+			    (unsigned long long)pd->link_epoch, (unsigned long long)l->epoch);
+		return false;
 	}
 	/* With a cluster key an UP link whose peer is alive is not given up for an attempt that has
 	 * proved nothing yet: that is how a stranger would take it DOWN. A restarted peer's old link
 	 * falls silent (or disconnects), and its new attempt is taken once the link was quiet for two
 	 * keepalive intervals. */
-	if (pd.link_epoch > l->epoch && l->phase == LINK_UP && m->keys.n &&
+	if (pd->link_epoch > l->epoch && l->phase == LINK_UP && m->keys.n &&
 	    now_ms() - l->last_rx_ms < 2ull * m->cfg->keepalive_interval_ms) {
 		mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_WARN,
-			    " (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive", pd.src_node,
-			    (unsigned long long)pd.link_epoch, (unsigned long long)l->epoch);
-		return;
+			    " (node %u): epoch %llu while the link of epoch %llu is UP and its peer alive", pd->src_node,
+			    (unsigned long long)pd->link_epoch, (unsigned long long)l->epoch);
+		return false;
 	}
-	if (pd.link_epoch > l->epoch || l->phase == LINK_IDLE || (unproven && pd.link_epoch != l->epoch)) {
+	if (pd->link_epoch > l->epoch || l->phase == LINK_IDLE || (unproven && pd->link_epoch != l->epoch)) {
 		if (l->phase == LINK_IDLE && m->handshakes >= m->cfg->max_handshakes) {
-			mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_INFO, " (node %u): %u handshakes in flight", pd.src_node,
+			mesh_reject(m, c, -MESH_EBUSY, LOG_LVL_INFO, " (node %u): %u handshakes in flight", pd->src_node,
 				    m->handshakes);
-			return;
+			return false;
 		}
 		if (l->phase != LINK_IDLE)
-			link_fail(l, -MESH_ESTALE, "node %u re-dialled with epoch %llu", pd.src_node,
-				  (unsigned long long)pd.link_epoch);
-		link_begin(l, pd.link_epoch);
+			link_fail(l, -MESH_ESTALE, "node %u re-dialled with epoch %llu", pd->src_node,
+				  (unsigned long long)pd->link_epoch);
+		link_begin(l, pd->link_epoch);
 	}
+	return true;
+}
+
+void mesh_on_request(struct mesh *m, const struct xport_event *ev)
+{
+	xport_conn_t *c = ev->conn;
+	struct mesh_cm_pdata pd;
+	struct link *l;
+	uint32_t idx, rail = 0;
+	size_t xp = 0;
+	int ret;
+
+	l = request_link(m, ev, &pd, &xp, &rail);
+	if (!l)
+		return;
+	idx = pd.rail * m->cfg->qps_per_link + pd.qp_index;
+	if (pd.flags & MESH_CM_F_RAIL_JOIN) {
+		request_rail_join(l, c, &pd, rail, xp, idx);
+		return;
+	}
+	if (!request_epoch_ok(l, c, &pd, idx))
+		return;
 	if (l->phase != LINK_QPS || l->conns[idx]) {
 		mesh_reject(m, c, -MESH_EDUPQP, LOG_LVL_WARN, " (node %u): QP %u of epoch %llu %s", pd.src_node, idx,
 			    (unsigned long long)pd.link_epoch, l->phase != LINK_QPS ? "after the handshake began" : "twice");
