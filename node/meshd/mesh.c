@@ -548,6 +548,116 @@ static void link_send_ack(struct link *l)
 
 /* A message on QP qp: the control QP (0) carries every kind, another rail's first QP only that
  * rail's keepalives. */
+/* The control sequence of a message (after a control failover the peer sends again what we may
+ * have had; a gap is a broken peer): true when the message is to be handled, false when it was a
+ * repeat (dropped) or broke the link. */
+static bool link_msg_in_sequence(struct link *l, const PeerMsg *msg)
+{
+	if (!msg->seq && !(link_sequenced(l) && msg_sequenced(msg->body_case)))
+		return true;
+	if (!link_sequenced(l) || !msg_sequenced(msg->body_case) || msg->seq > l->ctl_rcvd + 1 || !msg->seq) {
+		link_fail(l, -MESH_EPEERMSG, "control message kind %d with sequence number %llu, expected %llu",
+			  msg->body_case, (unsigned long long)msg->seq, (unsigned long long)(l->ctl_rcvd + 1));
+		return false;
+	}
+	if (msg->seq <= l->ctl_rcvd)
+		return false;
+	l->ctl_rcvd = msg->seq;
+	if (l->ctl_rcvd - l->ctl_ack_sent >= LINK_SEND_BUFS / 4)
+		link_send_ack(l);
+	return true;
+}
+
+static void link_on_ready(struct link *l, const Ready *r)
+{
+	if (r->link_epoch != l->epoch || !l->have_peer_hello) {
+		link_fail(l, -MESH_EPEERMSG, "unexpected Ready (epoch %llu)", (unsigned long long)r->link_epoch);
+		return;
+	}
+	l->peer_ready = true;
+	link_progress(l);
+}
+
+/* A keepalive is answered on the rail it came by: that rail is alive. */
+static void link_on_keepalive(struct link *l, uint32_t qp, const Keepalive *k)
+{
+	KeepaliveAck a = KEEPALIVE_ACK__INIT;
+	PeerMsg reply = PEER_MSG__INIT;
+	int ret;
+
+	if (l->phase != LINK_UP || !(l->features & MESH_FEAT_KEEPALIVE))
+		return;
+	a.seq = k->seq;
+	a.sent_us = k->sent_us;
+	reply.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
+	reply.keepalive_ack = &a;
+	ret = link_send_on(l, qp, &reply);
+	if (ret && ret != -ENOBUFS)
+		link_rail_fail(l, link_qp_rail(l, qp), ret, "cannot answer a keepalive on QP %u", qp);
+}
+
+static void link_on_keepalive_ack(struct link *l, uint32_t qp, const KeepaliveAck *a)
+{
+	uint64_t t = util_now_us();
+
+	if (qp == link_ctl_qp(l) && a->sent_us <= t)
+		l->rtt_us = t - a->sent_us;
+	link_metrics_ka_acked(&l->metrics, link_qp_rail(l, qp), a->seq);
+}
+
+/* Removed from the peer's configuration (a reload there): our channels to it fail with that, not as
+ * at a stop, and our re-dials meet "unknown node" until we are added back. */
+static void link_on_goodbye(struct link *l, const Goodbye *g)
+{
+	if (g->reason == MESH_EREMOVED)
+		link_fail(l, -MESH_EREMOVED, "node %u removed this node from its configuration", l->peer->id);
+	else
+		link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
+}
+
+static void link_on_rail_down(struct link *l, const RailDown *d)
+{
+	if (!link_sequenced(l) || d->rail >= l->mesh->n_rails) {
+		link_fail(l, -MESH_EPEERMSG, "RailDown for rail %u", d->rail);
+		return;
+	}
+	/* Of the rail's current incarnation only: not a late one about a rail that rejoined since. */
+	if (d->gen == l->rail_gen[d->rail])
+		link_rail_fail(l, d->rail, d->reason < 0 ? d->reason : -MESH_EPEERMSG, "node %u lost rail %u", l->peer->id,
+			       d->rail);
+}
+
+static void link_on_rail_up(struct link *l, uint32_t qp, const RailUp *u)
+{
+	if (!link_sequenced(l) || u->rail != link_qp_rail(l, qp) || !link_qp_first(l, qp) ||
+	    !(l->rails_joining & (1u << u->rail)) || u->gen != l->rail_gen[u->rail] || u->link_epoch != l->epoch) {
+		link_fail(l, -MESH_EPEERMSG, "RailUp for rail %u gen %u on QP %u, not a rail joining here", u->rail, u->gen,
+			  qp);
+		return;
+	}
+	if (l->mesh->keys.n && !(l->rails_peer_proved & (1u << u->rail))) {
+		link_rail_fail(l, u->rail, -MESH_EAUTH, "node %u sent RailUp for rail %u without proving the cluster key",
+			       l->peer->id, u->rail);
+		return;
+	}
+	l->rails_peer_up |= 1u << u->rail;
+	link_rail_progress(l, u->rail);
+}
+
+/* A message of the layer above (channels), once the link is UP. */
+static void link_on_upper(struct link *l, const PeerMsg *msg)
+{
+	int ret;
+
+	if (l->phase != LINK_UP) {
+		link_fail(l, -MESH_EPEERMSG, "channel message before the link was UP");
+		return;
+	}
+	ret = l->mesh->upper ? l->mesh->upper->message(l, msg) : -MESH_EPEERMSG;
+	if (ret)
+		link_fail(l, ret, "channel message the link did not agree to");
+}
+
 static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uint32_t len)
 {
 	PeerMsg *msg;
@@ -563,122 +673,49 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 	if (link_on_ack(l, msg->ack)) {
 		link_fail(l, -MESH_EPEERMSG, "ack %llu of control messages, of %llu sent", (unsigned long long)msg->ack,
 			  (unsigned long long)l->ctl_seq);
-		mesh_peer_msg_free(msg);
-		return;
+		goto out;
 	}
-	if (msg->seq || (link_sequenced(l) && msg_sequenced(msg->body_case))) {
-		/* Sent again after a control failover: drop what we had; a gap is a broken peer. */
-		if (!link_sequenced(l) || !msg_sequenced(msg->body_case) || msg->seq > l->ctl_rcvd + 1 || !msg->seq) {
-			link_fail(l, -MESH_EPEERMSG, "control message kind %d with sequence number %llu, expected %llu",
-				  msg->body_case, (unsigned long long)msg->seq, (unsigned long long)(l->ctl_rcvd + 1));
-			mesh_peer_msg_free(msg);
-			return;
-		}
-		if (msg->seq <= l->ctl_rcvd) {
-			mesh_peer_msg_free(msg);
-			return;
-		}
-		l->ctl_rcvd = msg->seq;
-		if (l->ctl_rcvd - l->ctl_ack_sent >= LINK_SEND_BUFS / 4)
-			link_send_ack(l);
-	}
+	if (!link_msg_in_sequence(l, msg))
+		goto out;
 	/* Before the link is UP, and from peers that do not fail rails over, only QP 0 carries control;
 	 * the other rails' first QPs carry their keepalives (and a joining rail its RailUp). */
 	if (qp && !link_sequenced(l) && msg->body_case != PEER_MSG__BODY_KEEPALIVE &&
 	    msg->body_case != PEER_MSG__BODY_KEEPALIVE_ACK && msg->body_case != PEER_MSG__BODY_LINK_ACK) {
 		link_fail(l, -MESH_EPEERMSG, "message kind %d on QP %u, which carries only keepalives", msg->body_case, qp);
-		mesh_peer_msg_free(msg);
-		return;
+		goto out;
 	}
 	switch (msg->body_case) {
 	case PEER_MSG__BODY_HELLO:
 		link_on_hello(l, msg->hello);
 		break;
 	case PEER_MSG__BODY_READY:
-		if (msg->ready->link_epoch != l->epoch || !l->have_peer_hello) {
-			link_fail(l, -MESH_EPEERMSG, "unexpected Ready (epoch %llu)",
-				  (unsigned long long)msg->ready->link_epoch);
-			break;
-		}
-		l->peer_ready = true;
-		link_progress(l);
+		link_on_ready(l, msg->ready);
 		break;
 	case PEER_MSG__BODY_KEEPALIVE:
-		if (l->phase == LINK_UP && (l->features & MESH_FEAT_KEEPALIVE)) {
-			KeepaliveAck a = KEEPALIVE_ACK__INIT;
-			PeerMsg reply = PEER_MSG__INIT;
-
-			a.seq = msg->keepalive->seq;
-			a.sent_us = msg->keepalive->sent_us;
-			reply.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
-			reply.keepalive_ack = &a;
-			ret = link_send_on(l, qp, &reply); /* on the rail it came by: that rail is alive */
-			if (ret && ret != -ENOBUFS)
-				link_rail_fail(l, link_qp_rail(l, qp), ret, "cannot answer a keepalive on QP %u", qp);
-		}
+		link_on_keepalive(l, qp, msg->keepalive);
 		break;
-	case PEER_MSG__BODY_KEEPALIVE_ACK: {
-		uint64_t t = util_now_us();
-
-		if (qp == link_ctl_qp(l) && msg->keepalive_ack->sent_us <= t)
-			l->rtt_us = t - msg->keepalive_ack->sent_us;
-		link_metrics_ka_acked(&l->metrics, link_qp_rail(l, qp), msg->keepalive_ack->seq);
+	case PEER_MSG__BODY_KEEPALIVE_ACK:
+		link_on_keepalive_ack(l, qp, msg->keepalive_ack);
 		break;
-	}
 	case PEER_MSG__BODY_GOODBYE:
-		/* Removed from the peer's configuration (a reload there): our channels to it fail with
-		 * that, not as at a stop, and our re-dials meet "unknown node" until we are added back. */
-		if (msg->goodbye->reason == MESH_EREMOVED)
-			link_fail(l, -MESH_EREMOVED, "node %u removed this node from its configuration", l->peer->id);
-		else
-			link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
+		link_on_goodbye(l, msg->goodbye);
 		break;
 	case PEER_MSG__BODY_LINK_ACK:
 		break; /* its ack is all it says */
 	case PEER_MSG__BODY_AUTH_PROOF:
 		link_on_auth(l, qp, msg);
 		break;
-	case PEER_MSG__BODY_RAIL_DOWN: {
-		const RailDown *d = msg->rail_down;
-
-		if (!link_sequenced(l) || d->rail >= l->mesh->n_rails) {
-			link_fail(l, -MESH_EPEERMSG, "RailDown for rail %u", d->rail);
-			break;
-		}
-		/* Of the rail's current incarnation only: not a late one about a rail that rejoined since. */
-		if (d->gen == l->rail_gen[d->rail])
-			link_rail_fail(l, d->rail, d->reason < 0 ? d->reason : -MESH_EPEERMSG, "node %u lost rail %u",
-				       l->peer->id, d->rail);
+	case PEER_MSG__BODY_RAIL_DOWN:
+		link_on_rail_down(l, msg->rail_down);
 		break;
-	}
-	case PEER_MSG__BODY_RAIL_UP: {
-		const RailUp *u = msg->rail_up;
-
-		if (!link_sequenced(l) || u->rail != link_qp_rail(l, qp) || !link_qp_first(l, qp) ||
-		    !(l->rails_joining & (1u << u->rail)) || u->gen != l->rail_gen[u->rail] || u->link_epoch != l->epoch) {
-			link_fail(l, -MESH_EPEERMSG, "RailUp for rail %u gen %u on QP %u, not a rail joining here", u->rail,
-				  u->gen, qp);
-			break;
-		}
-		if (l->mesh->keys.n && !(l->rails_peer_proved & (1u << u->rail))) {
-			link_rail_fail(l, u->rail, -MESH_EAUTH, "node %u sent RailUp for rail %u without proving the cluster key",
-				       l->peer->id, u->rail);
-			break;
-		}
-		l->rails_peer_up |= 1u << u->rail;
-		link_rail_progress(l, u->rail);
+	case PEER_MSG__BODY_RAIL_UP:
+		link_on_rail_up(l, qp, msg->rail_up);
 		break;
-	}
 	default:
-		if (l->phase != LINK_UP) {
-			link_fail(l, -MESH_EPEERMSG, "channel message before the link was UP");
-			break;
-		}
-		ret = l->mesh->upper ? l->mesh->upper->message(l, msg) : -MESH_EPEERMSG;
-		if (ret)
-			link_fail(l, ret, "channel message the link did not agree to");
+		link_on_upper(l, msg);
 		break;
 	}
+out:
 	mesh_peer_msg_free(msg);
 }
 
