@@ -572,73 +572,148 @@ static void tcp_placed(struct tcp_conn *c, size_t n)
 		tcp_conn_process(c); /* its ACK (nothing followed it into the buffer) */
 }
 
-/* Handles one complete frame; returns 1 when consumed, 0 when it must wait (no receive posted),
- * -1 when the connection ended. */
+/* The handshake's frames: CONNECT (a request for the owner), ACCEPT or REJECT of our dial. */
+static int tcp_frame_connect(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct xport_event *ev;
+
+	if (c->state != TC_WAIT_REQUEST) {
+		tcp_conn_protocol_error(c, "CONNECT in state %d", c->state);
+		return -1;
+	}
+	c->state = TC_REQUESTED;
+	c->deadline_ms = 0;
+	ev = tcp_ev_push(c->tx, XPORT_EV_CONNECT_REQUEST, c);
+	if (ev) {
+		ev->pdata_len = (uint8_t)f->payload_len;
+		memcpy(ev->pdata, f->payload, f->payload_len);
+	}
+	tcp_conn_watch(c);
+	return 1;
+}
+
+static int tcp_frame_answer(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct xport_event *ev;
+
+	if (c->state != TC_WAIT_ACCEPT) {
+		tcp_conn_protocol_error(c, "%s in state %d", f->type == TCP_F_ACCEPT ? "ACCEPT" : "REJECT", c->state);
+		return -1;
+	}
+	c->deadline_ms = 0;
+	if (f->type == TCP_F_ACCEPT) {
+		c->state = TC_ESTABLISHED;
+		ev = tcp_ev_push(c->tx, XPORT_EV_ESTABLISHED, c);
+	} else {
+		c->state = TC_CLOSED;
+		tcp_conn_close_fd(c);
+		ev = tcp_ev_push(c->tx, XPORT_EV_REJECTED, c);
+		if (ev)
+			ev->status = -ECONNREFUSED;
+	}
+	if (ev) {
+		ev->pdata_len = (uint8_t)f->payload_len;
+		memcpy(ev->pdata, f->payload, f->payload_len);
+	}
+	return f->type == TCP_F_ACCEPT ? 1 : -1;
+}
+
+/* The peer applied our oldest f->arg frames: their completions, in the order of the send queue. */
+static int tcp_frame_ack(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	if (c->state != TC_ESTABLISHED || f->arg == 0 || f->arg > c->n_unacked) {
+		tcp_conn_protocol_error(c, "ACK of %u frames, %u outstanding", f->arg, c->n_unacked);
+		return -1;
+	}
+	for (uint32_t i = 0; i < f->arg; i++) {
+		struct tcp_unacked *u = c->unacked_head;
+
+		c->unacked_head = u->next;
+		if (!c->unacked_head)
+			c->unacked_tail = NULL;
+		c->n_unacked--;
+		tcp_ev_completion(c, u->op, u->wr_id, u->len, 0, NULL);
+		free(u);
+	}
+	return 1;
+}
+
+static int tcp_frame_send(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct tcp_recv r;
+	int ret = tcp_take_recv(c, f->payload_len, &r);
+
+	if (ret <= 0)
+		return ret;
+	memcpy(r.buf, f->payload, f->payload_len);
+	tcp_ev_completion(c, XPORT_OP_RECV, r.wr_id, f->payload_len, 0, NULL);
+	c->acks_owed++;
+	return 1;
+}
+
+static int tcp_frame_write(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	uint8_t *dst;
+
+	/* Check for a receive first: a WRITE_IMM that must wait is not applied twice. */
+	if (f->type == TCP_F_WRITE_IMM && !c->recv_count)
+		return 0;
+	dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
+	if (!dst)
+		return -1;
+	memcpy(dst, f->payload, f->payload_len);
+	return tcp_write_applied(c, f);
+}
+
+static int tcp_frame_read_req(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
+	uint8_t *src;
+
+	if (c->out_bytes && c->out_bytes + TCP_FRAME_HDR_LEN + f->arg > TCP_OUT_MAX) {
+		c->out_waiting = true; /* the requester does not read its responses: wait until they drain */
+		return 0;
+	}
+	src = tcp_region(c, f->rkey, f->raddr, f->arg, XPORT_ACCESS_REMOTE_READ, "READ");
+	if (!src)
+		return -1;
+	/* Earlier writes complete at the requester before this read does, as on RC. */
+	if (tcp_send_ack(c) || tcp_queue(c, &resp, src, 0, 0)) {
+		tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "cannot queue a read response");
+		return -1;
+	}
+	return 1;
+}
+
+static int tcp_frame_read_resp(struct tcp_conn *c, const struct tcp_frame *f)
+{
+	struct tcp_read **pp = tcp_read_find(c, f->id, f->payload_len), *rd;
+
+	if (!pp)
+		return -1;
+	rd = *pp;
+	*pp = rd->next;
+	memcpy(rd->buf, f->payload, f->payload_len);
+	tcp_ev_completion(c, XPORT_OP_READ, rd->wr_id, f->payload_len, 0, NULL);
+	free(rd);
+	return 1;
+}
+
+/* One whole frame: 1 read on, 0 it waits (no posted receive, or read responses to drain), -1 the
+ * connection ended. Data frames only once the connection was accepted. */
 static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 {
-	struct tcp_xport *tx = c->tx;
-	struct xport_event *ev;
-	struct tcp_recv r;
-	uint8_t *dst;
-	int ret;
-
 	switch (f->type) {
 	case TCP_F_CONNECT:
-		if (c->state != TC_WAIT_REQUEST) {
-			tcp_conn_protocol_error(c, "CONNECT in state %d", c->state);
-			return -1;
-		}
-		c->state = TC_REQUESTED;
-		c->deadline_ms = 0;
-		ev = tcp_ev_push(tx, XPORT_EV_CONNECT_REQUEST, c);
-		if (ev) {
-			ev->pdata_len = (uint8_t)f->payload_len;
-			memcpy(ev->pdata, f->payload, f->payload_len);
-		}
-		tcp_conn_watch(c);
-		return 1;
+		return tcp_frame_connect(c, f);
 	case TCP_F_ACCEPT:
 	case TCP_F_REJECT:
-		if (c->state != TC_WAIT_ACCEPT) {
-			tcp_conn_protocol_error(c, "%s in state %d", f->type == TCP_F_ACCEPT ? "ACCEPT" : "REJECT",
-						c->state);
-			return -1;
-		}
-		c->deadline_ms = 0;
-		if (f->type == TCP_F_ACCEPT) {
-			c->state = TC_ESTABLISHED;
-			ev = tcp_ev_push(tx, XPORT_EV_ESTABLISHED, c);
-		} else {
-			c->state = TC_CLOSED;
-			tcp_conn_close_fd(c);
-			ev = tcp_ev_push(tx, XPORT_EV_REJECTED, c);
-			if (ev)
-				ev->status = -ECONNREFUSED;
-		}
-		if (ev) {
-			ev->pdata_len = (uint8_t)f->payload_len;
-			memcpy(ev->pdata, f->payload, f->payload_len);
-		}
-		return f->type == TCP_F_ACCEPT ? 1 : -1;
+		return tcp_frame_answer(c, f);
 	case TCP_F_DISCONNECT:
 		tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ECONNRESET, "peer disconnected");
 		return -1;
 	case TCP_F_ACK:
-		if (c->state != TC_ESTABLISHED || f->arg == 0 || f->arg > c->n_unacked) {
-			tcp_conn_protocol_error(c, "ACK of %u frames, %u outstanding", f->arg, c->n_unacked);
-			return -1;
-		}
-		for (uint32_t i = 0; i < f->arg; i++) {
-			struct tcp_unacked *u = c->unacked_head;
-
-			c->unacked_head = u->next;
-			if (!c->unacked_head)
-				c->unacked_tail = NULL;
-			c->n_unacked--;
-			tcp_ev_completion(c, u->op, u->wr_id, u->len, 0, NULL);
-			free(u);
-		}
-		return 1;
+		return tcp_frame_ack(c, f);
 	default:
 		break;
 	}
@@ -648,52 +723,14 @@ static int tcp_conn_frame(struct tcp_conn *c, const struct tcp_frame *f)
 	}
 	switch (f->type) {
 	case TCP_F_SEND:
-		ret = tcp_take_recv(c, f->payload_len, &r);
-		if (ret <= 0)
-			return ret;
-		memcpy(r.buf, f->payload, f->payload_len);
-		tcp_ev_completion(c, XPORT_OP_RECV, r.wr_id, f->payload_len, 0, NULL);
-		c->acks_owed++;
-		return 1;
+		return tcp_frame_send(c, f);
 	case TCP_F_WRITE:
 	case TCP_F_WRITE_IMM:
-		/* Check for a receive first: a WRITE_IMM that must wait is not applied twice. */
-		if (f->type == TCP_F_WRITE_IMM && !c->recv_count)
-			return 0;
-		dst = tcp_region(c, f->rkey, f->raddr, f->payload_len, XPORT_ACCESS_REMOTE_WRITE, "WRITE");
-		if (!dst)
-			return -1;
-		memcpy(dst, f->payload, f->payload_len);
-		return tcp_write_applied(c, f);
-	case TCP_F_READ_REQ: {
-		struct tcp_frame resp = {.type = TCP_F_READ_RESP, .id = f->id, .payload_len = f->arg};
-
-		if (c->out_bytes && c->out_bytes + TCP_FRAME_HDR_LEN + f->arg > TCP_OUT_MAX) {
-			c->out_waiting = true; /* the requester does not read its responses: wait until they drain */
-			return 0;
-		}
-		dst = tcp_region(c, f->rkey, f->raddr, f->arg, XPORT_ACCESS_REMOTE_READ, "READ");
-		if (!dst)
-			return -1;
-		/* Earlier writes complete at the requester before this read does, as on RC. */
-		if (tcp_send_ack(c) || tcp_queue(c, &resp, dst, 0, 0)) {
-			tcp_conn_fail(c, XPORT_EV_DISCONNECTED, -ENOMEM, "cannot queue a read response");
-			return -1;
-		}
-		return 1;
-	}
-	case TCP_F_READ_RESP: {
-		struct tcp_read **pp = tcp_read_find(c, f->id, f->payload_len), *rd;
-
-		if (!pp)
-			return -1;
-		rd = *pp;
-		*pp = rd->next;
-		memcpy(rd->buf, f->payload, f->payload_len);
-		tcp_ev_completion(c, XPORT_OP_READ, rd->wr_id, f->payload_len, 0, NULL);
-		free(rd);
-		return 1;
-	}
+		return tcp_frame_write(c, f);
+	case TCP_F_READ_REQ:
+		return tcp_frame_read_req(c, f);
+	case TCP_F_READ_RESP:
+		return tcp_frame_read_resp(c, f);
 	default:
 		tcp_conn_protocol_error(c, "unexpected frame type %u", f->type);
 		return -1;

@@ -242,7 +242,7 @@ static int mesh_link_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
-	ops = provider_from_env("mesh_link_test", &addr, &next_port, 30000);
+	ops = provider_from_env("mesh_link_test", &addr, &next_port, 23000);
 	if (!getenv("MESH_TEST_VERBOSE"))
 		log_set_level(LOG_LVL_ERROR);
 	return mesh_link_main(argc, argv);
