@@ -953,130 +953,152 @@ static int admin_reload(struct admin *a, int slot, int fd)
 	return admin_send_reply(fd, &r);
 }
 
+/* The pages of the lists: the items of a reply, from the request's offset while they fit
+ * ADMIN_LIST_PAGE bytes (CtlReply.total: a reply must fit one datagram, and a cluster may have any
+ * number of links). The arrays are the caller's to free (struct admin_page), also on -ENOMEM. */
+struct admin_page {
+	LinkInfo *lis, **lptrs;
+	MailboxInfo *mbs;
+	ChannelInfo *cis, **cptrs;
+	PortInfo *pis, **pptrs;
+};
+
+static int admin_page_links(struct admin *a, const CtlRequest *req, CtlReply *r, struct admin_page *pg)
+{
+	size_t nl = a->mesh->n_links, bytes = 0;
+
+	r->total = (uint32_t)nl;
+	pg->lis = calloc(nl, sizeof(*pg->lis));
+	pg->lptrs = calloc(nl, sizeof(*pg->lptrs));
+	pg->mbs = calloc(nl, sizeof(*pg->mbs));
+	if (!pg->lis || !pg->lptrs || !pg->mbs)
+		return -ENOMEM;
+	for (uint64_t i = req->offset; i < nl; i++) {
+		LinkInfo *li = &pg->lis[r->n_links];
+
+		link_info__init(li);
+		mailbox_info__init(&pg->mbs[r->n_links]);
+		fill_link(a->mesh, a->mesh->links[i], li, &pg->mbs[r->n_links]);
+		bytes += link_info__get_packed_size(li) + 4;
+		if (r->n_links && bytes > ADMIN_LIST_PAGE)
+			break;
+		pg->lptrs[r->n_links++] = li;
+	}
+	r->links = pg->lptrs;
+	return 0;
+}
+
+static int admin_page_channels(struct admin *a, const CtlRequest *req, CtlReply *r, struct admin_page *pg)
+{
+	uint64_t skip = req->offset;
+	size_t bytes = 0;
+
+	r->total = a->mesh->n_channels;
+	pg->cis = calloc(a->mesh->n_channels, sizeof(*pg->cis));
+	pg->cptrs = calloc(a->mesh->n_channels, sizeof(*pg->cptrs));
+	if (!pg->cis || !pg->cptrs)
+		return -ENOMEM;
+	for (struct channel *ch = a->mesh->channels; ch && r->n_channels < a->mesh->n_channels; ch = ch->next) {
+		ChannelInfo *ci = &pg->cis[r->n_channels];
+
+		if (skip) {
+			skip--;
+			continue;
+		}
+		channel_info__init(ci);
+		fill_channel(a->mesh, ch, ci);
+		bytes += channel_info__get_packed_size(ci) + 4;
+		if (r->n_channels && bytes > ADMIN_LIST_PAGE)
+			break;
+		pg->cptrs[r->n_channels++] = ci;
+	}
+	r->channels = pg->cptrs;
+	return 0;
+}
+
+static int admin_page_ports(struct admin *a, const CtlRequest *req, CtlReply *r, struct admin_page *pg)
+{
+	uint64_t skip = req->offset;
+	size_t np = 0, bytes = 0;
+
+	for (const struct listener *li = a->mesh->listeners; li; li = li->next)
+		np++;
+	r->total = (uint32_t)np;
+	pg->pis = calloc(np ? np : 1, sizeof(*pg->pis));
+	pg->pptrs = calloc(np ? np : 1, sizeof(*pg->pptrs));
+	if (!pg->pis || !pg->pptrs)
+		return -ENOMEM;
+	for (const struct listener *li = a->mesh->listeners; li; li = li->next) {
+		PortInfo *pi = &pg->pis[r->n_ports];
+		int cs = admin_slot_of(a, li->fd); /* its own fd: only the pid, set at accept */
+
+		if (skip) {
+			skip--;
+			continue;
+		}
+		port_info__init(pi);
+		pi->port = li->port;
+		pi->owner_uid = li->uid;
+		pi->owner_pid = cs >= 0 ? a->client_pid[cs] : 0;
+		for (const struct channel *ch = a->mesh->channels; ch; ch = ch->next)
+			pi->channels += !ch->opener && ch->local_port == li->port;
+		bytes += port_info__get_packed_size(pi) + 4;
+		if (r->n_ports && bytes > ADMIN_LIST_PAGE)
+			break;
+		pg->pptrs[r->n_ports++] = pi;
+	}
+	r->ports = pg->pptrs;
+	return 0;
+}
+
 static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req)
 {
 	CtlReply r = CTL_REPLY__INIT;
 	NodeInfo node = NODE_INFO__INIT;
-	LinkInfo *lis = NULL, **lptrs = NULL;
-	MailboxInfo *mbs = NULL;
-	ChannelInfo *cis = NULL, **cptrs = NULL;
-	PortInfo *pis = NULL, **pptrs = NULL;
+	struct admin_page pg = {0};
 	struct numa_show numa;
 	MetricsPage page = METRICS_PAGE__INIT;
 	int ret = 0;
 
-	if (req->op == CTL_OP__CTL_OP_LISTEN || req->op == CTL_OP__CTL_OP_CONNECT) {
+	switch (req->op) {
+	case CTL_OP__CTL_OP_LISTEN:
+	case CTL_OP__CTL_OP_CONNECT:
 		admin_channel_request(a, slot, fd, req);
 		return 0;
-	}
-	if (req->op == CTL_OP__CTL_OP_RELOAD)
+	case CTL_OP__CTL_OP_RELOAD:
 		return admin_reload(a, slot, fd);
-	if (req->op == CTL_OP__CTL_OP_DRAIN)
+	case CTL_OP__CTL_OP_DRAIN:
 		return admin_drain(a, slot, fd, req);
+	default:
+		break;
+	}
 	fill_node_show(a->mesh, &node, &numa);
 	fill_ctl_counters(a, &node);
 	r.node = &node;
-	/* Lists go in pages of ADMIN_LIST_PAGE bytes from the item the request names (CtlReply.total):
-	 * a reply must fit one datagram, and a cluster may have any number of links. */
-	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->mesh->n_links) {
-		size_t nl = a->mesh->n_links, bytes = 0;
-
-		r.total = (uint32_t)nl;
-		lis = calloc(nl, sizeof(*lis));
-		lptrs = calloc(nl, sizeof(*lptrs));
-		mbs = calloc(nl, sizeof(*mbs));
-		if (!lis || !lptrs || !mbs) {
-			ret = admin_reply_error(a, slot, fd, -ENOMEM, "out of memory");
-			goto out;
-		}
-		for (uint64_t i = req->offset; i < nl; i++) {
-			LinkInfo *li = &lis[r.n_links];
-
-			link_info__init(li);
-			mailbox_info__init(&mbs[r.n_links]);
-			fill_link(a->mesh, a->mesh->links[i], li, &mbs[r.n_links]);
-			bytes += link_info__get_packed_size(li) + 4;
-			if (r.n_links && bytes > ADMIN_LIST_PAGE)
-				break;
-			lptrs[r.n_links++] = li;
-		}
-		r.links = lptrs;
-	}
-	if (req->object == CTL_OBJECT__CTL_OBJECT_CHANNELS && a->mesh->n_channels) {
-		uint64_t skip = req->offset;
-		size_t bytes = 0;
-
-		r.total = a->mesh->n_channels;
-		cis = calloc(a->mesh->n_channels, sizeof(*cis));
-		cptrs = calloc(a->mesh->n_channels, sizeof(*cptrs));
-		if (!cis || !cptrs) {
-			ret = admin_reply_error(a, slot, fd, -ENOMEM, "out of memory");
-			goto out;
-		}
-		for (struct channel *ch = a->mesh->channels; ch && r.n_channels < a->mesh->n_channels; ch = ch->next) {
-			ChannelInfo *ci = &cis[r.n_channels];
-
-			if (skip) {
-				skip--;
-				continue;
-			}
-			channel_info__init(ci);
-			fill_channel(a->mesh, ch, ci);
-			bytes += channel_info__get_packed_size(ci) + 4;
-			if (r.n_channels && bytes > ADMIN_LIST_PAGE)
-				break;
-			cptrs[r.n_channels++] = ci;
-		}
-		r.channels = cptrs;
-	}
-	if (req->object == CTL_OBJECT__CTL_OBJECT_PORTS) {
-		uint64_t skip = req->offset;
-		size_t np = 0, bytes = 0;
-
-		for (const struct listener *li = a->mesh->listeners; li; li = li->next)
-			np++;
-		r.total = (uint32_t)np;
-		pis = calloc(np ? np : 1, sizeof(*pis));
-		pptrs = calloc(np ? np : 1, sizeof(*pptrs));
-		if (!pis || !pptrs) {
-			ret = admin_reply_error(a, slot, fd, -ENOMEM, "out of memory");
-			goto out;
-		}
-		for (const struct listener *li = a->mesh->listeners; li; li = li->next) {
-			PortInfo *pi = &pis[r.n_ports];
-			int cs = admin_slot_of(a, li->fd); /* its own fd: only the pid, set at accept */
-
-			if (skip) {
-				skip--;
-				continue;
-			}
-			port_info__init(pi);
-			pi->port = li->port;
-			pi->owner_uid = li->uid;
-			pi->owner_pid = cs >= 0 ? a->client_pid[cs] : 0;
-			for (const struct channel *ch = a->mesh->channels; ch; ch = ch->next)
-				pi->channels += !ch->opener && ch->local_port == li->port;
-			bytes += port_info__get_packed_size(pi) + 4;
-			if (r.n_ports && bytes > ADMIN_LIST_PAGE)
-				break;
-			pptrs[r.n_ports++] = pi;
-		}
-		r.ports = pptrs;
-	}
-	if (req->object == CTL_OBJECT__CTL_OBJECT_METRICS)
+	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->mesh->n_links)
+		ret = admin_page_links(a, req, &r, &pg);
+	else if (req->object == CTL_OBJECT__CTL_OBJECT_CHANNELS && a->mesh->n_channels)
+		ret = admin_page_channels(a, req, &r, &pg);
+	else if (req->object == CTL_OBJECT__CTL_OBJECT_PORTS)
+		ret = admin_page_ports(a, req, &r, &pg);
+	else if (req->object == CTL_OBJECT__CTL_OBJECT_METRICS)
 		admin_metrics_page(a, slot, req, &r, &page);
+	if (ret) {
+		ret = admin_reply_error(a, slot, fd, ret, "out of memory");
+		goto out;
+	}
 	ret = admin_send_reply(fd, &r);
 	/* The last page went out: the text is done with. */
 	if (!ret && r.metrics && page.offset + page.text.len >= page.total)
 		admin_metrics_forget(a, slot);
 out:
-	free(lis);
-	free(lptrs);
-	free(mbs);
-	free(cis);
-	free(cptrs);
-	free(pis);
-	free(pptrs);
+	free(pg.lis);
+	free(pg.lptrs);
+	free(pg.mbs);
+	free(pg.cis);
+	free(pg.cptrs);
+	free(pg.pis);
+	free(pg.pptrs);
 	return ret;
 }
 
