@@ -1109,111 +1109,133 @@ static uint64_t link_qps_wait_ms(const struct link *l)
 	return doubled(LINK_REDIAL_FIRST_MS, l->failures ? l->failures - 1 : 0, max);
 }
 
-static void link_tick(struct link *l, uint64_t t)
+/* An UP link's liveness: nothing from the peer within the keepalive timeout takes it DOWN, and a
+ * rail that stays silent is lost. false: the link went DOWN. */
+static bool link_tick_liveness(struct link *l, uint64_t t)
 {
 	struct mesh *m = l->mesh;
-	const struct mesh_config *cfg = m->cfg;
+	/* Without agreed keepalives the peer sends nothing periodic: only disconnects count; nor does a
+	 * tick after a stall judge (mesh.h tick_no_liveness). */
+	bool judge = (l->features & MESH_FEAT_KEEPALIVE) && !m->tick_no_liveness;
 
-	if (l->phase == LINK_UP) {
-		/* Without agreed keepalives the peer sends nothing periodic: only disconnects count; nor
-		 * does a tick after a stall judge (mesh.h tick_no_liveness). */
-		bool judge = (l->features & MESH_FEAT_KEEPALIVE) && !m->tick_no_liveness;
+	link_ka_look(l, t);
+	if (judge && t - l->last_rx_ms > m->cfg->keepalive_timeout_ms) {
+		link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u for %llu ms", l->peer->id,
+			  (unsigned long long)(t - l->last_rx_ms));
+		return false;
+	}
+	/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
+	for (uint32_t r = 0; r < m->n_rails && judge && m->n_rails > 1; r++) {
+		if ((l->rails_up & (1u << r)) && t - l->rail_rx_ms[r] > m->cfg->keepalive_timeout_ms) {
+			link_rail_fail(l, r, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms", l->peer->id,
+				       r, mesh_node_addr(l->peer, r), (unsigned long long)(t - l->rail_rx_ms[r]));
+			if (l->phase != LINK_UP)
+				return false;
+		}
+	}
+	return true;
+}
 
-		link_ka_look(l, t);
-		if (judge && t - l->last_rx_ms > cfg->keepalive_timeout_ms) {
-			link_fail(l, -MESH_EKEEPALIVE, "nothing from node %u for %llu ms", l->peer->id,
-				  (unsigned long long)(t - l->last_rx_ms));
-			return;
+/* A sequenced link's control: messages to send again, RailDowns and acks owed, and its rails: the
+ * dialler re-dials a failed one, a join that takes too long fails. false: the link went DOWN. */
+static bool link_tick_rails(struct link *l, uint64_t t)
+{
+	struct mesh *m = l->mesh;
+
+	link_ctl_resend(l);
+	link_send_raildowns(l);
+	if (l->phase != LINK_UP)
+		return false;
+	if (l->ctl_rcvd != l->ctl_ack_sent)
+		link_send_ack(l);
+	for (uint32_t r = 0; r < m->n_rails; r++) {
+		if (!(l->rails_joining & (1u << r))) {
+			/* The dialler brings a failed rail back; not while the peer has yet to hear that it
+			 * failed. */
+			if (l->dialer && !(l->rails_up & (1u << r)) && !(l->raildown_pending & (1u << r)) &&
+			    t >= l->rail_next_dial_ms[r])
+				link_rail_dial(l, r);
+		} else if (t - l->rail_attempt_ms[r] > rail_join_timeout_ms(l, r)) {
+			link_rail_fail(l, r, -MESH_EHANDSHAKE, "rail %u not UP %llu ms after it was dialled", r,
+				       (unsigned long long)(t - l->rail_attempt_ms[r]));
+		} else {
+			link_rail_progress(l, r); /* a RailUp that found no send slot */
 		}
-		/* Every rail answers on its own: a rail that dies while no channel writes on it is seen. */
-		for (uint32_t r = 0; r < m->n_rails && judge && m->n_rails > 1; r++) {
-			if ((l->rails_up & (1u << r)) && t - l->rail_rx_ms[r] > cfg->keepalive_timeout_ms) {
-				link_rail_fail(l, r, -MESH_EKEEPALIVE, "nothing from node %u on rail %u (%s) for %llu ms",
-					       l->peer->id, r, mesh_node_addr(l->peer, r),
-					       (unsigned long long)(t - l->rail_rx_ms[r]));
-				if (l->phase != LINK_UP)
-					return;
-			}
+		if (l->phase != LINK_UP)
+			return false;
+	}
+	return true;
+}
+
+/* A keepalive on every UP rail: rail 0's by WRITE where agreed, the others as messages. */
+static void link_tick_keepalives(struct link *l, uint64_t t)
+{
+	struct mesh *m = l->mesh;
+	Keepalive k = KEEPALIVE__INIT;
+	PeerMsg msg = PEER_MSG__INIT;
+	int ret;
+
+	k.seq = ++l->ka_seq;
+	msg.body_case = PEER_MSG__BODY_KEEPALIVE;
+	msg.keepalive = &k;
+	for (uint32_t r = 0; r < m->n_rails; r++) {
+		if (!(l->rails_up & (1u << r)))
+			continue;
+		if (r == 0 && (l->features & MESH_FEAT_KA_WRITE)) {
+			ret = link_ka_write(l, k.seq);
+		} else {
+			/* Read the clock only for a message: rail 0's write needs none here, and a clock
+			 * read is a system call where the clock source is an emulated HPET. */
+			if (!k.sent_us)
+				k.sent_us = util_now_us();
+			ret = link_send_on(l, r * m->cfg->qps_per_link, &msg);
+			if (!ret)
+				link_metrics_ka_sent(&l->metrics, r, k.seq);
 		}
-		if (link_sequenced(l)) {
-			link_ctl_resend(l);
-			link_send_raildowns(l);
+		if (!ret)
+			l->ka_tx_ms[r] = t;
+		/* All slots busy means the peer is not completing our sends: the timeout decides (and
+		 * its DOWN says how many were skipped). */
+		if (ret == -ENOBUFS)
+			l->ka_skipped[r]++;
+		else if (ret) {
+			link_rail_fail(l, r, ret, "cannot send a keepalive on rail %u", r);
 			if (l->phase != LINK_UP)
 				return;
-			if (l->ctl_rcvd != l->ctl_ack_sent)
-				link_send_ack(l);
-			for (uint32_t r = 0; r < m->n_rails; r++) {
-				if (!(l->rails_joining & (1u << r))) {
-					/* The dialler brings a failed rail back; not while the peer has yet to hear
-					 * that it failed. */
-					if (l->dialer && !(l->rails_up & (1u << r)) && !(l->raildown_pending & (1u << r)) &&
-					    t >= l->rail_next_dial_ms[r])
-						link_rail_dial(l, r);
-				} else if (t - l->rail_attempt_ms[r] > rail_join_timeout_ms(l, r)) {
-					link_rail_fail(l, r, -MESH_EHANDSHAKE, "rail %u not UP %llu ms after it was dialled", r,
-						       (unsigned long long)(t - l->rail_attempt_ms[r]));
-				} else {
-					link_rail_progress(l, r); /* a RailUp that found no send slot */
-				}
-				if (l->phase != LINK_UP)
-					return;
-			}
 		}
-		if (t >= l->next_ka_ms && (l->features & MESH_FEAT_KEEPALIVE)) {
-			Keepalive k = KEEPALIVE__INIT;
-			PeerMsg msg = PEER_MSG__INIT;
-			int ret;
-
-			k.seq = ++l->ka_seq;
-			msg.body_case = PEER_MSG__BODY_KEEPALIVE;
-			msg.keepalive = &k;
-			for (uint32_t r = 0; r < m->n_rails; r++) {
-				if (!(l->rails_up & (1u << r)))
-					continue;
-				if (r == 0 && (l->features & MESH_FEAT_KA_WRITE)) {
-					ret = link_ka_write(l, k.seq);
-				} else {
-					/* Read the clock only for a message: rail 0's write needs none here,
-					 * and a clock read is a system call where the clock source is an
-					 * emulated HPET. */
-					if (!k.sent_us)
-						k.sent_us = util_now_us();
-					ret = link_send_on(l, r * cfg->qps_per_link, &msg);
-					if (!ret)
-						link_metrics_ka_sent(&l->metrics, r, k.seq);
-				}
-				if (!ret)
-					l->ka_tx_ms[r] = t;
-				/* All slots busy means the peer is not completing our sends: the timeout
-				 * decides (and its DOWN says how many were skipped). */
-				if (ret == -ENOBUFS)
-					l->ka_skipped[r]++;
-				else if (ret) {
-					link_rail_fail(l, r, ret, "cannot send a keepalive on rail %u", r);
-					if (l->phase != LINK_UP)
-						return;
-				}
-			}
-			l->next_ka_ms = t + cfg->keepalive_interval_ms;
-		}
-		return;
 	}
+	l->next_ka_ms = t + m->cfg->keepalive_interval_ms;
+}
+
+/* An attempt in its handshake: a dial nobody answers (no listener, or an address RDMA cannot
+ * reach, where the CM would retry for long) is given up after adm_no_answer_ms: twice the resolve
+ * timeout, or longer while attempts take longer. A re-dial of a link that was UP is given up
+ * sooner, whenever some of its QPs are missing (link_qps_wait_ms). Any attempt ends at the
+ * handshake timeout. */
+static void link_tick_attempt(struct link *l, uint64_t t)
+{
+	uint32_t est = link_qps_established(l);
+
+	if (l->dialer && l->phase == LINK_QPS && (est == 0 || l->ups) && t - l->attempt_ms > link_qps_wait_ms(l))
+		link_fail(l, -ETIMEDOUT, "%s from %s:%u over %s within %llu ms", est ? "not every QP answered" : "no answer",
+			  l->peer->addr, l->peer->port, link_transport(l), (unsigned long long)(t - l->attempt_ms));
+	else if (t - l->attempt_ms > l->mesh->cfg->handshake_timeout_ms)
+		link_fail(l, -MESH_EHANDSHAKE, "not UP after %llu ms in phase %s", (unsigned long long)(t - l->attempt_ms),
+			  phase_names[l->phase]);
+}
+
+static void link_tick(struct link *l, uint64_t t)
+{
 	if (phase_in_handshake(l->phase)) {
-		uint32_t est = link_qps_established(l);
-
-		/* A dial nobody answers (no listener, or an address RDMA cannot reach, where the CM
-		 * would retry for long) is given up after adm_no_answer_ms: twice the resolve timeout,
-		 * or longer while attempts take longer. A re-dial of a link that was UP is given up
-		 * sooner, whenever some of its QPs are missing (link_qps_wait_ms). */
-		if (l->dialer && l->phase == LINK_QPS && (est == 0 || l->ups) && t - l->attempt_ms > link_qps_wait_ms(l))
-			link_fail(l, -ETIMEDOUT, "%s from %s:%u over %s within %llu ms",
-				  est ? "not every QP answered" : "no answer", l->peer->addr, l->peer->port,
-				  link_transport(l), (unsigned long long)(t - l->attempt_ms));
-		else if (t - l->attempt_ms > cfg->handshake_timeout_ms)
-			link_fail(l, -MESH_EHANDSHAKE, "not UP after %llu ms in phase %s",
-				  (unsigned long long)(t - l->attempt_ms), phase_names[l->phase]);
+		link_tick_attempt(l, t);
 		return;
 	}
+	if (l->phase != LINK_UP || !link_tick_liveness(l, t))
+		return;
+	if (link_sequenced(l) && !link_tick_rails(l, t))
+		return;
+	if (t >= l->next_ka_ms && (l->features & MESH_FEAT_KEEPALIVE))
+		link_tick_keepalives(l, t);
 }
 
 /* A packet lost on a rail (a congested switch, a dropping virtual NIC) is sent again by the NIC
