@@ -736,6 +736,75 @@ static int link_repost_recv(struct link *l, xport_conn_t *c, uint32_t rail, bool
 	return xport_post_recv(c, l->mr_local, NULL, 0, wr_id);
 }
 
+/* A receive completed: a data immediate for the layer above, or a control message in our buffer
+ * (only on a rail's first QP); then the receive is posted again. */
+static void link_on_recv(struct link *l, const struct xport_event *ev, uint32_t kind, uint32_t idx)
+{
+	xport_conn_t *c = ev->conn;
+	bool buffered = kind == WR_RECV;
+	uint32_t rail = link_qp_rail(l, c->index);
+	int ret;
+
+	if (!link_recv_wr_ok(l, c, rail, buffered, idx)) {
+		link_fail(l, -EPROTO, "receive completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
+		return;
+	}
+	l->rail_rx_ms[rail] = now_ms();
+	if (ev->has_imm) {
+		/* The data path: the immediate names the channel, nothing landed in our buffer. */
+		if (l->phase != LINK_UP || !(l->features & MESH_FEAT_CHANNELS)) {
+			link_fail(l, -MESH_EPEERMSG, "data immediate 0x%x before channels were agreed", ev->imm);
+			return;
+		}
+		ret = l->mesh->upper ? l->mesh->upper->imm(l, ev->imm, ev->byte_len) : -MESH_EPEERMSG;
+		if (ret) {
+			link_fail(l, ret, "bad data immediate 0x%x", ev->imm);
+			return;
+		}
+	} else if (!buffered) {
+		link_fail(l, -MESH_EPEERMSG, "a message on data QP %u", c->index);
+		return;
+	} else if (ev->byte_len > MESH_PEER_MSG_MAX) {
+		link_fail(l, -MESH_EPEERMSG, "message of %u bytes", ev->byte_len);
+		return;
+	} else {
+		link_on_message(l, c->index, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
+	}
+	if (l->phase == LINK_IDLE || c->ctx != l)
+		return; /* the message ended the attempt */
+	ret = link_repost_recv(l, c, rail, buffered, idx, ev->wr_id);
+	if (ret)
+		link_fail(l, ret, "cannot repost a receive on QP %u", c->index);
+}
+
+/* The peer's NIC acknowledged a keepalive write (idx: its number's low half); the latest one gives
+ * a round trip on rail 0. */
+static void link_on_ka_written(struct link *l, uint32_t idx)
+{
+	uint64_t t = util_now_us();
+	uint64_t seq = l->ka_write_seq - (uint32_t)((uint32_t)l->ka_write_seq - idx);
+
+	if (seq == l->ka_write_seq && l->ctl_rail == 0 && l->ka_write_us <= t)
+		l->rtt_us = t - l->ka_write_us;
+	link_metrics_ka_acked(&l->metrics, 0, seq);
+}
+
+/* A proof's read came back: it must hold what our write put in the peer's mailbox. */
+static void link_on_proof_read(struct link *l, uint32_t idx)
+{
+	if (idx >= l->mesh->cfg->qps_per_link || l->phase != LINK_PROOF) {
+		link_fail(l, -EPROTO, "unexpected proof completion for QP %u", idx);
+		return;
+	}
+	if (memcmp(l->buf + BUF_PROOF_OFF(l->mesh) + idx * MESH_PROOF_LEN, l->buf + BUF_TOKEN_OFF(l->mesh), MESH_PROOF_LEN)) {
+		link_fail(l, -MESH_EPROOF, "QP %u read back other bytes than it wrote to 0x%llx rkey 0x%x", idx,
+			  (unsigned long long)(l->peer_mb_addr + idx * MESH_PROOF_LEN), l->peer_mb_rkey);
+		return;
+	}
+	l->proofs_done++;
+	link_progress(l);
+}
+
 static void link_on_completion(struct link *l, const struct xport_event *ev)
 {
 	uint32_t kind = WR_KIND(ev->wr_id), idx = WR_IDX(ev->wr_id);
@@ -753,43 +822,9 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	}
 	switch (kind) {
 	case WR_RECV:
-	case WR_RECV_DATA: {
-		xport_conn_t *c = ev->conn;
-		bool buffered = kind == WR_RECV;
-		uint32_t rail = link_qp_rail(l, c->index);
-
-		if (!link_recv_wr_ok(l, c, rail, buffered, idx)) {
-			link_fail(l, -EPROTO, "receive completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
-			return;
-		}
-		l->rail_rx_ms[rail] = now_ms();
-		if (ev->has_imm) {
-			/* The data path: the immediate names the channel, nothing landed in our buffer. */
-			if (l->phase != LINK_UP || !(l->features & MESH_FEAT_CHANNELS)) {
-				link_fail(l, -MESH_EPEERMSG, "data immediate 0x%x before channels were agreed", ev->imm);
-				return;
-			}
-			ret = l->mesh->upper ? l->mesh->upper->imm(l, ev->imm, ev->byte_len) : -MESH_EPEERMSG;
-			if (ret) {
-				link_fail(l, ret, "bad data immediate 0x%x", ev->imm);
-				return;
-			}
-		} else if (!buffered) {
-			link_fail(l, -MESH_EPEERMSG, "a message on data QP %u", c->index);
-			return;
-		} else if (ev->byte_len > MESH_PEER_MSG_MAX) {
-			link_fail(l, -MESH_EPEERMSG, "message of %u bytes", ev->byte_len);
-			return;
-		} else {
-			link_on_message(l, c->index, l->buf + BUF_RECV_OFF + idx * MESH_PEER_MSG_MAX, ev->byte_len);
-		}
-		if (l->phase == LINK_IDLE || c->ctx != l)
-			return; /* the message ended the attempt */
-		ret = link_repost_recv(l, c, rail, buffered, idx, ev->wr_id);
-		if (ret)
-			link_fail(l, ret, "cannot repost a receive on QP %u", c->index);
+	case WR_RECV_DATA:
+		link_on_recv(l, ev, kind, idx);
 		return;
-	}
 	case WR_SEND:
 		if (idx < LINK_SEND_BUFS)
 			l->send_busy &= ~(1u << idx);
@@ -808,31 +843,13 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 	case WR_PROOF_WRITE:
 		l->sq_used[ev->conn->index]--;
 		return;
-	case WR_KA_WRITE: {
-		/* The peer's NIC acknowledged a keepalive write (idx: its number's low half); the latest
-		 * one gives a round trip on rail 0. */
-		uint64_t t = util_now_us();
-		uint64_t seq = l->ka_write_seq - (uint32_t)((uint32_t)l->ka_write_seq - idx);
-
+	case WR_KA_WRITE:
 		l->sq_used[ev->conn->index]--;
-		if (seq == l->ka_write_seq && l->ctl_rail == 0 && l->ka_write_us <= t)
-			l->rtt_us = t - l->ka_write_us;
-		link_metrics_ka_acked(&l->metrics, 0, seq);
+		link_on_ka_written(l, idx);
 		return;
-	}
 	case WR_PROOF_READ:
 		l->sq_used[ev->conn->index]--;
-		if (idx >= l->mesh->cfg->qps_per_link || l->phase != LINK_PROOF) {
-			link_fail(l, -EPROTO, "unexpected proof completion for QP %u", idx);
-			return;
-		}
-		if (memcmp(l->buf + BUF_PROOF_OFF(l->mesh) + idx * MESH_PROOF_LEN, l->buf + BUF_TOKEN_OFF(l->mesh), MESH_PROOF_LEN)) {
-			link_fail(l, -MESH_EPROOF, "QP %u read back other bytes than it wrote to 0x%llx rkey 0x%x", idx,
-				  (unsigned long long)(l->peer_mb_addr + idx * MESH_PROOF_LEN), l->peer_mb_rkey);
-			return;
-		}
-		l->proofs_done++;
-		link_progress(l);
+		link_on_proof_read(l, idx);
 		return;
 	default:
 		link_fail(l, -EPROTO, "completion with unknown wr_id 0x%llx", (unsigned long long)ev->wr_id);
