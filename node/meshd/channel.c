@@ -245,13 +245,69 @@ void channel_free(struct channel *ch)
 	free(ch);
 }
 
+/* The channel's memory: the ring memfd (control page, TX and RX rings; sealed at its size: neither
+ * side can shrink it under the other's mapping, SIGBUS), mapped here, and the credit page; both on
+ * NUMA node `node` when one is wanted, placed before the first touch. 0, or -errno with *why. */
+static int channel_map_rings(struct channel *ch, size_t len, int node, const char **why)
+{
+	ch->memfd = memfd_create("mesh-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)len) ||
+	    fcntl(ch->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		*why = "memfd_create/ftruncate/seal failed";
+		return -errno;
+	}
+	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
+	if (ch->map == MAP_FAILED) {
+		ch->map = NULL;
+		*why = "mmap of the ring failed";
+		return -errno;
+	}
+	ch->map_len = len;
+	ch->ctrl = ch->map;
+	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
+	ch->rx = ch->tx + ch->size;
+	/* Its own page: the credit words are registered (a peer writes one) and placed like the rings. */
+	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ch->credit == MAP_FAILED)
+		ch->credit = NULL;
+	ch->numa_want = node;
+	if (node >= 0 && ch->credit) {
+		int ret = numa_place(ch->map, len, node);
+
+		if (!ret)
+			ret = numa_place(ch->credit, CH_CREDIT_PAGE, node);
+		if (ret) {
+			log_warn("channel %u: cannot place the rings on NUMA node %d: %s; unplaced", ch->id, node,
+				 mesh_strerror(ret));
+			ch->numa_want = -1;
+		}
+	}
+	return 0;
+}
+
+/* The ring's control page as the application finds it (proto/ring.h). */
+static void channel_ring_init(struct channel *ch)
+{
+	struct mesh *m = ch->mesh;
+
+	ch->ctrl->magic = MESH_RING_MAGIC;
+	ch->ctrl->version = MESH_RING_VERSION;
+	ch->ctrl->ring_size = ch->size;
+	ch->ctrl->tx_off = MESH_RING_CTRL_SIZE;
+	ch->ctrl->rx_off = MESH_RING_CTRL_SIZE + ch->size;
+	ch->ctrl->channel_id = ch->id;
+	ch->ctrl->peer_node = ch->peer_node;
+	ch->ctrl->spin_us = m->cfg->app_spin_us;
+	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[ch->rail] ? MESH_DAEMON_POLLING : 0,
+			      memory_order_relaxed);
+}
+
 struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_t rail, int node, const char **why,
 				   int *errp)
 {
 	struct mesh *m = l->mesh;
 	struct channel *ch = calloc(1, sizeof(*ch));
 	int sv[2];
-	size_t len = MESH_RING_CTRL_SIZE + 2 * size;
 
 	*why = "out of memory";
 	*errp = -ENOMEM;
@@ -271,6 +327,8 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 	ch->pairs_told = 1; /* the peer's hint words start zero, which means pairs wanted */
 	ch->peer_boot = l->peer_boot_epoch;
 	ch->xp = l->xp;
+	ch->peer_node = l->peer->id;
+	ch->local = link_is_local(l);
 	ch->id = ++m->next_channel_id;
 	ch->next = m->channels;
 	m->channels = ch;
@@ -289,42 +347,10 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 		ch->link = NULL;
 		goto err;
 	}
-	ch->memfd = memfd_create("mesh-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	/* Sealed at its size: neither side can shrink it under the other's mapping (SIGBUS). */
-	if (ch->memfd < 0 || ftruncate(ch->memfd, (off_t)len) ||
-	    fcntl(ch->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		*why = "memfd_create/ftruncate/seal failed";
-		*errp = -errno;
+	*errp = channel_map_rings(ch, MESH_RING_CTRL_SIZE + 2 * size, node, why);
+	if (*errp)
 		goto err;
-	}
-	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
-	if (ch->map == MAP_FAILED) {
-		ch->map = NULL;
-		*why = "mmap of the ring failed";
-		*errp = -errno;
-		goto err;
-	}
-	ch->map_len = len;
-	ch->ctrl = ch->map;
-	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
-	ch->rx = ch->tx + size;
-	/* Its own page: the credit words are registered (a peer writes one) and placed like the rings. */
-	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ch->credit == MAP_FAILED)
-		ch->credit = NULL;
-	/* Before the first touch: the policy decides where the pages are allocated. */
-	ch->numa_want = node;
-	if (node >= 0 && ch->credit) {
-		int ret = numa_place(ch->map, len, node);
-
-		if (!ret)
-			ret = numa_place(ch->credit, CH_CREDIT_PAGE, node);
-		if (ret) {
-			log_warn("channel %u: cannot place the rings on NUMA node %d: %s; unplaced", ch->id, node,
-				 mesh_strerror(ret));
-			ch->numa_want = -1;
-		}
-	}
+	*errp = -ENOMEM;
 	ch->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ch->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (!ch->credit || ch->kick_fd < 0 || ch->wake_fd < 0 ||
@@ -335,17 +361,7 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 	memset(ch->credit, 0, (CH_DIRECT_OUT + 2) * sizeof(*ch->credit));
 	ch->life_fd = sv[0];
 	ch->app_life_fd = sv[1];
-	ch->ctrl->magic = MESH_RING_MAGIC;
-	ch->ctrl->version = MESH_RING_VERSION;
-	ch->ctrl->ring_size = size;
-	ch->ctrl->tx_off = MESH_RING_CTRL_SIZE;
-	ch->ctrl->rx_off = MESH_RING_CTRL_SIZE + size;
-	ch->ctrl->channel_id = ch->id;
-	ch->ctrl->peer_node = l->peer->id;
-	ch->peer_node = l->peer->id;
-	ch->ctrl->spin_us = m->cfg->app_spin_us;
-	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[rail] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
-	ch->local = link_is_local(l);
+	channel_ring_init(ch);
 	/* On the rail's device; its first QP stands for all of the rail's QPs (a local channel's rings
 	 * are only ever copied by this process: nothing to register). */
 	if (!ch->local) {
