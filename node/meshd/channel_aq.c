@@ -462,113 +462,149 @@ void channel_aq_revoke(struct channel *ch)
 }
 
 /* The peer's ChannelAppQp. */
+/* The peer's offer of its application's QP (or connection): QPN, PSN and keys were checked by the
+ * decoder (wire.c), as every field of the peer. An offer of a round we installed or passed already
+ * is stale; the latest waits until our application's page can take it (ours has no offer: it stays
+ * unanswered). */
+static bool aq_on_offer(struct channel *ch, const ChannelAppQp *a)
+{
+	if (a->round < ch->aq_peer_next)
+		return false;
+	ch->aq_pend.valid = true;
+	ch->aq_pend.ready = false;
+	ch->aq_pend.round = a->round;
+	ch->aq_pend.qpn = a->qpn;
+	ch->aq_pend.psn = a->psn;
+	ch->aq_pend.rx_addr = a->rx_addr;
+	ch->aq_pend.rx_rkey = a->rx_rkey;
+	ch->aq_pend.dir_addr = a->dir_addr;
+	ch->aq_pend.dir_rkey = a->dir_rkey;
+	ch->aq_pend.caps = a->caps;
+	/* Checked by the decoder: 16 bytes or none; the application checks it fits its path. */
+	ch->aq_pend.tcp_port = a->tcp_port;
+	memset(ch->aq_pend.tcp_token, 0, sizeof(ch->aq_pend.tcp_token));
+	if (a->tcp_token.len == sizeof(ch->aq_pend.tcp_token))
+		memcpy(ch->aq_pend.tcp_token, a->tcp_token.data, a->tcp_token.len);
+	channel_aq_install(ch);
+	return true;
+}
+
+static bool aq_on_ready(struct channel *ch, const ChannelAppQp *a)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+
+	if (ch->aq_pend.valid && a->round == ch->aq_pend.round) {
+		ch->aq_pend.ready = true; /* installed with its offer */
+		return false;
+	}
+	if (atomic_load_explicit(&q->peer_state, memory_order_relaxed) != MESH_AQ_PEER_INFO || a->round != ch->aq_peer_round)
+		return false;
+	ch->aq_peer_ready = true;
+	atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_READY, memory_order_release);
+	channel_wake_app(ch);
+	return true;
+}
+
+static bool aq_on_sending(struct channel *ch, struct link *l, const ChannelAppQp *a)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+
+	if (ch->resuming || (ch->aq_peer_next && a->round < ch->aq_peer_round) ||
+	    (a->round < ch->aq_peer_next && atomic_load_explicit(&q->peer_state, memory_order_relaxed) == MESH_AQ_PEER_NONE)) {
+		/* Of a QP that a resume revokes, or revoked (our page has a newer one, or none since we
+		 * renewed): sent before the peer's ChannelResume, so it comes before ours is done; its
+		 * bytes come again by our immediates. */
+		log_debug("channel %u: node %u's application posts from round %u, ours has %u%s; ignored", ch->id,
+			  l->peer->id, a->round, ch->aq_peer_round, ch->resuming ? " (resuming)" : "");
+		return false;
+	}
+	if (!ch->aq_peer_ready || a->round != ch->aq_peer_round || ch->aq_peer_sends || a->pos < ch->rx_bytes ||
+	    a->pos > ch->app_rx_cons + ch->size) {
+		channel_break(ch, -EPROTO, "node %u's application posts from %llu, which does not fit (%llu placed)",
+			      l->peer->id, (unsigned long long)a->pos, (unsigned long long)ch->rx_bytes);
+		return true;
+	}
+	ch->aq_peer_sends = true;
+	ch->aq_peer_from = a->pos;
+	return true;
+}
+
+/* Its application's writes all completed before it said so: the pair is final. (Our application's
+ * rx_seen may lag its CQ: we then answer less than arrived, and the peer writes those bytes again,
+ * identical, where they are.) */
+static void aq_on_handback(struct channel *ch, struct link *l)
+{
+	ChannelAppQp r = CHANNEL_APP_QP__INIT;
+
+	channel_aq_rx(ch);
+	ch->aq_peer_sends = false;
+	r.state = AQ_MSG_PLACED;
+	r.pos = ch->rx_bytes;
+	if (channel_aq_send(ch, &r))
+		log_debug("channel %u: cannot answer node %u's hand-back now; its resume will", ch->id, l->peer->id);
+}
+
+/* The peer's application is done with its QP: ours stops writing to it and says IDLE, and its
+ * hand-back follows. One not installed yet is just dropped; one before the installed is stale. */
+static void aq_on_revoke(struct channel *ch, const ChannelAppQp *a)
+{
+	if (ch->aq_pend.valid && a->round == ch->aq_pend.round)
+		ch->aq_pend.valid = false;
+	if (ch->aq_peer_next && a->round == ch->aq_peer_round)
+		channel_aq_stop_app(ch);
+}
+
+/* Where the peer placed our application's writes it handed back: meshd posts from there. */
+static bool aq_on_placed(struct channel *ch, struct link *l, const ChannelAppQp *a)
+{
+	if (!ch->aq_wait_pos)
+		return false; /* a resume came between: it rewound already */
+	if (a->pos < ch->peer_placed || a->pos > ch->tx_sent) {
+		channel_break(ch, -EPROTO, "node %u placed %llu of our bytes, outside [%llu, %llu]", l->peer->id,
+			      (unsigned long long)a->pos, (unsigned long long)ch->peer_placed, (unsigned long long)ch->tx_sent);
+		return true;
+	}
+	ch->rewritten_bytes += ch->tx_sent - a->pos;
+	ch->tx_sent = ch->tx_done = a->pos;
+	ch->peer_placed = a->pos;
+	ch->aq_wait_pos = false;
+	channel_aq_ungrant(ch);
+	log_info("channel %u (node %u port %u): the application gave its writes back at %llu; meshd posts them", ch->id,
+		 l->peer->id, ch->peer_port, (unsigned long long)a->pos);
+	return true;
+}
+
 void channel_on_app_qp(struct link *l, const ChannelAppQp *a)
 {
 	struct channel *ch = link_channel(l, a->slot);
-	struct mesh_ring_aq *q;
+	bool pump = true;
 
 	if (!ch || ch->state != CH_OPEN)
 		return; /* closed meanwhile: nothing to relay */
-	q = mesh_ring_aq(ch->ctrl);
 	switch (a->state) {
 	case AQ_MSG_OFFER:
-		/* QPN, PSN and keys were checked by the decoder (wire.c), as every field of the peer. An
-		 * offer of a round we installed or passed already is stale; the latest waits until our
-		 * application's page can take it (ours has no offer: it stays unanswered). */
-		if (a->round < ch->aq_peer_next)
-			return;
-		ch->aq_pend.valid = true;
-		ch->aq_pend.ready = false;
-		ch->aq_pend.round = a->round;
-		ch->aq_pend.qpn = a->qpn;
-		ch->aq_pend.psn = a->psn;
-		ch->aq_pend.rx_addr = a->rx_addr;
-		ch->aq_pend.rx_rkey = a->rx_rkey;
-		ch->aq_pend.dir_addr = a->dir_addr;
-		ch->aq_pend.dir_rkey = a->dir_rkey;
-		ch->aq_pend.caps = a->caps;
-		/* Checked by the decoder: 16 bytes or none; the application checks it fits its path. */
-		ch->aq_pend.tcp_port = a->tcp_port;
-		memset(ch->aq_pend.tcp_token, 0, sizeof(ch->aq_pend.tcp_token));
-		if (a->tcp_token.len == sizeof(ch->aq_pend.tcp_token))
-			memcpy(ch->aq_pend.tcp_token, a->tcp_token.data, a->tcp_token.len);
-		channel_aq_install(ch);
+		pump = aq_on_offer(ch, a);
 		break;
 	case AQ_MSG_READY:
-		if (ch->aq_pend.valid && a->round == ch->aq_pend.round) {
-			ch->aq_pend.ready = true; /* installed with its offer */
-			return;
-		}
-		if (atomic_load_explicit(&q->peer_state, memory_order_relaxed) != MESH_AQ_PEER_INFO ||
-		    a->round != ch->aq_peer_round)
-			return;
-		ch->aq_peer_ready = true;
-		atomic_store_explicit(&q->peer_state, MESH_AQ_PEER_READY, memory_order_release);
-		channel_wake_app(ch);
+		pump = aq_on_ready(ch, a);
 		break;
 	case AQ_MSG_SENDING:
-		if (ch->resuming || (ch->aq_peer_next && a->round < ch->aq_peer_round) ||
-		    (a->round < ch->aq_peer_next && atomic_load_explicit(&q->peer_state, memory_order_relaxed) ==
-							      MESH_AQ_PEER_NONE)) {
-			/* Of a QP that a resume revokes, or revoked (our page has a newer one, or none
-			 * since we renewed): sent before the peer's ChannelResume, so it comes before ours
-			 * is done; its bytes come again by our immediates. */
-			log_debug("channel %u: node %u's application posts from round %u, ours has %u%s; ignored", ch->id,
-				  l->peer->id, a->round, ch->aq_peer_round, ch->resuming ? " (resuming)" : "");
-			return;
-		}
-		if (!ch->aq_peer_ready || a->round != ch->aq_peer_round || ch->aq_peer_sends || a->pos < ch->rx_bytes ||
-		    a->pos > ch->app_rx_cons + ch->size) {
-			channel_break(ch, -EPROTO, "node %u's application posts from %llu, which does not fit (%llu placed)",
-				      l->peer->id, (unsigned long long)a->pos, (unsigned long long)ch->rx_bytes);
-			break;
-		}
-		ch->aq_peer_sends = true;
-		ch->aq_peer_from = a->pos;
+		pump = aq_on_sending(ch, l, a);
 		break;
-	case AQ_MSG_HANDBACK: {
-		ChannelAppQp r = CHANNEL_APP_QP__INIT;
-
-		/* Its application's writes all completed before it said so: the pair is final. (Our
-		 * application's rx_seen may lag its CQ: we then answer less than arrived, and the
-		 * peer writes those bytes again, identical, where they are.) */
-		channel_aq_rx(ch);
-		ch->aq_peer_sends = false;
-		r.state = AQ_MSG_PLACED;
-		r.pos = ch->rx_bytes;
-		if (channel_aq_send(ch, &r))
-			log_debug("channel %u: cannot answer node %u's hand-back now; its resume will", ch->id, l->peer->id);
+	case AQ_MSG_HANDBACK:
+		aq_on_handback(ch, l);
 		break;
-	}
 	case AQ_MSG_REVOKE:
-		/* The peer's application is done with its QP: ours stops writing to it and says IDLE,
-		 * and its hand-back follows. One not installed yet is just dropped; one before the
-		 * installed is stale. */
-		if (ch->aq_pend.valid && a->round == ch->aq_pend.round)
-			ch->aq_pend.valid = false;
-		if (ch->aq_peer_next && a->round == ch->aq_peer_round)
-			channel_aq_stop_app(ch);
+		aq_on_revoke(ch, a);
 		break;
 	case AQ_MSG_PLACED:
-		if (!ch->aq_wait_pos)
-			return; /* a resume came between: it rewound already */
-		if (a->pos < ch->peer_placed || a->pos > ch->tx_sent) {
-			channel_break(ch, -EPROTO, "node %u placed %llu of our bytes, outside [%llu, %llu]", l->peer->id,
-				      (unsigned long long)a->pos, (unsigned long long)ch->peer_placed,
-				      (unsigned long long)ch->tx_sent);
-			break;
-		}
-		ch->rewritten_bytes += ch->tx_sent - a->pos;
-		ch->tx_sent = ch->tx_done = a->pos;
-		ch->peer_placed = a->pos;
-		ch->aq_wait_pos = false;
-		channel_aq_ungrant(ch);
-		log_info("channel %u (node %u port %u): the application gave its writes back at %llu; meshd posts them",
-			 ch->id, l->peer->id, ch->peer_port, (unsigned long long)a->pos);
+		pump = aq_on_placed(ch, l, a);
 		break;
 	default:
 		log_warn("node %u sent ChannelAppQp state %u for channel slot %u; ignored", l->peer->id, a->state, a->slot);
 		return;
 	}
-	channel_pump(ch);
+	/* A stale or ignored message changes nothing: no pump for it. */
+	if (pump)
+		channel_pump(ch);
 }
