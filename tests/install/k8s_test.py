@@ -115,14 +115,41 @@ def entry_point(k8s, build, port):
     meshctl = os.path.join(build, "node", "meshctl")
     script = os.path.join(k8s, "meshd-k8s-start")
     work = tempfile.mkdtemp(prefix="mesh-k8s-")
-    conf = os.path.join(work, "mesh.conf")
-    with open(conf, "w") as f:
-        f.write('cluster = { name = "k8s"; transport = "tcp"; };\n'
-                f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {port}; }},\n'
-                f'  {{ id = 2; addr = "127.0.0.1"; port = {port + 1}; }}\n);\n')
+    # mesh.conf as kubelet mounts a ConfigMap: a link into ..data, itself a link to the current
+    # version's directory, swapped by a rename when the ConfigMap changes.
+    cm = os.path.join(work, "config")
+    os.mkdir(cm)
+    conf = os.path.join(cm, "mesh.conf")
+
+    def configmap(version, extra):
+        d = os.path.join(cm, f"..v{version}")
+        os.mkdir(d)
+        with open(os.path.join(d, "mesh.conf"), "w") as f:
+            f.write(f'cluster = {{ name = "k8s"; transport = "tcp"; {extra} }};\n'
+                    f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {port}; }},\n'
+                    f'  {{ id = 2; addr = "127.0.0.1"; port = {port + 1}; }}\n);\n')
+        os.symlink(f"..v{version}", os.path.join(cm, "..data_tmp"))
+        os.replace(os.path.join(cm, "..data_tmp"), os.path.join(cm, "..data"))
+        if not os.path.islink(conf):
+            os.symlink("..data/mesh.conf", conf)
+
+    configmap(1, 'log_level = "info";')
     ids = os.path.join(work, "node-ids")
     sock = os.path.join(work, "meshd.sock")
-    env = dict(os.environ, MESH_CONFIG=conf, MESH_NODE_IDS=ids, MESH_SOCKET=sock, MESHD=meshd)
+    env = dict(os.environ, MESH_CONFIG=conf, MESH_NODE_IDS=ids, MESH_SOCKET=sock, MESHD=meshd,
+               MESHCTL=meshctl, MESH_RELOAD_POLL_S="1")
+
+    def node_info():
+        r = subprocess.run([meshctl, "-s", sock, "-j", "node"], capture_output=True, text=True)
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+
+    def until(pred, secs):
+        for _ in range(int(secs * 10)):
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.1)
+        return pred()
 
     def run(text, node, wait):
         with open(ids, "w") as f:
@@ -144,9 +171,25 @@ def entry_point(k8s, build, port):
                 break
             time.sleep(0.1)
         check(node == 2, "meshd-k8s-start: NODE_NAME=worker-b runs meshd as node 2 (meshctl node)", f"node {node}")
+        # The ConfigMap changes: kubelet's swap of ..data, and meshd reloads without a restart.
+        configmap(2, 'log_level = "debug";')
+        n = until(lambda: node_info().get("config_generation") == 2 and node_info(), 20) or {}
+        check(n.get("log_level") == "debug" and n.get("pid") == node_info().get("pid"),
+              "a changed ConfigMap reaches meshd without a restart (meshctl reload: generation 2, log_level debug)",
+              str({k: n.get(k) for k in ("config_generation", "log_level", "config_error")}))
+        configmap(3, 'log_level = loud;')
+        n = until(lambda: node_info().get("config_refused") == 1 and node_info(), 20) or {}
+        check(n.get("config_generation") == 2 and "syntax error" in n.get("config_error", ""),
+              "a broken ConfigMap is refused: meshd keeps generation 2 and says why (config_error)",
+              str({k: n.get(k) for k in ("config_generation", "config_refused", "config_error")}))
     finally:
         p.send_signal(signal.SIGTERM)
-        p.wait(timeout=10)
+        rc = p.wait(timeout=10)
+    out = p.stdout.read()
+    check(rc == 0 and "changed: meshctl reload" in out and "kept its configuration" in out,
+          "meshd-k8s-start passes SIGTERM to meshd and exits with its status (0), having said each reload",
+          f"exit {rc}: {out[-600:]}")
+    configmap(4, 'log_level = "info";')
     for text, name, want in (("worker-a 1\n", "worker-z", 'no line for Kubernetes node "worker-z"'),
                              ("worker-a 1\nworker-a 2\n", "worker-a", "listed 2 times"),
                              ("worker-a one\n", "worker-a", "is not a number"),
