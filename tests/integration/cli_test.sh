@@ -132,6 +132,115 @@ expect 0 "cluster.keepalive_timeout_ms .*in force: 5000" "meshd --dump-config --
 	"$MESHD" --dump-config -c "$c"
 expect 0 "nodes.port" "meshd --dump-config lists node keys" -- "$MESHD" --dump-config
 
+# meshd --check: everything a start checks, without starting; one line per problem naming
+# file:line or the key, exit 1; a good file exit 0. Ports are the kernel's free ones (tests run in
+# parallel); 192.0.2.1 (TEST-NET-1) is never an address of this host.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Holds a listening TCP port until killed; its number in "$T/$1.port".
+hold_port() {
+	python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+open(sys.argv[1], "w").write(str(s.getsockname()[1])); time.sleep(120)' "$T/$1.port" &
+	hold_pid=$!
+	for _ in $(seq 100); do [ -s "$T/$1.port" ] && break; sleep 0.05; done
+}
+hold_port busy
+busy=$(cat "$T/busy.port")
+p1=$(free_port)
+(umask 077 && "$MESHCTL" keygen >"$T/ck.key")
+ck_cluster='cluster = { name = "t"; transport = "tcp"; key_file = "ck.key"; };'
+ck_nodes="nodes = (
+  { id = 1; addr = \"127.0.0.1\"; port = $p1; },
+  { id = 2; addr = \"192.0.2.1\"; port = $p1; }
+);"
+c=$(conf ckgood "$ck_cluster
+$ck_nodes")
+expect 0 "ckgood.conf: good for node 1 \(tcp on 127.0.0.1 port $p1" "meshd --check: a good file and node, exit 0" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 0 "ckgood.conf: good \(2 nodes" "meshd --check without --node-id: the file and the key, exit 0" -- \
+	"$MESHD" --check -c "$c"
+# --dump-config takes a node the file lacks; --check does not.
+expect 0 "cluster.name" "meshd --dump-config -n 9 (a node not in the file) still dumps" -- "$MESHD" --dump-config -c "$c" -n 9
+expect 1 "ckgood.conf:2: node id 9 is not in nodes" "meshd --check 1: node id not in the file: file:line" -- \
+	"$MESHD" --check -c "$c" -n 9 -s "$T/ck.sock"
+chmod 644 "$T/ck.key"
+expect 1 "cluster.key_file $T/ck.key: permissions 0644 are too open" "meshd --check 2: key file mode 0644: named" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 1 "cluster.key_file $T/ck.key: permissions 0644" "meshd --check 2b: key file 0644 without --node-id too" -- \
+	"$MESHD" --check -c "$c"
+chmod 600 "$T/ck.key"
+c=$(conf cknokey "cluster = { name = \"t\"; transport = \"tcp\"; key_file = \"nokey.key\"; };
+$ck_nodes")
+expect 1 "cluster.key_file $T/nokey.key: cannot open" "meshd --check 3: key file missing: named" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 1 "ckgood.conf:4: node 2: cannot listen on 192.0.2.1 port $p1 \(tcp, rail 0\): 192.0.2.1 is not an address of this host: is this host node 2 \(--node-id\)" \
+	"meshd --check 4: an address not on this host: file:line and the hint" -- \
+	"$MESHD" --check -c "$T/ckgood.conf" -n 2 -s "$T/ck.sock"
+c=$(conf ckbusy "$ck_cluster
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $busy; } );")
+expect 1 "ckbusy.conf:2: node 1: cannot listen on 127.0.0.1 port $busy \(tcp, rail 0\): port $busy of 127.0.0.1 is in use" \
+	"meshd --check 5: listen port in use: file:line" -- "$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckmetrics "$ck_cluster
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $p1;
+            metrics_listen = \"127.0.0.1:$busy\"; } );")
+expect 1 "ckmetrics.conf:2: node 1: metrics_listen \"127.0.0.1:$busy\": port $busy of 127.0.0.1 is in use" \
+	"meshd --check 6: metrics port in use: file:line" -- "$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckquote "cluster = { name = \"t\"; transport = tcp; };
+$ck_nodes")
+expect 1 "ckquote.conf:1: syntax error: strings need quotes" "meshd --check 7: unquoted string: file:line, the hint" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckdup "cluster = { name = \"t\";
+  transport = \"tcp\";
+  transport = \"rdma\"; };
+$ck_nodes")
+expect 1 "ckdup.conf:3: duplicate setting transport" "meshd --check 8: a repeated key: file:line, named" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 1 "$T: is a directory" "meshd --check 9: a directory as the file: named, exit 1" -- \
+	"$MESHD" --check -c "$T" -n 1 -s "$T/ck.sock"
+c=$(conf ckqps "cluster = { name = \"t\"; qps_per_link = 99; };
+$ck_nodes")
+expect 1 "ckqps.conf:1: cluster.qps_per_link 99 out of range 1..16" "meshd --check 10: a value out of range: file:line" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckrdma "cluster = { name = \"t\"; transport = \"rdma\"; };
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $p1; } );")
+if [ ! -e /dev/infiniband/rdma_cm ]; then
+	expect 1 "ckrdma.conf:2: node 1, rail 0: no RDMA device serves 127.0.0.1" \
+		"meshd --check 11: rdma without a device on the address: named" -- \
+		"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+else
+	echo "skip meshd --check without RDMA: this machine has /dev/infiniband/rdma_cm"
+fi
+# Every problem at once, one line each: a key file too open and an address not on this host.
+chmod 640 "$T/ck.key"
+out=$("$MESHD" --check -c "$T/ckgood.conf" -n 2 -s "$T/ck.sock" 2>&1 >/dev/null)
+rc=$?
+chmod 600 "$T/ck.key"
+if [ "$rc" = 1 ] && [ "$(wc -l <<<"$out")" = 2 ] && grep -q "permissions 0640" <<<"$out" &&
+	grep -q "192.0.2.1 is not an address of this host" <<<"$out"; then
+	ok "meshd --check: two problems, two lines"
+else
+	bad "meshd --check: two problems, two lines (exit $rc)" "$out"
+fi
+
+# The same problems at a real start: said once, with what to do.
+out=$(timeout 20 "$MESHD" -c "$T/ckgood.conf" -n 2 -s "$T/ck.sock" 2>&1)
+if [ "$(grep -c 'not an address of this host' <<<"$out")" = 1 ] && ! grep -q "Cannot assign" <<<"$out"; then
+	ok "meshd start on an address not of this host: one line, with the hint"
+else
+	bad "meshd start on an address not of this host: one line, with the hint" "$out"
+fi
+expect 1 "metrics_listen \"127.0.0.1:$busy\": port $busy of 127.0.0.1 is in use" \
+	"meshd start with its metrics port in use: address and port named" -- \
+	"$MESHD" -c "$T/ckmetrics.conf" -n 1 -s "$T/ck.sock"
+if grep -q "port 0" <<<"$("$MESHD" -c "$T/ckmetrics.conf" -n 1 -s "$T/ck.sock" 2>&1)"; then
+	bad "meshd start with its metrics port in use: libmicrohttpd's \"port 0\" is not said"
+else
+	ok "meshd start with its metrics port in use: libmicrohttpd's \"port 0\" is not said"
+fi
+kill "$hold_pid"
+wait "$hold_pid" 2>/dev/null
+
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
 expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, reload, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unexpected argument .now." "meshctl reload takes no argument" -- "$MESHCTL" -s "$T/s" reload now
