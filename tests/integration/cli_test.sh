@@ -7,6 +7,7 @@ set -u
 B=${1:?usage: cli_test.sh BUILD_DIR}
 MESHD=$B/node/meshd
 MESHCTL=$B/node/meshctl
+MESHCAT=$B/meshlib/meshcat
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 pass=0 fail=0
@@ -244,13 +245,59 @@ wait "$hold_pid" 2>/dev/null
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
 expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, reload, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unexpected argument .now." "meshctl reload takes no argument" -- "$MESHCTL" -s "$T/s" reload now
-expect 2 "cannot connect to $T/nosock" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
+expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
-expect 2 "cannot connect to $T/nosock" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
-expect 2 "cannot connect to $T/nosock" "meshctl metrics without a daemon: named, exit 2" -- \
+expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
+expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl metrics without a daemon: named, exit 2" -- \
 	"$MESHCTL" -s "$T/nosock" metrics
 expect 1 "unknown command 'drop' for metrics" "meshctl metrics unknown command" -- "$MESHCTL" -s "$T/s" metrics drop
-MESH_SOCKET="$T/envsock" expect 2 "cannot connect to $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"
+MESH_SOCKET="$T/envsock" expect 2 "meshd is not running at $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"
+
+# An application that cannot reach meshd is told which socket and why, not an errno that reads as
+# the peer node's ("connect to node 2 port 17550: No such file or directory").
+expect 2 "^meshcat: connect to node 2 port 17550: meshd is not running at $T/nosuch.sock \(no such socket\)$" \
+	"meshcat without meshd: the socket path, meshd not running" -- "$MESHCAT" -s "$T/nosuch.sock" 2 17550 </dev/null
+: >"$T/plain"
+expect 2 "$T/plain is not a socket" "meshcat on a file that is no socket: said" -- "$MESHCAT" -s "$T/plain" 2 17550 </dev/null
+# A user outside the socket's group: which group to join, and the socket's owner, group and mode.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	mkdir -p "$T/pub"
+	chmod 711 "$T"
+	chmod 755 "$T/pub"
+	python3 -c '
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen()
+os.chown(sys.argv[1], 0, 0); os.chmod(sys.argv[1], 0o660); open(sys.argv[1] + ".up", "w").close(); time.sleep(60)' \
+		"$T/pub/m.sock" &
+	acc_pid=$!
+	for _ in $(seq 100); do [ -e "$T/pub/m.sock.up" ] && break; sleep 0.05; done
+	expect 2 "meshcat: connect to node 2 port 17550: no permission for $T/pub/m.sock: join group root \(the socket is root:root 0660\)" \
+		"meshcat as a user outside the socket's group: join which group" -- \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$MESHCAT" -s "$T/pub/m.sock" 2 17550 </dev/null
+	expect 2 "meshctl: no permission for $T/pub/m.sock: join group root \(the socket is root:root 0660\)" \
+		"meshctl as a user outside the socket's group: join which group" -- \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$MESHCTL" -s "$T/pub/m.sock"
+	kill "$acc_pid"
+	wait "$acc_pid" 2>/dev/null
+	chmod 700 "$T"
+else
+	echo "skip a user outside the socket's group: needs root and setpriv"
+fi
+# A port nobody listens on: said once, not "Connection refused (meshd: node 1 refused: Connection refused)".
+pr=$(free_port)
+c=$(conf refuse "cluster = { name = \"t\"; transport = \"tcp\"; };
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $pr; } );")
+"$MESHD" -c "$c" -n 1 -s "$T/refuse.sock" >"$T/refuse.log" 2>&1 &
+refuse_pid=$!
+for _ in $(seq 200); do [ -S "$T/refuse.sock" ] && break; sleep 0.05; done
+out=$(timeout 20 "$MESHCAT" -s "$T/refuse.sock" 1 17550 </dev/null 2>&1)
+if [ "$out" = "meshcat: connect to node 1 port 17550: nobody listens on that port" ]; then
+	ok "meshcat to a port nobody listens on: one reason, no word twice"
+else
+	bad "meshcat to a port nobody listens on: one reason, no word twice" "$out$(tail -n 3 "$T/refuse.log")"
+fi
+kill "$refuse_pid"
+wait "$refuse_pid"
 
 # On a machine without RDMA meshd must say so and exit, not hang.
 if [ ! -e /dev/infiniband/rdma_cm ]; then
