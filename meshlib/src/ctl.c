@@ -229,10 +229,10 @@ err_free:
 	return ret;
 }
 
-int ctl_request(const char *path, const CtlRequest *req, const struct timespec *deadline, CtlReply **out,
+int ctl_request(int fd, const CtlRequest *req, const struct timespec *deadline, CtlReply **out,
 		int fds[CTL_FDS_MAX], int *nfds)
 {
-	int fd = ctl_open(path, deadline), ret;
+	int ret;
 
 	if (fd < 0)
 		return fd;

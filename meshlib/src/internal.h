@@ -34,7 +34,9 @@ enum {
 
 struct mesh_session {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	char error[160]; /* meshd's text for the last failed connect/listen, "" when none */
+	/* Why the last connect/listen failed, "" when nobody said: meshd's text, or libmesh's when meshd
+	 * could not be reached (its socket path in it). */
+	char error[320];
 };
 
 struct mesh_listener {
@@ -112,10 +114,11 @@ int ctl_wait(int fd, const struct timespec *deadline, bool restart);
  * queued), -ECONNRESET (meshd closed the connection), -EPROTO (truncated reply or descriptors),
  * -EBADMSG (undecodable), -ENOMEM or another -errno. */
 int ctl_recv(int fd, CtlReply **out, int fds[CTL_FDS_MAX], int *nfds);
-/* One request on a fresh control connection and its first reply, by the deadline (a signal does
- * not cut the wait): the connection (>= 0, the caller's to close) with *out and the reply's
- * descriptors, or a negative errno with nothing left open. */
-int ctl_request(const char *path, const CtlRequest *req, const struct timespec *deadline, CtlReply **out,
+/* One request on a fresh control connection fd (from ctl_open; a negative errno is passed through)
+ * and its first reply, by the deadline (a signal does not cut the wait): the connection (>= 0, the
+ * caller's to close) with *out and the reply's descriptors, or a negative errno with nothing left
+ * open. */
+int ctl_request(int fd, const CtlRequest *req, const struct timespec *deadline, CtlReply **out,
 		int fds[CTL_FDS_MAX], int *nfds);
 void ctl_fds_close(int *fds, int nfds);
 

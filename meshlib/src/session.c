@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "sockerr.h"
 #include "wire.h"
 
 MESH_EXPORT int mesh_open(const char *socket_path, mesh_session_t **out)
@@ -47,6 +48,17 @@ MESH_EXPORT void mesh_session_close(mesh_session_t *s)
 MESH_EXPORT const char *mesh_session_error(const mesh_session_t *s)
 {
 	return s ? s->error : "";
+}
+
+/* A control connection for s; when meshd cannot be reached, the session's error says why in
+ * words (mesh_sock_explain). The fd or a negative errno. */
+static int session_ctl_open(mesh_session_t *s, const struct timespec *deadline)
+{
+	int fd = ctl_open(s->path, deadline);
+
+	if (fd < 0)
+		mesh_sock_explain(s->path, fd, s->error, sizeof(s->error));
+	return fd;
 }
 
 /* A reply's status as a return value: 0 or negative. A positive status is not in the contract.
@@ -179,7 +191,7 @@ MESH_EXPORT int mesh_connect_start(mesh_session_t *s, uint32_t node, uint16_t po
 	p->s = s;
 	ctl_deadline(&p->deadline, timeout_ms);
 	/* A local unix socket: connecting and sending one datagram do not wait for the peer node. */
-	p->fd = ctl_open(s->path, &p->deadline);
+	p->fd = session_ctl_open(s, &p->deadline);
 	if (p->fd < 0) {
 		ret = p->fd;
 		free(p);
@@ -275,7 +287,7 @@ MESH_EXPORT int mesh_listen(mesh_session_t *s, uint16_t port, mesh_listener_t **
 	req.port = port;
 	/* meshd answers LISTEN at once: the connect timeout bounds a stuck daemon. */
 	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
-	fd = ctl_request(s->path, &req, &deadline, &r, fds, &nfds);
+	fd = ctl_request(session_ctl_open(s, &deadline), &req, &deadline, &r, fds, &nfds);
 	if (fd < 0) {
 		ret = fd;
 		goto err_free;
@@ -369,7 +381,7 @@ static int ctl_show(mesh_session_t *s, CtlObject object, uint64_t offset, CtlRep
 	req.object = object;
 	req.offset = offset;
 	ctl_deadline(&deadline, MESH_CONNECT_TIMEOUT_MS);
-	fd = ctl_request(s->path, &req, &deadline, &r, fds, &nfds);
+	fd = ctl_request(session_ctl_open(s, &deadline), &req, &deadline, &r, fds, &nfds);
 	if (fd < 0)
 		return fd;
 	close(fd);

@@ -604,7 +604,8 @@ static int run_server(mesh_session_t *s, uint16_t port, bool once)
 	}
 	ret = mesh_listen(s, port, &l);
 	if (ret) {
-		fprintf(stderr, "meshbench: listen on port %u: %s\n", port, mesh_strerror(ret));
+		fprintf(stderr, "meshbench: listen on port %u: %s\n", port,
+			*mesh_session_error(s) ? mesh_session_error(s) : mesh_strerror(ret));
 		free(buf);
 		return ret;
 	}
@@ -862,8 +863,8 @@ static int client_run(mesh_session_t *s, const struct client_cfg *k, uint64_t si
 	}
 	ret = mesh_connect(s, k->node, k->port, &k->opts, &c);
 	if (ret) {
-		fprintf(stderr, "meshbench: connect to node %u port %u: %s%s%s%s\n", k->node, k->port, mesh_strerror(ret),
-			*mesh_session_error(s) ? " (meshd: " : "", mesh_session_error(s), *mesh_session_error(s) ? ")" : "");
+		fprintf(stderr, "meshbench: connect to node %u port %u: %s\n", k->node, k->port,
+			*mesh_session_error(s) ? mesh_session_error(s) : mesh_strerror(ret));
 		free(buf);
 		return ret;
 	}

@@ -134,7 +134,8 @@ static int run_listen(mesh_session_t *s, uint16_t port)
 
 	ret = mesh_listen(s, port, &l);
 	if (ret) {
-		fprintf(stderr, "meshcat: listen on port %u: %s\n", port, mesh_strerror(ret));
+		fprintf(stderr, "meshcat: listen on port %u: %s\n", port,
+			*mesh_session_error(s) ? mesh_session_error(s) : mesh_strerror(ret));
 		return ret;
 	}
 	do
@@ -214,8 +215,10 @@ static int run_connect(mesh_session_t *s, uint32_t node, uint16_t port, const st
 
 	ret = mesh_connect(s, node, port, opts, &c);
 	if (ret) {
-		fprintf(stderr, "meshcat: connect to node %u port %u: %s%s%s%s\n", node, port, mesh_strerror(ret),
-			*mesh_session_error(s) ? " (meshd: " : "", mesh_session_error(s), *mesh_session_error(s) ? ")" : "");
+		/* The session's error, when there is one, says more than the errno's name (no meshd at
+		 * the socket, nobody listening on the port) and replaces it. */
+		fprintf(stderr, "meshcat: connect to node %u port %u: %s\n", node, port,
+			*mesh_session_error(s) ? mesh_session_error(s) : mesh_strerror(ret));
 		return ret;
 	}
 	ret = tx_from_stdin(c, &peer_eof);

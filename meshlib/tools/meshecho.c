@@ -210,7 +210,8 @@ int main(int argc, char **argv)
 	}
 	ret = mesh_listen(s, (uint16_t)port, &l);
 	if (ret) {
-		fprintf(stderr, "meshecho: listen on port %lu: %s\n", port, mesh_strerror(ret));
+		fprintf(stderr, "meshecho: listen on port %lu: %s\n", port,
+			*mesh_session_error(s) ? mesh_session_error(s) : mesh_strerror(ret));
 		goto out_session;
 	}
 	while (!count || done < count) {

@@ -18,6 +18,7 @@
 #include <mesh/mesh.h>
 
 #include "auth.h"
+#include "sockerr.h"
 #include "util.h"
 #include "wire.h"
 
@@ -569,10 +570,13 @@ static int ctl_connect(const char *path)
 	if (fd < 0)
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		char why[320];
+
 		ret = -errno;
+		mesh_sock_explain(path, ret, why, sizeof(why));
 		if (!ctl_quiet)
-			fprintf(stderr, "meshctl: cannot connect to %s: %s (is meshd running? see -s and $%s)\n", path,
-				strerror(errno), MESH_SOCKET_ENV);
+			fprintf(stderr, "meshctl: %s%s\n", why,
+				ret == -ENOENT || ret == -ECONNREFUSED ? "; -s or $" MESH_SOCKET_ENV " names another socket" : "");
 		close(fd);
 		return ret;
 	}

@@ -189,8 +189,12 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		ch = link_channel(l, msg->channel_reject->slot);
 		if (ch && ch->state == CH_OPENING && !ch->open_pending) {
 			ch->error = msg->channel_reject->reason;
-			snprintf(ch->why, sizeof(ch->why), "node %u refused: %s", l->peer->id,
-				 mesh_strerror(msg->channel_reject->reason));
+			/* Not the errno's name again: applications print it after that, or instead. */
+			if (ch->error == -ECONNREFUSED)
+				snprintf(ch->why, sizeof(ch->why), "nobody listens on that port");
+			else
+				snprintf(ch->why, sizeof(ch->why), "node %u refused: %s", l->peer->id,
+					 mesh_strerror(msg->channel_reject->reason));
 			ch->app_gone = true;
 			channel_free(ch); /* answers the client with the reason */
 		}

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include <mesh/mesh.h>
 
@@ -165,6 +167,17 @@ static bool key_needs_restart(const char *name)
 	return false;
 }
 
+/* A key's choices joined by sep ("rdma|tcp|auto"), as much as fits in out. */
+static void choices_join(const char *const *choices, const char *sep, char *out, size_t len)
+{
+	out[0] = '\0';
+	for (const char *const *c = choices; *c; c++) {
+		strncat(out, *c, len - strlen(out) - 1);
+		if (c[1])
+			strncat(out, sep, len - strlen(out) - 1);
+	}
+}
+
 static int config_fail(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
@@ -213,13 +226,9 @@ static int config_set_str(struct mesh_config *cfg, const struct config_key *k, c
 		for (c = k->choices; *c && strcmp(*c, v); c++)
 			;
 		if (!*c) {
-			char list[128] = "";
+			char list[128];
 
-			for (c = k->choices; *c; c++) {
-				strncat(list, *c, sizeof(list) - strlen(list) - 1);
-				if (c[1])
-					strncat(list, " | ", sizeof(list) - strlen(list) - 1);
-			}
+			choices_join(k->choices, " | ", list, sizeof(list));
 			return config_fail(err, errlen, path, line, "cluster.%s \"%s\" is not one of %s", k->name, v,
 					   list);
 		}
@@ -612,10 +621,112 @@ static int config_read_nodes(struct mesh_config *cfg, config_setting_t *list, co
 	return 0;
 }
 
+/* Line `line` (from 1) of f, without its newline, into buf; false when the file has no such line. */
+static bool file_line(FILE *f, int line, char *buf, size_t len)
+{
+	int c, at = 1;
+	size_t n = 0;
+
+	if (line < 1 || fseek(f, 0, SEEK_SET))
+		return false;
+	while (at < line && (c = getc(f)) != EOF)
+		if (c == '\n')
+			at++;
+	if (at < line)
+		return false;
+	while ((c = getc(f)) != EOF && c != '\n')
+		if (n + 1 < len)
+			buf[n++] = (char)c;
+	buf[n] = '\0';
+	return true;
+}
+
+/* The settings ("name =" or "name :") of one line, in order: at most max, each NUL-terminated in
+ * names[i]. Returns how many. Text in quotes is skipped. */
+static int line_settings(const char *l, char names[][CONFIG_NAME_MAX], int max)
+{
+	int n = 0;
+
+	for (const char *p = l; *p && n < max;) {
+		const char *b = p, *e;
+
+		if (*p == '"') {
+			for (p++; *p && *p != '"'; p++)
+				if (*p == '\\' && p[1])
+					p++;
+			p += *p == '"';
+			continue;
+		}
+		if (*p == '#' || (*p == '/' && (p[1] == '/' || p[1] == '*')))
+			break;
+		if (!isalpha((unsigned char)*p) && *p != '*') {
+			p++;
+			continue;
+		}
+		while (isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '*')
+			p++;
+		e = p;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if ((*p == '=' || *p == ':') && (size_t)(e - b) < CONFIG_NAME_MAX) {
+			memcpy(names[n], b, (size_t)(e - b));
+			names[n++][e - b] = '\0';
+		}
+	}
+	return n;
+}
+
+/* Whether the line sets a value that is a bare word (transport = tcp;): libconfig reads a string
+ * only in quotes and says no more than "syntax error". */
+static bool line_has_bare_word(const char *l)
+{
+	for (const char *p = strpbrk(l, "=:"); p; p = strpbrk(p + 1, "=:")) {
+		const char *w = p + 1, *e;
+
+		while (*w == ' ' || *w == '\t')
+			w++;
+		for (e = w; isalnum((unsigned char)*e) || *e == '_' || *e == '-' || *e == '.'; e++)
+			;
+		if (e > w && isalpha((unsigned char)*w) && !(e - w == 4 && !strncasecmp(w, "true", 4)) &&
+		    !(e - w == 5 && !strncasecmp(w, "false", 5)))
+			return true;
+	}
+	return false;
+}
+
+/* libconfig's words for a parse error at line, with what it leaves out: the name of a duplicate
+ * setting, the quotes a string needs. */
+static void parse_error_explain(FILE *f, int line, const char *text, char *out, size_t len)
+{
+	char l[512], names[16][CONFIG_NAME_MAX];
+	int n;
+
+	snprintf(out, len, "%s", text ? text : "parse error");
+	if (!text || !file_line(f, line, l, sizeof(l)))
+		return;
+	if (!strcmp(text, "duplicate setting name")) {
+		/* The repeated one is the one the line sets twice, else the line's last setting. */
+		int dup;
+
+		n = line_settings(l, names, (int)ARRAY_SIZE(names));
+		dup = n - 1;
+		for (int i = 0; i < n; i++)
+			for (int j = i + 1; j < n; j++)
+				if (!strcmp(names[i], names[j]) && dup == n - 1)
+					dup = i;
+		if (n)
+			snprintf(out, len, "duplicate setting %.*s: each key may be set once in its group",
+				 CONFIG_NAME_MAX - 1, names[dup]);
+	} else if (!strcmp(text, "syntax error") && line_has_bare_word(l)) {
+		snprintf(out, len, "syntax error: strings need quotes (transport = \"tcp\";)");
+	}
+}
+
 int config_load(const char *path, struct mesh_config *cfg, char *err, size_t errlen)
 {
 	config_t lc;
 	config_setting_t *root, *s;
+	struct stat st;
 	FILE *f;
 	int ret = 0;
 
@@ -629,9 +740,24 @@ int config_load(const char *path, struct mesh_config *cfg, char *err, size_t err
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return ret;
 	}
+	/* A directory opens but its read fails inside libconfig's scanner, which then exits. */
+	if (fstat(fileno(f), &st)) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+		fclose(f);
+		return ret;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s: is a directory, not a configuration file", path);
+		fclose(f);
+		return -EISDIR;
+	}
 	config_init(&lc);
 	if (!config_read(&lc, f)) {
-		ret = config_fail(err, errlen, path, config_error_line(&lc), "%s", config_error_text(&lc));
+		char why[160];
+
+		parse_error_explain(f, config_error_line(&lc), config_error_text(&lc), why, sizeof(why));
+		ret = config_fail(err, errlen, path, config_error_line(&lc), "%s", why);
 		goto out;
 	}
 	root = config_root_setting(&lc);
@@ -778,6 +904,8 @@ void config_dump(FILE *out, const struct mesh_config *cfg)
 				snprintf(range, sizeof(range), "auto|off|0..%llu", (unsigned long long)k->max);
 			else if (k->type == CFG_LISTEN)
 				snprintf(range, sizeof(range), "[ADDR]:PORT");
+			else if (k->choices)
+				choices_join(k->choices, "|", range, sizeof(range));
 			else
 				snprintf(range, sizeof(range), "string");
 			if (cfg)

@@ -27,6 +27,7 @@
 #include <mesh/mesh.h>
 
 #include "admin.h"
+#include "check.h"
 #include "config.h"
 #include "log.h"
 #include "mesh.h"
@@ -50,6 +51,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: meshd --config FILE --node-id ID [--socket PATH]\n"
+		"       meshd --check --config FILE [--node-id ID] [--socket PATH]\n"
 		"       meshd --dump-config [--config FILE]\n"
 		"\n"
 		"Keeps this node's links of the cluster's full mesh of RC queue pairs: dials every\n"
@@ -61,6 +63,11 @@ static void usage(FILE *out)
 		"  -n, --node-id ID     this node's id in FILE (0..65535)\n"
 		"  -s, --socket PATH    local control socket (default $%s, else %s)\n"
 		"  -l, --log-level LVL  error|warn|info|debug (overrides cluster.log_level)\n"
+		"      --check          check everything a start checks, without starting: the file,\n"
+		"                       the key file; with --node-id, that the node is in the file, its\n"
+		"                       addresses are this host's, its ports and socket are free and\n"
+		"                       (rdma) a device serves each address. One line per problem;\n"
+		"                       exit 0 when good, 1 otherwise\n"
 		"      --dump-config    print every configuration key with default, range and help\n"
 		"                       (with --config: and the values in force), then exit\n"
 		"  -V, --version        print the version\n"
@@ -70,7 +77,8 @@ static void usage(FILE *out)
 		"(for logs that no journal timestamps). When $JOURNAL_STREAM (systemd) names stderr,\n"
 		"every line starts with its priority (<3> error ... <7> debug) instead.\n"
 		"\n"
-		"Exit status: 0 after a clean stop, 1 on a configuration or start-up error.\n",
+		"Exit status: 0 after a clean stop (or a good --check), 1 on a configuration or start-up\n"
+		"error.\n",
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
 }
 
@@ -299,8 +307,11 @@ static int xports_open(struct daemon *d, const struct config_node *self)
 		d->n_xports++;
 		ret = xport_listen(d->xports[i], addr, self->port);
 		if (ret) {
-			log_error("cannot listen on %s port %u (%s, rail %zu): %s", addr, self->port, ops->name, i % rails,
-				  mesh_strerror(ret));
+			char why[256];
+
+			check_listen_why(ret, ops, addr, self->port, self->id, why, sizeof(why));
+			log_error("%s:%d: node %u: cannot listen on %s port %u (%s, rail %zu): %s", d->cfg.path, self->line,
+				  self->id, addr, self->port, ops->name, i % rails, why);
 			return ret;
 		}
 	}
@@ -963,16 +974,15 @@ static int load_keys(const struct mesh_config *cfg, const char *cfg_path, struct
 		     size_t errlen)
 {
 	char path[PATH_MAX];
-	const char *slash = strrchr(cfg_path, '/');
 	int ret;
 
 	memset(keys, 0, sizeof(*keys));
 	if (!cfg->key_file[0])
 		return 0;
-	if (cfg->key_file[0] == '/' || !slash)
-		snprintf(path, sizeof(path), "%s", cfg->key_file);
-	else
-		snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - cfg_path), cfg_path, cfg->key_file);
+	if (check_key_path(cfg, cfg_path, path, sizeof(path))) {
+		snprintf(err, errlen, "cluster.key_file %s: the path is too long", cfg->key_file);
+		return -ENAMETOOLONG;
+	}
 	ret = auth_load_keys(path, keys, err, errlen);
 	if (!ret)
 		log_info("cluster key from %s (%u key%s)", path, keys->n, keys->n > 1 ? "s: current and next" : "");
@@ -1136,11 +1146,12 @@ int main(int argc, char **argv)
 		{"config", required_argument, NULL, 'c'},   {"node-id", required_argument, NULL, 'n'},
 		{"socket", required_argument, NULL, 's'},   {"log-level", required_argument, NULL, 'l'},
 		{"dump-config", no_argument, NULL, 'D'},    {"version", no_argument, NULL, 'V'},
+		{"check", no_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
 	};
 	const char *cfg_path = NULL, *sock = getenv(MESH_SOCKET_ENV), *level = NULL, *log_time;
 	long node_id = -1;
-	bool dump = false;
+	bool dump = false, check = false;
 	struct daemon d = {.epfd = -1, .tfd = -1, .sfd = -1, .metrics_slot = {{.fd = -1}, {.fd = -1}}};
 	const struct config_node *self;
 	struct auth_keys keys;
@@ -1180,6 +1191,9 @@ int main(int argc, char **argv)
 		case 'D':
 			dump = true;
 			break;
+		case 'C':
+			check = true;
+			break;
 		case 'V':
 			printf("meshd %d.%d\n", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
 			return 0;
@@ -1198,6 +1212,17 @@ int main(int argc, char **argv)
 	if (level && log_level_parse(level) < 0) {
 		fprintf(stderr, "meshd: --log-level %s: expected error, warn, info or debug\n", level);
 		return 1;
+	}
+	if (check && dump) {
+		fprintf(stderr, "meshd: --check and --dump-config do not go together\n");
+		return 1;
+	}
+	if (check) {
+		if (!cfg_path) {
+			fprintf(stderr, "meshd: --check needs --config FILE (try --help)\n");
+			return 1;
+		}
+		return check_run(cfg_path, node_id, sock, stdout, stderr) ? 1 : 0;
 	}
 	if (dump && !cfg_path) {
 		config_dump(stdout, NULL);

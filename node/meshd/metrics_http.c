@@ -1,3 +1,4 @@
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -5,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -209,11 +211,80 @@ static struct MHD_Daemon *start(struct metrics_http *h, const struct sockaddr_st
 		(unsigned)METRICS_HTTP_BACKLOG, MHD_OPTION_END);
 }
 
+/* Binds and listens on ss as libmicrohttpd will (SO_REUSEADDR, a dual-stack "[::]"), then lets go:
+ * 0, or a negative errno. */
+static int bind_try(const struct sockaddr_storage *ss, socklen_t len)
+{
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, zero = 0, ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss->ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	if (bind(fd, (const struct sockaddr *)ss, len) || listen(fd, 1))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+int metrics_http_probe(const char *listen, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	char host[INET6_ADDRSTRLEN] = "?";
+	const char *why;
+	socklen_t len;
+	uint16_t port;
+	int ret;
+
+	if (!listen[0])
+		return 0;
+	ret = config_listen_parse(listen, &ss, &len, &why);
+	if (ret) {
+		snprintf(err, errlen, "metrics_listen \"%s\" %s", listen, why);
+		return ret;
+	}
+	ret = bind_try(&ss, len);
+	if (ret == -EAFNOSUPPORT && ss.ss_family == AF_INET6 &&
+	    !memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, &in6addr_any, 16)) {
+		/* "[::]:PORT" on a host without IPv6 serves every IPv4 address (metrics_http_open). */
+		struct sockaddr_in s4 = {.sin_family = AF_INET, .sin_port = ((struct sockaddr_in6 *)&ss)->sin6_port};
+
+		memcpy(&ss, &s4, sizeof(s4));
+		len = sizeof(s4);
+		ret = bind_try(&ss, len);
+	}
+	if (!ret)
+		return 0;
+	if (ss.ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	} else {
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	}
+	if (ret == -EADDRINUSE)
+		snprintf(err, errlen,
+			 "metrics_listen \"%s\": port %u of %s is in use (another meshd or exporter: `ss -ltnp`; each "
+			 "meshd on a host needs its own, nodes.metrics_listen)",
+			 listen, port, host);
+	else if (ret == -EADDRNOTAVAIL)
+		snprintf(err, errlen, "metrics_listen \"%s\": %s is not an address of this host", listen, host);
+	else if (ret == -EACCES)
+		snprintf(err, errlen, "metrics_listen \"%s\": port %u needs CAP_NET_BIND_SERVICE (below 1024)", listen,
+			 port);
+	else
+		snprintf(err, errlen, "metrics_listen \"%s\": cannot listen on %s port %u: %s", listen, host, port,
+			 strerror(-ret));
+	return ret;
+}
+
 int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a)
 {
 	struct sockaddr_storage ss;
 	const union MHD_DaemonInfo *info;
 	const char *why;
+	char err[256];
 	socklen_t len;
 	bool any6;
 	int ret;
@@ -226,6 +297,12 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	if (!listen[0])
 		return 0;
 	util_strlcpy(h->listen, listen, sizeof(h->listen));
+	/* Said here in words: libmicrohttpd's own is "Failed to bind to port 0". */
+	ret = metrics_http_probe(listen, err, sizeof(err));
+	if (ret) {
+		log_error("cannot serve metrics: %s", err);
+		return ret;
+	}
 	ret = mhd_load(listen);
 	if (ret)
 		return ret;

@@ -61,6 +61,10 @@ struct metrics_http {
 	uint64_t text_ms;
 };
 
+/* Whether listen ("" none) can be served: binds and listens on it as metrics_http_open will, then
+ * lets go. 0, or a negative errno with err saying what is wrong ("port 9464 of 127.0.0.1 is in use"). */
+int metrics_http_probe(const char *listen, char *err, size_t errlen);
+
 /* Starts serving on listen ("ADDR:PORT", "[V6]:PORT", ":PORT" on 127.0.0.1); "" serves nothing (returns 0,
  * h->fd -1). Returns 0 or a negative errno, logged with the address. */
 int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *a);

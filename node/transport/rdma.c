@@ -565,14 +565,10 @@ static int rdma_listen_on(xport_t *x, const char *addr, uint16_t port)
 		log_error("rdma_create_id: %m");
 		return ret;
 	}
-	if (rdma_bind_addr(rx->listen_id, (struct sockaddr *)&ss)) {
+	/* A bind or listen that fails is not logged: the caller names the node and what to do about it
+	 * (meshd's check_listen_why). */
+	if (rdma_bind_addr(rx->listen_id, (struct sockaddr *)&ss) || rdma_listen(rx->listen_id, RDMA_LISTEN_BACKLOG)) {
 		ret = -errno;
-		log_error("rdma_bind_addr %s port %u: %m (no RDMA device on this address, or port in use)", addr, port);
-		goto err_destroy_id;
-	}
-	if (rdma_listen(rx->listen_id, RDMA_LISTEN_BACKLOG)) {
-		ret = -errno;
-		log_error("rdma_listen %s port %u: %m", addr, port);
 		goto err_destroy_id;
 	}
 	return 0;

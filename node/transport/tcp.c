@@ -264,9 +264,9 @@ static int tcp_listen_on(xport_t *x, const char *addr, uint16_t port)
 		return ret;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* Not logged: the caller names the node and what to do about it (meshd's check_listen_why). */
 	if (bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, TCP_LISTEN_BACKLOG)) {
 		ret = -errno;
-		log_error("tcp listen on %s port %u: %m", addr, port);
 		close(fd);
 		return ret;
 	}

@@ -143,6 +143,8 @@ struct xport_ops {
 	int (*create)(const struct xport_attr *attr, xport_t **out);
 	void (*destroy)(xport_t *x);
 	int (*event_fd)(xport_t *x);
+	/* A bind that fails (-EADDRNOTAVAIL, -EADDRINUSE, -ENODEV) is returned, not logged: the caller
+	 * knows which node and file line the address came from. */
 	int (*listen)(xport_t *x, const char *addr, uint16_t port);
 	/* Starts an asynchronous connect from src_addr to addr:port; ESTABLISHED/REJECTED/
 	 * CONNECT_ERROR follows. */

@@ -6,17 +6,22 @@ DESTDIR:
      exposure level" line);
   2. `systemd-analyze verify` is silent and exits 0 (on a copy whose ExecStart names the scratch
      install's meshd, as verify wants the program to exist; MANPATH finds the scratch man pages);
-  3. with strace: meshd with a link UP and its metrics endpoint scraped, meshctl queries, a channel
+  3. two instances on one host: each has its own control socket (ExecStart's --socket names %i), and
+     the unit's ExecStartPost=/ExecStopPost= lines, run as systemd would (%i expanded, /run/meshd a
+     scratch directory), link /run/meshd/meshd.sock to the first instance's socket, leave it to that
+     one when a second starts and stops, and remove it when the first stops;
+  4. with strace: meshd with a link UP and its metrics endpoint scraped, meshctl queries, a channel
      of 4 MiB through libmesh and a SIGTERM, traced with -f: every system call it made is inside the unit's SystemCallFilter=
      (expanded by `systemd-analyze syscall-filter`), every socket family inside
      RestrictAddressFamilies=, and no mapping is made writable and executable or executable later
      (MemoryDenyWriteExecute=). Without systemd as PID 1 the sandbox itself cannot be run here; this
      is the evidence that it would not stop meshd on the tcp provider.
-Skipped (77) without systemd-analyze; part 3 skipped (said so) without strace.
+Skipped (77) without systemd-analyze; part 4 skipped (said so) without strace.
 """
 import argparse
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -56,6 +61,43 @@ def syscall_set(names, cache={}):
             cache[n] = syscall_set(items)
         out |= cache[n]
     return out
+
+
+def exec_lines(unit, key, instance, rundir):
+    """The unit's KEY= command lines as systemd runs them for instance: %i expanded, the "-" prefix
+    (failure ignored) dropped, /run/meshd moved to rundir; each as an argv list."""
+    out = []
+    for line in unit.splitlines():
+        if line.startswith(key + "="):
+            cmd = line[len(key) + 1:].lstrip("-").replace("%i", instance).replace("/run/meshd", rundir)
+            out.append(shlex.split(cmd))
+    return out
+
+
+def instances_part(unit, work):
+    m = re.search(r"^ExecStart=.*--socket (\S+)", unit, re.M)
+    check(m and "%i" in m.group(1), "ExecStart: a control socket per instance (--socket names %i)",
+          m.group(1) if m else "no --socket")
+    rundir = os.path.join(work, "run-meshd")
+    os.mkdir(rundir)
+    link = os.path.join(rundir, "meshd.sock")
+
+    def run(key, instance):
+        for argv in exec_lines(unit, key, instance, rundir):
+            subprocess.run(argv, capture_output=True)  # "-": a failure is not the unit's
+
+    def target():
+        return os.readlink(link) if os.path.islink(link) else None
+    run("ExecStartPost", "1")
+    check(target() == "1.sock", "first instance started: meshd.sock -> 1.sock", str(target()))
+    run("ExecStartPost", "2")
+    check(target() == "1.sock", "second instance started: meshd.sock still -> 1.sock", str(target()))
+    run("ExecStopPost", "2")
+    check(target() == "1.sock", "second instance stopped: meshd.sock still -> 1.sock", str(target()))
+    run("ExecStopPost", "1")
+    check(not os.path.lexists(link), "first instance stopped: meshd.sock removed", str(target()))
+    run("ExecStartPost", "2")
+    check(target() == "2.sock", "an instance started alone: meshd.sock -> its socket", str(target()))
 
 
 def strace_part(args, work, unit):
@@ -236,6 +278,7 @@ def main():
               "systemd-analyze verify meshd@1.service: clean (ExecStart in the scratch install)",
               (r.stdout + r.stderr).strip())
 
+        instances_part(unit, work)
         if shutil.which("strace"):
             strace_part(args, work, unit)
         else:

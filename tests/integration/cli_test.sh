@@ -7,6 +7,7 @@ set -u
 B=${1:?usage: cli_test.sh BUILD_DIR}
 MESHD=$B/node/meshd
 MESHCTL=$B/node/meshctl
+MESHCAT=$B/meshlib/meshcat
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 pass=0 fail=0
@@ -132,21 +133,176 @@ expect 0 "cluster.keepalive_timeout_ms .*in force: 5000" "meshd --dump-config --
 	"$MESHD" --dump-config -c "$c"
 expect 0 "nodes.port" "meshd --dump-config lists node keys" -- "$MESHD" --dump-config
 
+# meshd --check: everything a start checks, without starting; one line per problem naming
+# file:line or the key, exit 1; a good file exit 0. Ports are the kernel's free ones (tests run in
+# parallel); 192.0.2.1 (TEST-NET-1) is never an address of this host.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Holds a listening TCP port until killed; its number in "$T/$1.port".
+hold_port() {
+	python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+open(sys.argv[1], "w").write(str(s.getsockname()[1])); time.sleep(120)' "$T/$1.port" &
+	hold_pid=$!
+	for _ in $(seq 100); do [ -s "$T/$1.port" ] && break; sleep 0.05; done
+}
+hold_port busy
+busy=$(cat "$T/busy.port")
+p1=$(free_port)
+(umask 077 && "$MESHCTL" keygen >"$T/ck.key")
+ck_cluster='cluster = { name = "t"; transport = "tcp"; key_file = "ck.key"; };'
+ck_nodes="nodes = (
+  { id = 1; addr = \"127.0.0.1\"; port = $p1; },
+  { id = 2; addr = \"192.0.2.1\"; port = $p1; }
+);"
+c=$(conf ckgood "$ck_cluster
+$ck_nodes")
+expect 0 "ckgood.conf: good for node 1 \(tcp on 127.0.0.1 port $p1" "meshd --check: a good file and node, exit 0" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 0 "ckgood.conf: good \(2 nodes" "meshd --check without --node-id: the file and the key, exit 0" -- \
+	"$MESHD" --check -c "$c"
+# --dump-config takes a node the file lacks; --check does not.
+expect 0 "cluster.name" "meshd --dump-config -n 9 (a node not in the file) still dumps" -- "$MESHD" --dump-config -c "$c" -n 9
+expect 1 "ckgood.conf:2: node id 9 is not in nodes" "meshd --check 1: node id not in the file: file:line" -- \
+	"$MESHD" --check -c "$c" -n 9 -s "$T/ck.sock"
+chmod 644 "$T/ck.key"
+expect 1 "cluster.key_file $T/ck.key: permissions 0644 are too open" "meshd --check 2: key file mode 0644: named" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 1 "cluster.key_file $T/ck.key: permissions 0644" "meshd --check 2b: key file 0644 without --node-id too" -- \
+	"$MESHD" --check -c "$c"
+chmod 600 "$T/ck.key"
+c=$(conf cknokey "cluster = { name = \"t\"; transport = \"tcp\"; key_file = \"nokey.key\"; };
+$ck_nodes")
+expect 1 "cluster.key_file $T/nokey.key: cannot open" "meshd --check 3: key file missing: named" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 1 "ckgood.conf:4: node 2: cannot listen on 192.0.2.1 port $p1 \(tcp, rail 0\): 192.0.2.1 is not an address of this host: is this host node 2 \(--node-id\)" \
+	"meshd --check 4: an address not on this host: file:line and the hint" -- \
+	"$MESHD" --check -c "$T/ckgood.conf" -n 2 -s "$T/ck.sock"
+c=$(conf ckbusy "$ck_cluster
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $busy; } );")
+expect 1 "ckbusy.conf:2: node 1: cannot listen on 127.0.0.1 port $busy \(tcp, rail 0\): port $busy of 127.0.0.1 is in use" \
+	"meshd --check 5: listen port in use: file:line" -- "$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckmetrics "$ck_cluster
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $p1;
+            metrics_listen = \"127.0.0.1:$busy\"; } );")
+expect 1 "ckmetrics.conf:2: node 1: metrics_listen \"127.0.0.1:$busy\": port $busy of 127.0.0.1 is in use" \
+	"meshd --check 6: metrics port in use: file:line" -- "$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckquote "cluster = { name = \"t\"; transport = tcp; };
+$ck_nodes")
+expect 1 "ckquote.conf:1: syntax error: strings need quotes" "meshd --check 7: unquoted string: file:line, the hint" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckdup "cluster = { name = \"t\";
+  transport = \"tcp\";
+  transport = \"rdma\"; };
+$ck_nodes")
+expect 1 "ckdup.conf:3: duplicate setting transport" "meshd --check 8: a repeated key: file:line, named" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+expect 1 "$T: is a directory" "meshd --check 9: a directory as the file: named, exit 1" -- \
+	"$MESHD" --check -c "$T" -n 1 -s "$T/ck.sock"
+c=$(conf ckqps "cluster = { name = \"t\"; qps_per_link = 99; };
+$ck_nodes")
+expect 1 "ckqps.conf:1: cluster.qps_per_link 99 out of range 1..16" "meshd --check 10: a value out of range: file:line" -- \
+	"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+c=$(conf ckrdma "cluster = { name = \"t\"; transport = \"rdma\"; };
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $p1; } );")
+if [ ! -e /dev/infiniband/rdma_cm ]; then
+	expect 1 "ckrdma.conf:2: node 1, rail 0: no RDMA device serves 127.0.0.1" \
+		"meshd --check 11: rdma without a device on the address: named" -- \
+		"$MESHD" --check -c "$c" -n 1 -s "$T/ck.sock"
+else
+	echo "skip meshd --check without RDMA: this machine has /dev/infiniband/rdma_cm"
+fi
+# Every problem at once, one line each: a key file too open and an address not on this host.
+chmod 640 "$T/ck.key"
+out=$("$MESHD" --check -c "$T/ckgood.conf" -n 2 -s "$T/ck.sock" 2>&1 >/dev/null)
+rc=$?
+chmod 600 "$T/ck.key"
+if [ "$rc" = 1 ] && [ "$(wc -l <<<"$out")" = 2 ] && grep -q "permissions 0640" <<<"$out" &&
+	grep -q "192.0.2.1 is not an address of this host" <<<"$out"; then
+	ok "meshd --check: two problems, two lines"
+else
+	bad "meshd --check: two problems, two lines (exit $rc)" "$out"
+fi
+
+# The same problems at a real start: said once, with what to do.
+out=$(timeout 20 "$MESHD" -c "$T/ckgood.conf" -n 2 -s "$T/ck.sock" 2>&1)
+if [ "$(grep -c 'not an address of this host' <<<"$out")" = 1 ] && ! grep -q "Cannot assign" <<<"$out"; then
+	ok "meshd start on an address not of this host: one line, with the hint"
+else
+	bad "meshd start on an address not of this host: one line, with the hint" "$out"
+fi
+expect 1 "metrics_listen \"127.0.0.1:$busy\": port $busy of 127.0.0.1 is in use" \
+	"meshd start with its metrics port in use: address and port named" -- \
+	"$MESHD" -c "$T/ckmetrics.conf" -n 1 -s "$T/ck.sock"
+if grep -q "port 0" <<<"$("$MESHD" -c "$T/ckmetrics.conf" -n 1 -s "$T/ck.sock" 2>&1)"; then
+	bad "meshd start with its metrics port in use: libmicrohttpd's \"port 0\" is not said"
+else
+	ok "meshd start with its metrics port in use: libmicrohttpd's \"port 0\" is not said"
+fi
+kill "$hold_pid"
+wait "$hold_pid" 2>/dev/null
+
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
 expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, reload, drain, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unexpected argument .now." "meshctl reload takes no argument" -- "$MESHCTL" -s "$T/s" reload now
-expect 2 "cannot connect to $T/nosock" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
+expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
-expect 2 "cannot connect to $T/nosock" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
-expect 2 "cannot connect to $T/nosock" "meshctl metrics without a daemon: named, exit 2" -- \
+expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
+expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl metrics without a daemon: named, exit 2" -- \
 	"$MESHCTL" -s "$T/nosock" metrics
 expect 1 "unknown command 'drop' for metrics" "meshctl metrics unknown command" -- "$MESHCTL" -s "$T/s" metrics drop
-MESH_SOCKET="$T/envsock" expect 2 "cannot connect to $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"
+MESH_SOCKET="$T/envsock" expect 2 "meshd is not running at $T/envsock" "meshctl honours MESH_SOCKET" -- "$MESHCTL"
+
+# An application that cannot reach meshd is told which socket and why, not an errno that reads as
+# the peer node's ("connect to node 2 port 17550: No such file or directory").
+expect 2 "^meshcat: connect to node 2 port 17550: meshd is not running at $T/nosuch.sock \(no such socket\)$" \
+	"meshcat without meshd: the socket path, meshd not running" -- "$MESHCAT" -s "$T/nosuch.sock" 2 17550 </dev/null
+: >"$T/plain"
+expect 2 "$T/plain is not a socket" "meshcat on a file that is no socket: said" -- "$MESHCAT" -s "$T/plain" 2 17550 </dev/null
+# A user outside the socket's group: which group to join, and the socket's owner, group and mode.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	mkdir -p "$T/pub"
+	chmod 711 "$T"
+	chmod 755 "$T/pub"
+	python3 -c '
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen()
+os.chown(sys.argv[1], 0, 0); os.chmod(sys.argv[1], 0o660); open(sys.argv[1] + ".up", "w").close(); time.sleep(60)' \
+		"$T/pub/m.sock" &
+	acc_pid=$!
+	for _ in $(seq 100); do [ -e "$T/pub/m.sock.up" ] && break; sleep 0.05; done
+	expect 2 "meshcat: connect to node 2 port 17550: no permission for $T/pub/m.sock: join group root \(the socket is root:root 0660\)" \
+		"meshcat as a user outside the socket's group: join which group" -- \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$MESHCAT" -s "$T/pub/m.sock" 2 17550 </dev/null
+	expect 2 "meshctl: no permission for $T/pub/m.sock: join group root \(the socket is root:root 0660\)" \
+		"meshctl as a user outside the socket's group: join which group" -- \
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$MESHCTL" -s "$T/pub/m.sock"
+	kill "$acc_pid"
+	wait "$acc_pid" 2>/dev/null
+	chmod 700 "$T"
+else
+	echo "skip a user outside the socket's group: needs root and setpriv"
+fi
+# A port nobody listens on: said once, not "Connection refused (meshd: node 1 refused: Connection refused)".
+pr=$(free_port)
+c=$(conf refuse "cluster = { name = \"t\"; transport = \"tcp\"; };
+nodes = ( { id = 1; addr = \"127.0.0.1\"; port = $pr; } );")
+"$MESHD" -c "$c" -n 1 -s "$T/refuse.sock" >"$T/refuse.log" 2>&1 &
+refuse_pid=$!
+for _ in $(seq 200); do [ -S "$T/refuse.sock" ] && break; sleep 0.05; done
+out=$(timeout 20 "$MESHCAT" -s "$T/refuse.sock" 1 17550 </dev/null 2>&1)
+if [ "$out" = "meshcat: connect to node 1 port 17550: nobody listens on that port" ]; then
+	ok "meshcat to a port nobody listens on: one reason, no word twice"
+else
+	bad "meshcat to a port nobody listens on: one reason, no word twice" "$out$(tail -n 3 "$T/refuse.log")"
+fi
+kill "$refuse_pid"
+wait "$refuse_pid"
 
 # On a machine without RDMA meshd must say so and exit, not hang.
 if [ ! -e /dev/infiniband/rdma_cm ]; then
 	expect 1 "cannot start the rdma transport|cannot listen" "meshd without RDMA: clear error, exit 1" -- \
-		"$MESHD" -c "$c" -n 1 -s "$T/s"
+		"$MESHD" -c "$T/good.conf" -n 1 -s "$T/s"
 else
 	echo "skip meshd without RDMA: this machine has /dev/infiniband/rdma_cm"
 fi

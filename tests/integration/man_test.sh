@@ -52,6 +52,17 @@ done
 [ ${#missing[@]} -eq 0 ] && ok "mesh.conf.5 documents every key of meshd --dump-config" ||
 	bad "mesh.conf.5 lacks ${missing[*]}"
 
+# conf/README.md's table gives every integer key the range meshd enforces (it said 512.. for
+# mailbox_size where meshd takes 520..).
+dump_ranges=$("$build/node/meshd" --dump-config | awk '$1 ~ /^cluster\./ && $2 == "integer" {print $1, $6}' | sort)
+readme_ranges=$(grep -oE '^\| `cluster\.[a-z_]+` \| integer \| [^|]+\| [^|]+\|' "$src/conf/README.md" |
+	awk -F'|' '{gsub(/[ `]/, "", $2); gsub(/ /, "", $5); print $2, $5}' | sort)
+if [ -n "$dump_ranges" ] && [ "$dump_ranges" = "$readme_ranges" ]; then
+	ok "conf/README.md gives every integer key meshd's range"
+else
+	bad "conf/README.md and meshd --dump-config disagree on ranges: $(diff <(echo "$dump_ranges") <(echo "$readme_ranges") | grep '^[<>]' | tr '\n' ' ')"
+fi
+
 # Every function of mesh.h in libmesh(3).
 missing=()
 for fn in $(grep -oE 'MESH_EXPORT [^(]*\b(mesh_[a-z_]+)\(' "$src/meshlib/include/mesh/mesh.h" | grep -oE 'mesh_[a-z_]+\($' | tr -d '('); do

@@ -926,6 +926,46 @@ static void config_load__syntax_error__rejected_with_line(void **state)
 			  3, "syntax error", NULL);
 }
 
+/* libconfig says only "syntax error" for a bare word: the message adds that strings need quotes. */
+static void config_load__unquoted_string__syntax_error_says_quotes(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  transport = tcp;\n"
+			  "};\n" NODES1,
+			  3, "syntax error", "strings need quotes");
+}
+
+/* libconfig's "duplicate setting name" without the name: the message names it. */
+static void config_load__repeated_key__named(void **state)
+{
+	expect_refused_at(*state,
+			  "cluster = {\n"
+			  "  name = \"lab\";\n"
+			  "  transport = \"tcp\";\n"
+			  "  transport = \"rdma\";\n"
+			  "};\n" NODES1,
+			  4, "duplicate setting transport", NULL);
+	expect_refused_at(*state,
+			  "cluster = { name = \"lab\"; qps_per_link = 2; name = \"b\"; };\n" NODES1,
+			  1, "duplicate setting name", NULL);
+}
+
+/* A directory opens but cannot be read: named as one, not left to libconfig's scanner (which exits). */
+static void config_load__directory__refused_naming_it(void **state)
+{
+	struct cfg_test *t = *state;
+	const char *dir = getenv("TMPDIR");
+	int ret;
+
+	ret = config_load(dir && *dir ? dir : "/tmp", &t->cfg, t->err, sizeof(t->err));
+	assert_int_equal(ret, -EISDIR);
+	if (!strstr(t->err, "is a directory"))
+		fail_msg("error \"%s\" does not say it is a directory", t->err);
+	assert_null(t->cfg.nodes);
+}
+
 static void config_load__missing_file__enoent_naming_path(void **state)
 {
 	struct cfg_test *t = *state;
@@ -1019,6 +1059,18 @@ static void config_dump__loaded_config__shows_values_in_force(void **state)
 	s = dump_to_string(&t->cfg);
 	assert_dump_line_has(s, "cluster.qps_per_link ", "in force: 4");
 	assert_dump_line_has(s, "cluster.name ", "in force: \"lab\"");
+	free(s);
+}
+
+/* A key with a fixed set of values shows them as its range, not "string". */
+static void config_dump__enum_keys__range_lists_choices(void **state)
+{
+	char *s = dump_to_string(NULL);
+
+	(void)state;
+	assert_dump_line_has(s, "cluster.transport ", "range rdma|tcp|auto ");
+	assert_dump_line_has(s, "cluster.log_level ", "range error|warn|info|debug ");
+	assert_dump_line_has(s, "cluster.polling ", "range adaptive|busy|event ");
 	free(s);
 }
 
@@ -1201,10 +1253,14 @@ static const struct CMUnitTest tests[] = {
 	T(config_load__backoff_max_below_initial__rejected_with_line),
 	T(config_load__mailbox_below_minimum__rejected_with_line),
 	T(config_load__syntax_error__rejected_with_line),
+	T(config_load__unquoted_string__syntax_error_says_quotes),
+	T(config_load__repeated_key__named),
+	T(config_load__directory__refused_naming_it),
 	T(config_load__missing_file__enoent_naming_path),
 	T(config_load__small_error_buffer__truncated_not_overrun),
 	T(config_dump__no_config__names_every_key),
 	T(config_dump__loaded_config__shows_values_in_force),
+	T(config_dump__enum_keys__range_lists_choices),
 	T(config_dump__every_printed_default__loads_back),
 };
 

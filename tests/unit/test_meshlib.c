@@ -701,10 +701,15 @@ static void meshlib_open__path_arg_env_or_default__bad_paths_rejected(void **sta
 	mesh_close(c);
 	mesh_session_close(s);
 
-	/* A path that names no socket: meshd is not there. */
+	/* A path that names no socket: meshd is not there, and the session's error says so with the
+	 * path (the errno alone, "No such file or directory", read as the peer node's). */
 	assert_int_equal(mesh_open("/nonexistent/meshd.sock", &s), 0);
 	assert_int_equal(mesh_connect(s, PEER_NODE, PEER_PORT, NULL, &c), -ENOENT);
+	assert_string_equal(mesh_session_error(s), "meshd is not running at /nonexistent/meshd.sock (no such socket)");
 	assert_int_equal(mesh_listen(s, 1, &(mesh_listener_t *){NULL}), -ENOENT);
+	assert_string_equal(mesh_session_error(s), "meshd is not running at /nonexistent/meshd.sock (no such socket)");
+	assert_int_equal(mesh_node_table(s, NULL, 0), -ENOENT);
+	assert_non_null(strstr(mesh_session_error(s), "/nonexistent/meshd.sock"));
 	mesh_session_close(s);
 }
 

@@ -126,9 +126,13 @@ struct mesh_listener_info {
  * does not connect yet; every listen/connect opens its own connection. */
 MESH_EXPORT int mesh_open(const char *socket_path, mesh_session_t **out);
 MESH_EXPORT void mesh_session_close(mesh_session_t *s);
-/* meshd's own words on why the last mesh_connect or mesh_listen of this session failed ("the NUMA
- * hint names no online node of this machine"), or "" when it gave none. Valid until the next call on
- * the session; a session used by several threads at once has one such text for all of them. */
+/* Why the last mesh_connect, mesh_listen or mesh_node_table of this session failed, in words that
+ * say more than the errno's name and may stand in for it: meshd's own ("the NUMA hint names no online
+ * node of this machine", "nobody listens on that port"), or, when meshd could not be reached,
+ * libmesh's with the socket path ("meshd is not running at /run/meshd/meshd.sock (no such socket)",
+ * "no permission for PATH: join group rdmamesh (the socket is root:rdmamesh 0660)"); "" when there
+ * are none. Valid until the next call on the session; a session used by several threads at once has
+ * one such text for all of them. */
 MESH_EXPORT const char *mesh_session_error(const mesh_session_t *s);
 
 /* Accepts channels to `port` of this node until mesh_listener_close. -EADDRINUSE if taken. */
