@@ -9,7 +9,7 @@
  *
  * Descriptor numbers stay real: a channel's number is a duplicate of mesh_channel_fd (an epoll
  * descriptor readable on any change of the channel), so the kernel's poll, select and epoll can
- * watch it; poll.c turns "changed" into POLLIN/POLLOUT by asking the channel. The table below maps
+ * watch it; poll.c turns "changed" into POLLIN/POLLOUT by asking the channel. fdtab.c's table maps
  * the number to the channel.
  *
  * Environment: MESH_PRELOAD=off disables it, MESH_PRELOAD_PORTS=6379,11211 limits the ports,
@@ -37,444 +37,6 @@
 
 #define PL_EXPORT __attribute__((visibility("default")))
 #define PL_CONNECT_TIMEOUT_MS 10000u
-#define PL_NODES_MAX 1024
-
-struct pl_real pl_real;
-
-static _Atomic(struct pl_fd *) table[PL_FD_MAX];
-static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
-static __thread int in_lib __attribute__((tls_model("initial-exec")));
-static bool disabled;  /* MESH_PRELOAD=off */
-static bool debug;     /* MESH_PRELOAD_DEBUG=1 */
-static uint8_t *ports; /* MESH_PRELOAD_PORTS as a bitmap of 65536 bits, NULL: every port */
-
-/* The node table, learnt once. */
-struct pl_node {
-	uint32_t id;
-	bool self;
-	int family;
-	uint8_t addr[16];
-};
-static pthread_mutex_t nodes_lock = PTHREAD_MUTEX_INITIALIZER;
-static int nodes_state; /* 0 not asked yet, 1 known, -1 no mesh (plain TCP) */
-static struct pl_node *nodes;
-static size_t n_nodes;
-static mesh_session_t *session;
-
-/* ---- basics ---- */
-
-static void *next_sym(const char *name)
-{
-	void *f = dlsym(RTLD_NEXT, name);
-
-	if (!f) {
-		static const char msg[] = "libmesh_preload: a libc function is missing; cannot run\n";
-
-		if (write(2, msg, sizeof(msg) - 1) < 0)
-			_exit(127);
-		_exit(127);
-	}
-	return f;
-}
-
-#define RESOLVE(name) pl_real.name = next_sym(#name)
-
-static void parse_ports(const char *s)
-{
-	char *copy, *tok, *save = NULL;
-
-	ports = calloc(65536 / 8, 1);
-	copy = strdup(s);
-	if (!ports || !copy) {
-		free(ports);
-		free(copy);
-		ports = NULL;
-		return;
-	}
-	for (tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-		char *end;
-		unsigned long v;
-
-		errno = 0;
-		v = strtoul(tok, &end, 10);
-		if (errno || *end || v == 0 || v > 65535) {
-			pl_warn(0, "MESH_PRELOAD_PORTS: '%s' is not a port 1..65535; ignored", tok);
-			continue;
-		}
-		ports[v / 8] |= (uint8_t)(1u << (v % 8));
-	}
-	free(copy);
-}
-
-static void atfork_prepare(void)
-{
-	pthread_rwlock_wrlock(&table_lock);
-}
-
-static void atfork_parent(void)
-{
-	pthread_rwlock_unlock(&table_lock);
-}
-
-static void atfork_child(void)
-{
-	pthread_rwlock_unlock(&table_lock);
-}
-
-__attribute__((constructor)) static void pl_init(void)
-{
-	const char *v;
-
-	RESOLVE(socket);
-	RESOLVE(connect);
-	RESOLVE(listen);
-	RESOLVE(accept4);
-	RESOLVE(close);
-	RESOLVE(dup);
-	RESOLVE(dup2);
-	RESOLVE(dup3);
-	RESOLVE(fcntl);
-	RESOLVE(ioctl);
-	RESOLVE(read);
-	RESOLVE(write);
-	RESOLVE(readv);
-	RESOLVE(writev);
-	RESOLVE(recvfrom);
-	RESOLVE(sendto);
-	RESOLVE(recvmsg);
-	RESOLVE(sendmsg);
-	RESOLVE(sendfile);
-	RESOLVE(getsockopt);
-	RESOLVE(setsockopt);
-	RESOLVE(getsockname);
-	RESOLVE(getpeername);
-	RESOLVE(shutdown);
-	RESOLVE(poll);
-	RESOLVE(ppoll);
-	RESOLVE(select);
-	RESOLVE(pselect);
-	RESOLVE(epoll_ctl);
-	RESOLVE(epoll_wait);
-	RESOLVE(epoll_pwait);
-	RESOLVE(pread);
-	v = getenv("MESH_PRELOAD");
-	disabled = v && (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "no"));
-	v = getenv("MESH_PRELOAD_DEBUG");
-	debug = v && *v && strcmp(v, "0");
-	v = getenv("MESH_PRELOAD_PORTS");
-	if (v && *v)
-		parse_ports(v);
-	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-}
-
-/* Before our constructor ran (another library's constructor calling read): resolve now. */
-static inline void ensure_init(void)
-{
-	if (__builtin_expect(!pl_real.poll, 0))
-		pl_init();
-}
-
-bool pl_bypass(void)
-{
-	ensure_init();
-	return disabled || in_lib;
-}
-
-void pl_lib_enter(void)
-{
-	in_lib++;
-}
-
-void pl_lib_leave(void)
-{
-	in_lib--;
-}
-
-void pl_warn(unsigned key, const char *fmt, ...)
-{
-	static _Atomic uint64_t seen[64];
-	char buf[512];
-	va_list ap;
-	int n, saved = errno;
-
-	if (key) {
-		uint64_t bit = 1ull << (key % 64);
-
-		if (atomic_fetch_or(&seen[(key / 64) % 64], bit) & bit)
-			return;
-	}
-	n = snprintf(buf, sizeof(buf), "libmesh_preload[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	if (pl_real.write(2, buf, (size_t)n) < 0)
-		errno = saved;
-	errno = saved;
-}
-
-#define DEBUG(...)                                 \
-	do {                                       \
-		if (debug)                         \
-			pl_warn(0, __VA_ARGS__);   \
-	} while (0)
-
-/* A libmesh error as an errno the application understands; the mesh's own codes become
- * ECONNRESET (named once on stderr). */
-static int app_errno(int err)
-{
-	int e = -err;
-
-	if (e > 0 && e < 4096)
-		return e;
-	pl_warn((unsigned)e, "mesh error %d (%s), reported to the application as ECONNRESET", e,
-		mesh_strerror(err));
-	return ECONNRESET;
-}
-
-/* ---- the table ---- */
-
-bool pl_tracked(int fd)
-{
-	return fd >= 0 && fd < PL_FD_MAX && atomic_load_explicit(&table[fd], memory_order_acquire);
-}
-
-struct pl_fd *pl_get(int fd)
-{
-	struct pl_fd *p;
-
-	if (!pl_tracked(fd))
-		return NULL;
-	pthread_rwlock_rdlock(&table_lock);
-	p = atomic_load_explicit(&table[fd], memory_order_acquire);
-	if (p)
-		atomic_fetch_add(&p->refs, 1);
-	pthread_rwlock_unlock(&table_lock);
-	return p;
-}
-
-void pl_put(struct pl_fd *p)
-{
-	if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
-		return;
-	pl_lib_enter();
-	if (p->owner == getpid()) {
-		if (p->ch)
-			mesh_close(p->ch);
-		if (p->ls)
-			mesh_listener_close(p->ls);
-	} else {
-		/* A forked child's copy: its descriptors are closed, but nothing may be said to meshd
-		 * or written to the control page, which stay the parent's. */
-		if (p->ch)
-			pl_warn(1, "a mesh channel inherited through fork() is left to the parent");
-		if (p->ls)
-			mesh_listener_close(p->ls); /* only this process's reference of the connection */
-	}
-	pl_lib_leave();
-	pthread_mutex_destroy(&p->lock);
-	free(p);
-}
-
-static struct pl_fd *pl_new(enum pl_kind kind, int family)
-{
-	struct pl_fd *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return NULL;
-	p->kind = kind;
-	atomic_init(&p->refs, 1);
-	pthread_mutex_init(&p->lock, NULL);
-	p->owner = getpid();
-	p->family = family;
-	p->lfd = -1;
-	return p;
-}
-
-/* Puts p at fd (taking a reference); returns what was there, which the caller puts. */
-static struct pl_fd *table_set(int fd, struct pl_fd *p)
-{
-	struct pl_fd *old;
-
-	if (p)
-		atomic_fetch_add(&p->refs, 1);
-	pthread_rwlock_wrlock(&table_lock);
-	old = atomic_exchange(&table[fd], p);
-	pthread_rwlock_unlock(&table_lock);
-	return old;
-}
-
-/* ---- the node table ---- */
-
-static void nodes_learn(void)
-{
-	struct mesh_node_addr *tab = NULL;
-	const char *path;
-	int n, ret;
-
-	path = getenv(MESH_SOCKET_ENV);
-	pl_lib_enter();
-	ret = mesh_open(NULL, &session);
-	if (ret)
-		goto err;
-	tab = calloc(PL_NODES_MAX, sizeof(*tab));
-	if (!tab) {
-		ret = -ENOMEM;
-		goto err;
-	}
-	n = mesh_node_table(session, tab, PL_NODES_MAX);
-	if (n < 0) {
-		ret = n;
-		goto err;
-	}
-	if (n > PL_NODES_MAX)
-		n = PL_NODES_MAX;
-	nodes = calloc((size_t)n, sizeof(*nodes));
-	if (!nodes) {
-		ret = -ENOMEM;
-		goto err;
-	}
-	for (int i = 0; i < n; i++) {
-		struct pl_node *d = &nodes[n_nodes];
-
-		d->id = tab[i].node;
-		d->self = tab[i].flags & MESH_NODE_SELF;
-		if (inet_pton(AF_INET, tab[i].addr, d->addr) == 1) {
-			d->family = AF_INET;
-		} else if (inet_pton(AF_INET6, tab[i].addr, d->addr) == 1) {
-			d->family = AF_INET6;
-		} else {
-			pl_warn(0, "node %u: address '%s' is not numeric; connections to it stay TCP", d->id,
-				tab[i].addr);
-			continue;
-		}
-		n_nodes++;
-	}
-	free(tab);
-	pl_lib_leave();
-	nodes_state = 1;
-	DEBUG("%zu nodes from meshd (%s)", n_nodes, path ? path : MESH_SOCKET_DEFAULT);
-	return;
-
-err:
-	free(tab);
-	pl_lib_leave();
-	nodes_state = -1;
-	pl_warn(0, "no meshd at %s (%s): every connection stays plain TCP", path && *path ? path : MESH_SOCKET_DEFAULT,
-		mesh_strerror(ret));
-}
-
-static bool nodes_ready(void)
-{
-	int st = __atomic_load_n(&nodes_state, __ATOMIC_ACQUIRE);
-
-	if (st)
-		return st > 0;
-	pthread_mutex_lock(&nodes_lock);
-	if (!nodes_state)
-		nodes_learn();
-	pthread_mutex_unlock(&nodes_lock);
-	return nodes_state > 0;
-}
-
-/* The address of sa as (family, bytes); v4-mapped IPv6 is IPv4. */
-static int sa_addr(const struct sockaddr *sa, socklen_t len, uint8_t out[16], uint16_t *port)
-{
-	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-		const struct sockaddr_in *in = (const void *)sa;
-
-		memcpy(out, &in->sin_addr, 4);
-		*port = ntohs(in->sin_port);
-		return AF_INET;
-	}
-	if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-		const struct sockaddr_in6 *in6 = (const void *)sa;
-
-		*port = ntohs(in6->sin6_port);
-		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-			memcpy(out, &in6->sin6_addr.s6_addr[12], 4);
-			return AF_INET;
-		}
-		memcpy(out, &in6->sin6_addr, 16);
-		return AF_INET6;
-	}
-	return -1;
-}
-
-static const struct pl_node *node_by_addr(int family, const uint8_t *addr)
-{
-	for (size_t i = 0; i < n_nodes; i++)
-		if (nodes[i].family == family && !memcmp(nodes[i].addr, addr, family == AF_INET ? 4 : 16))
-			return &nodes[i];
-	return NULL;
-}
-
-static const struct pl_node *node_by_id(uint32_t id)
-{
-	for (size_t i = 0; i < n_nodes; i++)
-		if (nodes[i].id == id)
-			return &nodes[i];
-	return NULL;
-}
-
-static const struct pl_node *node_self(void)
-{
-	for (size_t i = 0; i < n_nodes; i++)
-		if (nodes[i].self)
-			return &nodes[i];
-	return NULL;
-}
-
-/* 127.0.0.0/8 or ::1: the kernel would deliver it on this host. */
-static bool addr_is_loopback(int family, const uint8_t *addr)
-{
-	static const uint8_t lo6[16] = {[15] = 1};
-
-	return family == AF_INET ? addr[0] == 127 : !memcmp(addr, lo6, 16);
-}
-
-static bool port_wanted(uint16_t port)
-{
-	return port && (!ports || (ports[port / 8] & (1u << (port % 8))));
-}
-
-/* A node's address and a port as a sockaddr of the socket's family. */
-static void sa_make(int family, const struct pl_node *n, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (family == AF_INET6) {
-		struct sockaddr_in6 *in6 = (void *)ss;
-
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		if (n && n->family == AF_INET6) {
-			memcpy(&in6->sin6_addr, n->addr, 16);
-		} else if (n) {
-			in6->sin6_addr.s6_addr[10] = 0xff;
-			in6->sin6_addr.s6_addr[11] = 0xff;
-			memcpy(&in6->sin6_addr.s6_addr[12], n->addr, 4);
-		}
-		*len = sizeof(*in6);
-	} else {
-		struct sockaddr_in *in = (void *)ss;
-
-		in->sin_family = AF_INET;
-		in->sin_port = htons(port);
-		if (n && n->family == AF_INET)
-			memcpy(&in->sin_addr, n->addr, 4);
-		*len = sizeof(*in);
-	}
-}
-
-static void sa_copy_out(const struct sockaddr_storage *ss, socklen_t len, struct sockaddr *out, socklen_t *out_len)
-{
-	if (!out || !out_len)
-		return;
-	memcpy(out, ss, *out_len < len ? *out_len : len);
-	*out_len = len;
-}
 
 /* A TCP stream socket of the kernel (IPv4 or IPv6)? */
 static bool is_tcp(int fd, int *family)
@@ -492,80 +54,6 @@ static bool is_tcp(int fd, int *family)
 		return false;
 	*family = dom;
 	return true;
-}
-
-/* ---- channels ---- */
-
-short pl_chan_revents(struct pl_fd *p, bool arm)
-{
-	struct mesh_channel_status st;
-	short ev = 0;
-	int ret;
-
-	if (p->owner != getpid())
-		return POLLERR | POLLHUP;
-	if (atomic_load(&p->connecting))
-		return POLLOUT;
-	pthread_mutex_lock(&p->lock);
-	pl_lib_enter();
-	ret = mesh_channel_status(p->ch, arm ? MESH_STATUS_ARM : 0, &st);
-	pl_lib_leave();
-	pthread_mutex_unlock(&p->lock);
-	if (ret)
-		return POLLERR;
-	if ((st.ready & MESH_READY_RECV) || p->rd_shut)
-		ev |= POLLIN | POLLRDNORM;
-	if ((st.ready & MESH_READY_EOF) || p->rd_shut)
-		ev |= POLLRDHUP;
-	if (st.ready & MESH_READY_SEND)
-		ev |= POLLOUT | POLLWRNORM;
-	if (st.ready & MESH_READY_ERROR)
-		ev |= POLLERR | POLLHUP;
-	if ((st.ready & MESH_READY_EOF) && (st.ready & MESH_READY_SHUT))
-		ev |= POLLHUP;
-	return ev;
-}
-
-/* The channel's spin budget (mesh_channel_status: meshd's hint or MESH_SPIN_US), 0 if unknown. */
-uint32_t pl_chan_spin_us(struct pl_fd *p)
-{
-	struct mesh_channel_status st;
-	int ret;
-
-	pthread_mutex_lock(&p->lock);
-	pl_lib_enter();
-	ret = mesh_channel_status(p->ch, 0, &st);
-	pl_lib_leave();
-	pthread_mutex_unlock(&p->lock);
-	return ret ? 0 : st.spin_us;
-}
-
-uint64_t pl_mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-void pl_spin_start(struct pl_spin *s, uint32_t spin_us)
-{
-	s->now = spin_us ? pl_mono_us() : 0;
-	s->until = spin_us ? s->now + spin_us : 0;
-	s->looks = 1; /* the start read the clock */
-}
-
-bool pl_spin_on(struct pl_spin *s, int64_t deadline_ms)
-{
-	if (!s->until)
-		return false;
-	if (s->looks++ % PL_SPIN_LOOKS == 0)
-		s->now = pl_mono_us();
-	if (s->now >= s->until)
-		s->until = 0; /* spent: no more spinning, and no more readings for it */
-	else if (deadline_ms >= 0 && (int64_t)(s->now / 1000) >= deadline_ms)
-		return false;
-	return s->until != 0;
 }
 
 /* Waits until the channel may do what `want` (POLLIN/POLLOUT) says; 0, or -EINTR. It first polls
@@ -700,7 +188,7 @@ static ssize_t chan_recv(struct pl_fd *p, const struct iovec *iov, int niov, int
 		if (r != -EAGAIN) {
 			if (done)
 				return (ssize_t)done;
-			errno = app_errno((int)r);
+			errno = pl_app_errno((int)r);
 			return -1;
 		}
 		if (nb) {
@@ -751,7 +239,7 @@ static ssize_t chan_send(struct pl_fd *p, const struct iovec *iov, int niov, int
 				return (ssize_t)done;
 			if (r == -EPIPE && !(flags & MSG_NOSIGNAL))
 				raise(SIGPIPE);
-			errno = app_errno((int)r);
+			errno = pl_app_errno((int)r);
 			return -1;
 		}
 		if (nb) {
@@ -773,7 +261,7 @@ static ssize_t chan_send(struct pl_fd *p, const struct iovec *iov, int niov, int
 
 PL_EXPORT int socket(int domain, int type, int protocol)
 {
-	ensure_init();
+	pl_ensure_init();
 	return pl_real.socket(domain, type, protocol);
 }
 
@@ -799,27 +287,27 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = kind == PL_CHANNEL ? EISCONN : EINVAL;
 		return -1;
 	}
-	family = sa_addr(sa, len, addr, &port);
-	if (family < 0 || !port_wanted(port) || !is_tcp(fd, &sfamily) || !nodes_ready())
+	family = pl_sa_addr(sa, len, addr, &port);
+	if (family < 0 || !pl_port_wanted(port) || !is_tcp(fd, &sfamily) || !pl_nodes_ready())
 		return pl_real.connect(fd, sa, len);
 	/* A loopback address that names no node is this host: a client beside its server (a server
 	 * listening on every address listens through the mesh too; one bound to loopback only does
 	 * not, so its clients are refused by the mesh and stay on kernel TCP). */
-	node = node_by_addr(family, addr);
-	via_lo = !node && addr_is_loopback(family, addr);
+	node = pl_node_by_addr(family, addr);
+	via_lo = !node && pl_addr_is_loopback(family, addr);
 	if (via_lo)
-		node = node_self();
+		node = pl_node_self();
 	if (!node)
 		return pl_real.connect(fd, sa, len);
 	pl_lib_enter();
-	ret = mesh_connect(session, node->id, port, &opts, &ch);
+	ret = mesh_connect(pl_session(), node->id, port, &opts, &ch);
 	pl_lib_leave();
 	if (ret) {
 		if (ret != -ECONNREFUSED)
 			pl_warn((unsigned)-ret + 100, "mesh_connect to node %u port %u: %s (%s); using kernel TCP",
-				node->id, port, mesh_strerror(ret), mesh_session_error(session));
+				node->id, port, mesh_strerror(ret), mesh_session_error(pl_session()));
 		else
-			DEBUG("node %u port %u: nobody listens through the mesh; kernel TCP", node->id, port);
+			PL_DEBUG("node %u port %u: nobody listens through the mesh; kernel TCP", node->id, port);
 		return pl_real.connect(fd, sa, len);
 	}
 	p = pl_new(PL_CHANNEL, sfamily);
@@ -834,8 +322,8 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	atomic_init(&p->nonblock, fl >= 0 && (fl & O_NONBLOCK));
 	fl = pl_real.fcntl(fd, F_GETFD);
 	p->cloexec = fl >= 0 && (fl & FD_CLOEXEC);
-	sa_make(sfamily, node_self(), info.local_port, &p->local, &p->local_len);
-	sa_make(sfamily, node, port, &p->peer, &p->peer_len);
+	pl_sa_make(sfamily, pl_node_self(), info.local_port, &p->local, &p->local_len);
+	pl_sa_make(sfamily, node, port, &p->peer, &p->peer_len);
 	if (via_lo) {
 		/* As the kernel would say: the address dialled, from the host's loopback. */
 		struct pl_node lo = {.family = family};
@@ -844,10 +332,10 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 			memcpy(lo.addr, (const uint8_t[4]){127, 0, 0, 1}, 4);
 		else
 			lo.addr[15] = 1;
-		sa_make(sfamily, &lo, info.local_port, &p->local, &p->local_len);
+		pl_sa_make(sfamily, &lo, info.local_port, &p->local, &p->local_len);
 		lo.family = family;
 		memcpy(lo.addr, addr, sizeof(lo.addr));
-		sa_make(sfamily, &lo, port, &p->peer, &p->peer_len);
+		pl_sa_make(sfamily, &lo, port, &p->peer, &p->peer_len);
 	}
 	/* The application's number now names the channel's descriptor (the kernel socket goes). */
 	if (cfd < 0 || pl_real.dup3(cfd, fd, O_CLOEXEC) < 0) {
@@ -855,10 +343,10 @@ PL_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		goto err_free;
 	}
 	pl_epoll_forget(fd);
-	old = table_set(fd, p);
+	old = pl_table_set(fd, p);
 	pl_put(old);
 	pl_put(p); /* the table holds it */
-	DEBUG("fd %d: channel %u to node %u port %u", fd, info.channel_id, node->id, port);
+	PL_DEBUG("fd %d: channel %u to node %u port %u", fd, info.channel_id, node->id, port);
 	if (atomic_load(&p->nonblock)) {
 		atomic_store(&p->connecting, true);
 		errno = EINPROGRESS;
@@ -893,22 +381,22 @@ PL_EXPORT int listen(int fd, int backlog)
 		return ret;
 	if (pl_real.getsockname(fd, (struct sockaddr *)&ss, &sl))
 		return ret;
-	family = sa_addr((struct sockaddr *)&ss, sl, addr, &port);
-	if (family < 0 || !port_wanted(port) || !nodes_ready())
+	family = pl_sa_addr((struct sockaddr *)&ss, sl, addr, &port);
+	if (family < 0 || !pl_port_wanted(port) || !pl_nodes_ready())
 		return ret;
 	{
 		static const uint8_t any[16];
-		const struct pl_node *n = node_by_addr(family, addr);
+		const struct pl_node *n = pl_node_by_addr(family, addr);
 
 		if (memcmp(addr, any, family == AF_INET ? 4 : 16) && !(n && n->self))
 			return ret; /* bound to an address that is not this node's (loopback...) */
 	}
 	pl_lib_enter();
-	ret = mesh_listen(session, port, &ls);
+	ret = mesh_listen(pl_session(), port, &ls);
 	pl_lib_leave();
 	if (ret) {
 		pl_warn((unsigned)-ret + 200, "mesh_listen on port %u: %s (%s); listening on kernel TCP only", port,
-			mesh_strerror(ret), mesh_session_error(session));
+			mesh_strerror(ret), mesh_session_error(pl_session()));
 		return 0;
 	}
 	p = pl_new(PL_LISTENER, sfamily);
@@ -920,10 +408,10 @@ PL_EXPORT int listen(int fd, int backlog)
 	}
 	p->ls = ls;
 	p->lfd = mesh_listener_fd(ls);
-	pl_put(table_set(fd, p));
+	pl_put(pl_table_set(fd, p));
 	pl_put(p);
 	pl_epoll_forget(fd); /* registrations made before listen() are re-made with the listener's fd */
-	DEBUG("fd %d: listening on port %u through the mesh too", fd, port);
+	PL_DEBUG("fd %d: listening on port %u through the mesh too", fd, port);
 	return 0;
 }
 
@@ -959,13 +447,13 @@ static int accept_channel(struct pl_fd *l, mesh_channel_t *ch, struct sockaddr *
 	}
 	atomic_init(&p->nonblock, flags & SOCK_NONBLOCK);
 	p->cloexec = flags & SOCK_CLOEXEC;
-	sa_make(l->family, node_self(), info.local_port, &p->local, &p->local_len);
-	sa_make(l->family, node_by_id(info.peer_node), info.peer_port, &p->peer, &p->peer_len);
-	sa_copy_out(&p->peer, p->peer_len, sa, sl);
+	pl_sa_make(l->family, pl_node_self(), info.local_port, &p->local, &p->local_len);
+	pl_sa_make(l->family, pl_node_by_id(info.peer_node), info.peer_port, &p->peer, &p->peer_len);
+	pl_sa_copy_out(&p->peer, p->peer_len, sa, sl);
 	pl_epoll_forget(nfd);
-	pl_put(table_set(nfd, p));
+	pl_put(pl_table_set(nfd, p));
 	pl_put(p);
-	DEBUG("fd %d: accepted channel %u from node %u port %u", nfd, info.channel_id, info.peer_node,
+	PL_DEBUG("fd %d: accepted channel %u from node %u port %u", nfd, info.channel_id, info.peer_node,
 	      info.peer_port);
 	return nfd;
 }
@@ -1046,7 +534,7 @@ PL_EXPORT int close(int fd)
 		return pl_real.close(fd);
 	pl_epoll_forget(fd);
 	if (fd < PL_FD_MAX && pl_tracked(fd)) {
-		p = table_set(fd, NULL);
+		p = pl_table_set(fd, NULL);
 		pl_put(p);
 	}
 	return pl_real.close(fd);
@@ -1062,7 +550,7 @@ static void dup_track(int oldfd, int newfd)
 		pl_put(p);
 		return;
 	}
-	pl_put(table_set(newfd, p));
+	pl_put(pl_table_set(newfd, p));
 	pl_put(p);
 }
 
@@ -1203,7 +691,7 @@ PL_EXPORT int ioctl(int fd, unsigned long req, ...)
 		pl_lib_leave();
 		pthread_mutex_unlock(&p->lock);
 		if (ret) {
-			errno = app_errno(ret);
+			errno = pl_app_errno(ret);
 			ret = -1;
 			break;
 		}
@@ -1251,7 +739,7 @@ PL_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			pthread_mutex_lock(&p->lock);
 			pl_lib_enter();
 			if (!mesh_channel_status(p->ch, 0, &st) && st.error && !(st.ready & MESH_READY_EOF))
-				v = app_errno(st.error);
+				v = pl_app_errno(st.error);
 			pl_lib_leave();
 			pthread_mutex_unlock(&p->lock);
 		}
@@ -1326,9 +814,9 @@ static int sockname(int fd, struct sockaddr *sa, socklen_t *sl, bool peer)
 		return -1;
 	}
 	if (peer)
-		sa_copy_out(&p->peer, p->peer_len, sa, sl);
+		pl_sa_copy_out(&p->peer, p->peer_len, sa, sl);
 	else
-		sa_copy_out(&p->local, p->local_len, sa, sl);
+		pl_sa_copy_out(&p->local, p->local_len, sa, sl);
 	pl_put(p);
 	return 0;
 }
@@ -1374,7 +862,7 @@ PL_EXPORT int shutdown(int fd, int how)
 	pthread_mutex_unlock(&p->lock);
 	pl_put(p);
 	if (ret) {
-		errno = app_errno(ret);
+		errno = pl_app_errno(ret);
 		return -1;
 	}
 	return 0;
@@ -1452,7 +940,7 @@ PL_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
 	CHAN_OR_REAL(fd, pl_real.recvfrom(fd, buf, len, flags, sa, sl));
 	ret = chan_recv(p, &v, 1, flags);
 	if (ret >= 0)
-		sa_copy_out(&p->peer, p->peer_len, sa, sl);
+		pl_sa_copy_out(&p->peer, p->peer_len, sa, sl);
 	pl_put(p);
 	return ret;
 }
@@ -1503,7 +991,7 @@ PL_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 	ret = chan_recv(p, m->msg_iov, (int)m->msg_iovlen, flags);
 	if (ret >= 0) {
 		if (m->msg_name)
-			sa_copy_out(&p->peer, p->peer_len, m->msg_name, &m->msg_namelen);
+			pl_sa_copy_out(&p->peer, p->peer_len, m->msg_name, &m->msg_namelen);
 		m->msg_controllen = 0; /* no ancillary data over a channel */
 		m->msg_flags = 0;
 	}
@@ -1567,7 +1055,7 @@ static ssize_t sendfile_chan(struct pl_fd *p, int in, off_t *offset, size_t coun
 			if (r) {
 				if (done)
 					break;
-				errno = app_errno((int)r);
+				errno = pl_app_errno((int)r);
 				return -1;
 			}
 			done += (size_t)g;
@@ -1580,7 +1068,7 @@ static ssize_t sendfile_chan(struct pl_fd *p, int in, off_t *offset, size_t coun
 				break;
 			if (r == -EPIPE)
 				raise(SIGPIPE);
-			errno = app_errno((int)r);
+			errno = pl_app_errno((int)r);
 			return -1;
 		}
 		if (nb || done) {

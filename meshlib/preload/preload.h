@@ -1,6 +1,6 @@
 /*
  * libmesh_preload internals: the descriptor table, the real libc functions and the helpers shared
- * by preload.c (sockets, data) and poll.c (poll, select, epoll). Nothing here is exported.
+ * by the files of the preload library. Nothing here is exported.
  */
 #ifndef MESH_PRELOAD_H
 #define MESH_PRELOAD_H
@@ -95,24 +95,35 @@ int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const s
 int fcntl64(int fd, int cmd, ...);
 ssize_t sendfile64(int out, int in, off_t *offset, size_t count);
 
-/* ---- preload.c ---- */
+/* The calls of the preload library go one way between its files: preload.c (the interposers)
+ * above poll.c (poll, select, epoll), above fdtab.c (the descriptor table) and nodes.c (the node
+ * table), above base.c (libc, the environment, warnings, the clock). */
 
+/* ---- base.c ---- */
+
+/* MESH_PRELOAD_DEBUG=1: say on stderr what became a channel. */
+extern bool pl_debug_on;
+#define PL_DEBUG(...)                              \
+	do {                                       \
+		if (pl_debug_on)                   \
+			pl_warn(0, __VA_ARGS__);   \
+	} while (0)
+
+/* Resolves the real functions and reads the environment if the constructor has not run yet. */
+void pl_ensure_init(void);
 /* True when the calling thread is inside libmesh or the preload is off: pass everything through. */
 bool pl_bypass(void);
 /* Marks the calling thread as inside libmesh (so libmesh's own system calls reach the kernel). */
 void pl_lib_enter(void);
 void pl_lib_leave(void);
-/* The entry of a descriptor with a reference taken, or NULL; pl_put drops it. */
-struct pl_fd *pl_get(int fd);
-void pl_put(struct pl_fd *p);
-/* Any tracked descriptor at all (cheap: no lock). */
-bool pl_tracked(int fd);
-/* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
- * with arm, the channel fd is cleared first so that it wakes on the next change. */
-short pl_chan_revents(struct pl_fd *p, bool arm);
-/* The channel's spin budget in microseconds (mesh_channel_status), 0 if unknown; a monotonic
- * clock in microseconds to spend it by. */
-uint32_t pl_chan_spin_us(struct pl_fd *p);
+/* Whether connections to or listeners on port may go over the mesh (MESH_PRELOAD_PORTS). */
+bool pl_port_wanted(uint16_t port);
+/* Warns on stderr, once per distinct key (0: always). */
+void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A libmesh error as an errno the application understands; the mesh's own codes become
+ * ECONNRESET (named once on stderr). */
+int pl_app_errno(int err);
+/* A monotonic clock in microseconds. */
 uint64_t pl_mono_us(void);
 
 /* A spin before a sleep that reads the clock only every PL_SPIN_LOOKS looks: where the clock source
@@ -127,8 +138,48 @@ void pl_spin_start(struct pl_spin *s, uint32_t spin_us);
 /* Whether to look once more: the budget not spent and deadline_ms (a pl_mono_us() / 1000 value, or
  * negative for none) not reached, as far as the clock last read says. */
 bool pl_spin_on(struct pl_spin *s, int64_t deadline_ms);
-/* Warns on stderr, once per distinct key (0: always). */
-void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- fdtab.c ---- */
+
+/* A new entry with one reference (the caller's), owned by this process. */
+struct pl_fd *pl_new(enum pl_kind kind, int family);
+/* The entry of a descriptor with a reference taken, or NULL; pl_put drops it. */
+struct pl_fd *pl_get(int fd);
+void pl_put(struct pl_fd *p);
+/* Puts p at fd (taking a reference); returns what was there, which the caller puts. */
+struct pl_fd *pl_table_set(int fd, struct pl_fd *p);
+/* Any tracked descriptor at all (cheap: no lock). */
+bool pl_tracked(int fd);
+/* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
+ * with arm, the channel fd is cleared first so that it wakes on the next change. */
+short pl_chan_revents(struct pl_fd *p, bool arm);
+/* The channel's spin budget in microseconds (mesh_channel_status), 0 if unknown. */
+uint32_t pl_chan_spin_us(struct pl_fd *p);
+
+/* ---- nodes.c ---- */
+
+struct pl_node {
+	uint32_t id;
+	bool self;
+	int family;
+	uint8_t addr[16];
+};
+
+/* Learns meshd's node table on the first call; false: no mesh, everything stays plain TCP. */
+bool pl_nodes_ready(void);
+/* The session the node table came from: every channel is made on it. */
+mesh_session_t *pl_session(void);
+const struct pl_node *pl_node_by_addr(int family, const uint8_t *addr);
+const struct pl_node *pl_node_by_id(uint32_t id);
+const struct pl_node *pl_node_self(void);
+/* The address of sa as (family, bytes) and its port; v4-mapped IPv6 is IPv4; -1: neither. */
+int pl_sa_addr(const struct sockaddr *sa, socklen_t len, uint8_t out[16], uint16_t *port);
+/* 127.0.0.0/8 or ::1: the kernel would deliver it on this host. */
+bool pl_addr_is_loopback(int family, const uint8_t *addr);
+/* A node's address (n NULL: any) and a port as a sockaddr of the socket's family. */
+void pl_sa_make(int family, const struct pl_node *n, uint16_t port, struct sockaddr_storage *ss, socklen_t *len);
+/* Copies ss out as getsockname() would (truncated to *out_len, which becomes len). */
+void pl_sa_copy_out(const struct sockaddr_storage *ss, socklen_t len, struct sockaddr *out, socklen_t *out_len);
 
 /* ---- poll.c ---- */
 
