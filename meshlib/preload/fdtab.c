@@ -53,6 +53,22 @@ struct pl_fd *pl_get(int fd)
 	return p;
 }
 
+struct pl_fd *pl_lookup(int fd)
+{
+	return pl_bypass() ? NULL : pl_get(fd);
+}
+
+struct pl_fd *pl_chan_get(int fd)
+{
+	struct pl_fd *p = pl_lookup(fd);
+
+	if (p && p->kind != PL_CHANNEL) {
+		pl_put(p);
+		return NULL;
+	}
+	return p;
+}
+
 void pl_put(struct pl_fd *p)
 {
 	if (!p || atomic_fetch_sub(&p->refs, 1) != 1)

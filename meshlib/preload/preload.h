@@ -96,8 +96,9 @@ int fcntl64(int fd, int cmd, ...);
 ssize_t sendfile64(int out, int in, off_t *offset, size_t count);
 
 /* The calls of the preload library go one way between its files: preload.c (the interposers)
- * above poll.c (poll, select, epoll), above fdtab.c (the descriptor table) and nodes.c (the node
- * table), above base.c (libc, the environment, warnings, the clock). */
+ * above sock.c (descriptors becoming channels) and chan.c (what the calls mean on a channel),
+ * sock.c above poll.c (poll, select, epoll), all of them above fdtab.c (the descriptor table) and
+ * nodes.c (the node table), above base.c (libc, the environment, warnings, the clock). */
 
 /* ---- base.c ---- */
 
@@ -145,6 +146,10 @@ bool pl_spin_on(struct pl_spin *s, int64_t deadline_ms);
 struct pl_fd *pl_new(enum pl_kind kind, int family);
 /* The entry of a descriptor with a reference taken, or NULL; pl_put drops it. */
 struct pl_fd *pl_get(int fd);
+/* pl_get for an interposer: NULL also while the preload is bypassed (pl_bypass). */
+struct pl_fd *pl_lookup(int fd);
+/* pl_lookup of a channel only: NULL for anything else, which then goes to libc. */
+struct pl_fd *pl_chan_get(int fd);
 void pl_put(struct pl_fd *p);
 /* Puts p at fd (taking a reference); returns what was there, which the caller puts. */
 struct pl_fd *pl_table_set(int fd, struct pl_fd *p);
@@ -181,9 +186,58 @@ void pl_sa_make(int family, const struct pl_node *n, uint16_t port, struct socka
 /* Copies ss out as getsockname() would (truncated to *out_len, which becomes len). */
 void pl_sa_copy_out(const struct sockaddr_storage *ss, socklen_t len, struct sockaddr *out, socklen_t *out_len);
 
+/* ---- chan.c ---- */
+
+/* The socket calls on a channel, given the reference pl_chan_get took, which each drops. They
+ * return as the calls do: a count or 0, or -1 with errno. */
+ssize_t pl_chan_read(struct pl_fd *p, void *buf, size_t len);
+ssize_t pl_chan_write(struct pl_fd *p, const void *buf, size_t len);
+ssize_t pl_chan_readv(struct pl_fd *p, const struct iovec *iov, int n);
+ssize_t pl_chan_writev(struct pl_fd *p, const struct iovec *iov, int n);
+ssize_t pl_chan_recvfrom(struct pl_fd *p, void *buf, size_t len, int flags, struct sockaddr *sa, socklen_t *sl);
+ssize_t pl_chan_sendto(struct pl_fd *p, const void *buf, size_t len, int flags);
+ssize_t pl_chan_recvmsg(struct pl_fd *p, struct msghdr *m, int flags);
+ssize_t pl_chan_sendmsg(struct pl_fd *p, const struct msghdr *m, int flags);
+/* From the file in straight into the channel's send ring. */
+ssize_t pl_chan_sendfile(struct pl_fd *p, int in, off_t *offset, size_t count);
+int pl_chan_ioctl(struct pl_fd *p, unsigned long req, void *arg);
+int pl_chan_getsockopt(struct pl_fd *p, int level, int name, void *val, socklen_t *len);
+int pl_chan_setsockopt(struct pl_fd *p, int level, int name, const void *val, socklen_t len);
+/* getsockname (peer false) or getpeername (peer true). */
+int pl_chan_name(struct pl_fd *p, struct sockaddr *sa, socklen_t *sl, bool peer);
+int pl_chan_shutdown(struct pl_fd *p, int how);
+
+/* ---- sock.c ---- */
+
+/* connect() to a node's address: a channel at fd, or the kernel's connect when it cannot be one. */
+int pl_connect(int fd, const struct sockaddr *sa, socklen_t len);
+/* The kernel's listen(), and a mesh listener on the same port beside it where it can be. */
+int pl_listen(int fd, int backlog);
+/* accept4() on an entry (a listener: channels and kernel connections), given its reference. */
+int pl_accept(struct pl_fd *p, int fd, struct sockaddr *sa, socklen_t *sl, int flags);
+/* close, dup, dup2, dup3 where a tracked descriptor is involved: the table follows the kernel. */
+int pl_close(int fd);
+int pl_dup(int fd);
+int pl_dup2(int oldfd, int newfd);
+int pl_dup3(int oldfd, int newfd, int flags);
+/* fcntl() on an entry, given its reference. */
+int pl_fcntl(struct pl_fd *p, int fd, int cmd, long arg);
+
 /* ---- poll.c ---- */
 
 /* The descriptor fd was closed or replaced: forget its epoll registrations; an epoll fd its set. */
 void pl_epoll_forget(int fd);
+/* Whether any descriptor of the set is tracked (else the call is libc's). */
+bool pl_poll_tracked(const struct pollfd *fds, nfds_t n);
+bool pl_select_tracked(int nfds, fd_set *rd, fd_set *wr, fd_set *ex);
+/* A timeout in milliseconds (-1: none) from ppoll's or pselect's timespec, or select's timeval. */
+int pl_ts_ms(const struct timespec *ts);
+int pl_tv_ms(const struct timeval *tv);
+/* poll, ppoll, select and pselect over channels and kernel descriptors together. */
+int pl_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);
+int pl_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask);
+/* epoll_ctl on an entry, given its reference; epoll_wait and epoll_pwait (mask). */
+int pl_epoll_ctl(struct pl_fd *p, int epfd, int op, int fd, struct epoll_event *ev);
+int pl_epoll_wait(int epfd, struct epoll_event *out, int max, int timeout, const sigset_t *mask);
 
 #endif
