@@ -1,6 +1,6 @@
 /*
  * The application's own sending half over meshd's tcp provider (proto/ring.h MESH_AQ_PATH_TCP):
- * a TCP connection of our own to the peer application stands where aq.c's RC QP stands, so that a
+ * a TCP connection of our own to the peer application stands where aq_verbs.c's RC QP stands, so a
  * message goes from one application's send() to the other's recv() with no meshd between them
  * (on the host a hop through meshd is a scheduler switch among four processes: design.md).
  *
@@ -16,7 +16,7 @@
  * The peer's half is read straight into our RX area at each byte's offset, within our reader's
  * window: bytes below rx_cons are dropped (a resumed stream wrote them already), none goes beyond
  * rx_cons + ring (we stop reading; TCP holds the sender back). How far it read is published in
- * rx_seen, which meshd takes as it takes the immediates of aq.c.
+ * rx_seen, which meshd takes as it takes the immediates of aq_verbs.c.
  *
  * A stranger on the port gets AQT_PENDING slots at most and is closed as soon as it says anything
  * but the token; once the peer's connection is in, the listener goes. A connection that fails is a

@@ -1,7 +1,7 @@
 /*
  * Application-posted writes over verbs (proto/ring.h, the AQ area, MESH_AQ_PATH_RDMA): the
- * channel's sending half posted by the application itself, on an RC QP of its own connected to the peer application's, so that no meshd
- * stands between a message and the wire. meshd offers it (the rail's device and path in the control
+ * channel's sending half posted by the application itself, on an RC QP of its own connected to the
+ * peer application's, so that no meshd stands between a message and the wire. meshd offers it (the rail's device and path in the control
  * page), relays the two QPs' numbers and keys, grants the half once both QPs are connected and its
  * own writes are done, and revokes it when its link or rail goes; everything else (credits, the
  * stream's accounting, resuming) stays meshd's.

@@ -338,7 +338,7 @@ def part_apps(a, m, e, workdir):
           "(cluster.app_send over tcp): the rest were channels")
     if a.transport == "rdma":
         # cluster.app_send (on by default): each channel's application posts on a QP of its own, but
-        # all of a process's channels on a device share one verbs context (aq.c, struct aq_dev): a
+        # all of a process's channels on a device share one verbs context (aq_verbs.c, struct aq_dev): a
         # server's thousand connections must not cost it thousands of descriptors.
         code = ("import os, socket\n"
                 f"s = [socket.create_connection(('{host}', {port})) for _ in range(20)]\n"
