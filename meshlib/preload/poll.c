@@ -16,9 +16,11 @@
  *
  * Spinning: a wait with channels in it that finds nothing ready looks again, yielding between
  * looks, for the channels' spin budget (cluster.app_spin_us or MESH_SPIN_US) before it arms and
- * sleeps, as a blocking read does (preload.c chan_wait): an answer that comes within it is taken
+ * sleeps, as a blocking read does (chan.c chan_wait): an answer that comes within it is taken
  * without meshd's wake-up hop. The kernel descriptors are looked at too (a zero-timeout wait), so
  * they lose nothing to the spin.
+ *
+ * The interposers (preload.c) call in here once a call names a tracked descriptor.
  */
 #include <errno.h>
 #include <sched.h>
@@ -29,7 +31,6 @@
 
 #include "preload.h"
 
-#define PL_EXPORT __attribute__((visibility("default")))
 #define PL_POLL_STACK 64
 
 /* ---- time ---- */
@@ -166,7 +167,7 @@ out:
 	return ret;
 }
 
-static bool any_tracked(const struct pollfd *fds, nfds_t n)
+bool pl_poll_tracked(const struct pollfd *fds, nfds_t n)
 {
 	for (nfds_t i = 0; i < n; i++)
 		if (pl_tracked(fds[i].fd))
@@ -174,21 +175,12 @@ static bool any_tracked(const struct pollfd *fds, nfds_t n)
 	return false;
 }
 
-PL_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
+int pl_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
 {
-	if (pl_bypass() || !fds || !any_tracked(fds, n))
-		return pl_real.poll(fds, n, timeout);
-	return poll_core(fds, n, deadline_of(timeout), NULL);
+	return poll_core(fds, n, deadline_of(timeout_ms), mask);
 }
 
-PL_EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
-{
-	if (fdslen / sizeof(*fds) < n)
-		abort();
-	return poll(fds, n, timeout);
-}
-
-static int ts_ms(const struct timespec *ts)
+int pl_ts_ms(const struct timespec *ts)
 {
 	int64_t ms;
 
@@ -198,19 +190,9 @@ static int ts_ms(const struct timespec *ts)
 	return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
-PL_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+int pl_tv_ms(const struct timeval *tv)
 {
-	if (pl_bypass() || !fds || !any_tracked(fds, n))
-		return pl_real.ppoll(fds, n, ts, mask);
-	return poll_core(fds, n, deadline_of(ts_ms(ts)), mask);
-}
-
-PL_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask,
-			  size_t fdslen)
-{
-	if (fdslen / sizeof(*fds) < n)
-		abort();
-	return ppoll(fds, n, ts, mask);
+	return tv ? (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000) : -1;
 }
 
 /* ---- select ---- */
@@ -279,7 +261,7 @@ out:
 	return ret;
 }
 
-static bool sets_tracked(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
+bool pl_select_tracked(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
 {
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
 		if (((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))) && pl_tracked(fd))
@@ -287,21 +269,9 @@ static bool sets_tracked(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
 	return false;
 }
 
-PL_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+int pl_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask)
 {
-	int ms;
-
-	if (pl_bypass() || !sets_tracked(nfds, rd, wr, ex))
-		return pl_real.select(nfds, rd, wr, ex, tv);
-	ms = tv ? (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000) : -1;
-	return select_core(nfds, rd, wr, ex, deadline_of(ms), NULL);
-}
-
-PL_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts, const sigset_t *mask)
-{
-	if (pl_bypass() || !sets_tracked(nfds, rd, wr, ex))
-		return pl_real.pselect(nfds, rd, wr, ex, ts, mask);
-	return select_core(nfds, rd, wr, ex, deadline_of(ts_ms(ts)), mask);
+	return select_core(nfds, rd, wr, ex, deadline_of(timeout_ms), mask);
 }
 
 /* ---- epoll ---- */
@@ -503,14 +473,10 @@ static int ctl_tracked(int epfd, int op, int fd, struct epoll_event *ev, struct 
 	return ret;
 }
 
-PL_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+int pl_epoll_ctl(struct pl_fd *p, int epfd, int op, int fd, struct epoll_event *ev)
 {
-	struct pl_fd *p;
-	int ret;
+	int ret = ctl_tracked(epfd, op, fd, ev, p);
 
-	if (pl_bypass() || !(p = pl_get(fd)))
-		return pl_real.epoll_ctl(epfd, op, fd, ev);
-	ret = ctl_tracked(epfd, op, fd, ev, p);
 	pl_put(p);
 	return ret;
 }
@@ -586,7 +552,7 @@ static uint32_t ep_spin_us(struct ep_set *s)
 	return 0;
 }
 
-static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, const sigset_t *mask)
+int pl_epoll_wait(int epfd, struct epoll_event *out, int max, int timeout, const sigset_t *mask)
 {
 	struct ep_set *s = set_get(epfd, false);
 	int64_t deadline = deadline_of(timeout);
@@ -628,18 +594,4 @@ static int ep_wait(int epfd, struct epoll_event *out, int max, int timeout, cons
 				return m;
 		}
 	}
-}
-
-PL_EXPORT int epoll_wait(int epfd, struct epoll_event *out, int max, int timeout)
-{
-	if (pl_bypass())
-		return pl_real.epoll_wait(epfd, out, max, timeout);
-	return ep_wait(epfd, out, max, timeout, NULL);
-}
-
-PL_EXPORT int epoll_pwait(int epfd, struct epoll_event *out, int max, int timeout, const sigset_t *mask)
-{
-	if (pl_bypass())
-		return pl_real.epoll_pwait(epfd, out, max, timeout, mask);
-	return ep_wait(epfd, out, max, timeout, mask);
 }

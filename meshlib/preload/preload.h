@@ -1,6 +1,6 @@
 /*
  * libmesh_preload internals: the descriptor table, the real libc functions and the helpers shared
- * by preload.c (sockets, data) and poll.c (poll, select, epoll). Nothing here is exported.
+ * by the files of the preload library. Nothing here is exported.
  */
 #ifndef MESH_PRELOAD_H
 #define MESH_PRELOAD_H
@@ -95,24 +95,36 @@ int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const s
 int fcntl64(int fd, int cmd, ...);
 ssize_t sendfile64(int out, int in, off_t *offset, size_t count);
 
-/* ---- preload.c ---- */
+/* The calls of the preload library go one way between its files: preload.c (the interposers)
+ * above sock.c (descriptors becoming channels) and chan.c (what the calls mean on a channel),
+ * sock.c above poll.c (poll, select, epoll), all of them above fdtab.c (the descriptor table) and
+ * nodes.c (the node table), above base.c (libc, the environment, warnings, the clock). */
 
+/* ---- base.c ---- */
+
+/* MESH_PRELOAD_DEBUG=1: say on stderr what became a channel. */
+extern bool pl_debug_on;
+#define PL_DEBUG(...)                              \
+	do {                                       \
+		if (pl_debug_on)                   \
+			pl_warn(0, __VA_ARGS__);   \
+	} while (0)
+
+/* Resolves the real functions and reads the environment if the constructor has not run yet. */
+void pl_ensure_init(void);
 /* True when the calling thread is inside libmesh or the preload is off: pass everything through. */
 bool pl_bypass(void);
 /* Marks the calling thread as inside libmesh (so libmesh's own system calls reach the kernel). */
 void pl_lib_enter(void);
 void pl_lib_leave(void);
-/* The entry of a descriptor with a reference taken, or NULL; pl_put drops it. */
-struct pl_fd *pl_get(int fd);
-void pl_put(struct pl_fd *p);
-/* Any tracked descriptor at all (cheap: no lock). */
-bool pl_tracked(int fd);
-/* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
- * with arm, the channel fd is cleared first so that it wakes on the next change. */
-short pl_chan_revents(struct pl_fd *p, bool arm);
-/* The channel's spin budget in microseconds (mesh_channel_status), 0 if unknown; a monotonic
- * clock in microseconds to spend it by. */
-uint32_t pl_chan_spin_us(struct pl_fd *p);
+/* Whether connections to or listeners on port may go over the mesh (MESH_PRELOAD_PORTS). */
+bool pl_port_wanted(uint16_t port);
+/* Warns on stderr, once per distinct key (0: always). */
+void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A libmesh error as an errno the application understands; the mesh's own codes become
+ * ECONNRESET (named once on stderr). */
+int pl_app_errno(int err);
+/* A monotonic clock in microseconds. */
 uint64_t pl_mono_us(void);
 
 /* A spin before a sleep that reads the clock only every PL_SPIN_LOOKS looks: where the clock source
@@ -127,12 +139,105 @@ void pl_spin_start(struct pl_spin *s, uint32_t spin_us);
 /* Whether to look once more: the budget not spent and deadline_ms (a pl_mono_us() / 1000 value, or
  * negative for none) not reached, as far as the clock last read says. */
 bool pl_spin_on(struct pl_spin *s, int64_t deadline_ms);
-/* Warns on stderr, once per distinct key (0: always). */
-void pl_warn(unsigned key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- fdtab.c ---- */
+
+/* A new entry with one reference (the caller's), owned by this process. */
+struct pl_fd *pl_new(enum pl_kind kind, int family);
+/* The entry of a descriptor with a reference taken, or NULL; pl_put drops it. */
+struct pl_fd *pl_get(int fd);
+/* pl_get for an interposer: NULL also while the preload is bypassed (pl_bypass). */
+struct pl_fd *pl_lookup(int fd);
+/* pl_lookup of a channel only: NULL for anything else, which then goes to libc. */
+struct pl_fd *pl_chan_get(int fd);
+void pl_put(struct pl_fd *p);
+/* Puts p at fd (taking a reference); returns what was there, which the caller puts. */
+struct pl_fd *pl_table_set(int fd, struct pl_fd *p);
+/* Any tracked descriptor at all (cheap: no lock). */
+bool pl_tracked(int fd);
+/* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
+ * with arm, the channel fd is cleared first so that it wakes on the next change. */
+short pl_chan_revents(struct pl_fd *p, bool arm);
+/* The channel's spin budget in microseconds (mesh_channel_status), 0 if unknown. */
+uint32_t pl_chan_spin_us(struct pl_fd *p);
+
+/* ---- nodes.c ---- */
+
+struct pl_node {
+	uint32_t id;
+	bool self;
+	int family;
+	uint8_t addr[16];
+};
+
+/* Learns meshd's node table on the first call; false: no mesh, everything stays plain TCP. */
+bool pl_nodes_ready(void);
+/* The session the node table came from: every channel is made on it. */
+mesh_session_t *pl_session(void);
+const struct pl_node *pl_node_by_addr(int family, const uint8_t *addr);
+const struct pl_node *pl_node_by_id(uint32_t id);
+const struct pl_node *pl_node_self(void);
+/* The address of sa as (family, bytes) and its port; v4-mapped IPv6 is IPv4; -1: neither. */
+int pl_sa_addr(const struct sockaddr *sa, socklen_t len, uint8_t out[16], uint16_t *port);
+/* 127.0.0.0/8 or ::1: the kernel would deliver it on this host. */
+bool pl_addr_is_loopback(int family, const uint8_t *addr);
+/* A node's address (n NULL: any) and a port as a sockaddr of the socket's family. */
+void pl_sa_make(int family, const struct pl_node *n, uint16_t port, struct sockaddr_storage *ss, socklen_t *len);
+/* Copies ss out as getsockname() would (truncated to *out_len, which becomes len). */
+void pl_sa_copy_out(const struct sockaddr_storage *ss, socklen_t len, struct sockaddr *out, socklen_t *out_len);
+
+/* ---- chan.c ---- */
+
+/* The socket calls on a channel, given the reference pl_chan_get took, which each drops. They
+ * return as the calls do: a count or 0, or -1 with errno. */
+ssize_t pl_chan_read(struct pl_fd *p, void *buf, size_t len);
+ssize_t pl_chan_write(struct pl_fd *p, const void *buf, size_t len);
+ssize_t pl_chan_readv(struct pl_fd *p, const struct iovec *iov, int n);
+ssize_t pl_chan_writev(struct pl_fd *p, const struct iovec *iov, int n);
+ssize_t pl_chan_recvfrom(struct pl_fd *p, void *buf, size_t len, int flags, struct sockaddr *sa, socklen_t *sl);
+ssize_t pl_chan_sendto(struct pl_fd *p, const void *buf, size_t len, int flags);
+ssize_t pl_chan_recvmsg(struct pl_fd *p, struct msghdr *m, int flags);
+ssize_t pl_chan_sendmsg(struct pl_fd *p, const struct msghdr *m, int flags);
+/* From the file in straight into the channel's send ring. */
+ssize_t pl_chan_sendfile(struct pl_fd *p, int in, off_t *offset, size_t count);
+int pl_chan_ioctl(struct pl_fd *p, unsigned long req, void *arg);
+int pl_chan_getsockopt(struct pl_fd *p, int level, int name, void *val, socklen_t *len);
+int pl_chan_setsockopt(struct pl_fd *p, int level, int name, const void *val, socklen_t len);
+/* getsockname (peer false) or getpeername (peer true). */
+int pl_chan_name(struct pl_fd *p, struct sockaddr *sa, socklen_t *sl, bool peer);
+int pl_chan_shutdown(struct pl_fd *p, int how);
+
+/* ---- sock.c ---- */
+
+/* connect() to a node's address: a channel at fd, or the kernel's connect when it cannot be one. */
+int pl_connect(int fd, const struct sockaddr *sa, socklen_t len);
+/* The kernel's listen(), and a mesh listener on the same port beside it where it can be. */
+int pl_listen(int fd, int backlog);
+/* accept4() on an entry (a listener: channels and kernel connections), given its reference. */
+int pl_accept(struct pl_fd *p, int fd, struct sockaddr *sa, socklen_t *sl, int flags);
+/* close, dup, dup2, dup3 where a tracked descriptor is involved: the table follows the kernel. */
+int pl_close(int fd);
+int pl_dup(int fd);
+int pl_dup2(int oldfd, int newfd);
+int pl_dup3(int oldfd, int newfd, int flags);
+/* fcntl() on an entry, given its reference. */
+int pl_fcntl(struct pl_fd *p, int fd, int cmd, long arg);
 
 /* ---- poll.c ---- */
 
 /* The descriptor fd was closed or replaced: forget its epoll registrations; an epoll fd its set. */
 void pl_epoll_forget(int fd);
+/* Whether any descriptor of the set is tracked (else the call is libc's). */
+bool pl_poll_tracked(const struct pollfd *fds, nfds_t n);
+bool pl_select_tracked(int nfds, fd_set *rd, fd_set *wr, fd_set *ex);
+/* A timeout in milliseconds (-1: none) from ppoll's or pselect's timespec, or select's timeval. */
+int pl_ts_ms(const struct timespec *ts);
+int pl_tv_ms(const struct timeval *tv);
+/* poll, ppoll, select and pselect over channels and kernel descriptors together. */
+int pl_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);
+int pl_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask);
+/* epoll_ctl on an entry, given its reference; epoll_wait and epoll_pwait (mask). */
+int pl_epoll_ctl(struct pl_fd *p, int epfd, int op, int fd, struct epoll_event *ev);
+int pl_epoll_wait(int epfd, struct epoll_event *out, int max, int timeout, const sigset_t *mask);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * The application's own sending half over meshd's tcp provider (proto/ring.h MESH_AQ_PATH_TCP):
- * a TCP connection of our own to the peer application stands where aq.c's RC QP stands, so that a
+ * a TCP connection of our own to the peer application stands where aq_verbs.c's RC QP stands, so a
  * message goes from one application's send() to the other's recv() with no meshd between them
  * (on the host a hop through meshd is a scheduler switch among four processes: design.md).
  *
@@ -16,7 +16,7 @@
  * The peer's half is read straight into our RX area at each byte's offset, within our reader's
  * window: bytes below rx_cons are dropped (a resumed stream wrote them already), none goes beyond
  * rx_cons + ring (we stop reading; TCP holds the sender back). How far it read is published in
- * rx_seen, which meshd takes as it takes the immediates of aq.c.
+ * rx_seen, which meshd takes as it takes the immediates of aq_verbs.c.
  *
  * A stranger on the port gets AQT_PENDING slots at most and is closed as soon as it says anything
  * but the token; once the peer's connection is in, the listener goes. A connection that fails is a
@@ -145,7 +145,7 @@ static int aqt_socket(int family)
 	return fd;
 }
 
-int aq_tcp_open(mesh_channel_t *c, struct lib_aq *q)
+static int aqt_listen(mesh_channel_t *c, struct lib_aq *q)
 {
 	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
 	struct aq_tcp *t;
@@ -190,7 +190,7 @@ int aq_tcp_open(mesh_channel_t *c, struct lib_aq *q)
 	return 0;
 }
 
-void aq_tcp_destroy(struct lib_aq *q)
+static void aqt_destroy(struct lib_aq *q)
 {
 	struct aq_tcp *t = q->tcp;
 
@@ -209,7 +209,18 @@ void aq_tcp_destroy(struct lib_aq *q)
 	q->tcp = NULL;
 }
 
-int aq_tcp_fd(const struct lib_aq *q)
+/* Listening for the peer's connection, offered to meshd with our port and token. */
+static int aqt_open(mesh_channel_t *c, struct lib_aq *q)
+{
+	int ret = aqt_listen(c, q);
+
+	if (ret)
+		lib_debug("channel %u: cannot listen for the peer's own connection (%s): meshd sends our bytes",
+			  c->info.channel_id, strerror(-ret));
+	return ret;
+}
+
+static int aqt_fd(const struct lib_aq *q)
 {
 	return q->tcp->ep;
 }
@@ -496,7 +507,7 @@ static void aqt_flush(mesh_channel_t *c)
 				continue;
 			if (errno != EAGAIN)
 				aqt_fail(c, "send", errno);
-			return; /* full: the wait watches it for room (aq_tcp_wait_fd) */
+			return; /* full: the wait watches it for room (aqt_wait_fd) */
 		}
 		if (t->hdr_off < t->hdr_len) {
 			uint32_t h = t->hdr_len - t->hdr_off;
@@ -561,7 +572,8 @@ static void aqt_stop(mesh_channel_t *c)
 	aqt_maybe_close(t);
 }
 
-void aq_tcp_progress(mesh_channel_t *c, bool look_in)
+/* look_in: also take the peer's bytes (not for a send step: aq_progress_send). */
+static void aqt_progress(mesh_channel_t *c, bool look_in)
 {
 	struct mesh_ring_aq *a = mesh_ring_aq(c->ctrl);
 	struct lib_aq *q = c->aq;
@@ -616,7 +628,18 @@ void aq_tcp_progress(mesh_channel_t *c, bool look_in)
 	aqt_interest(c);
 }
 
-int aq_tcp_wait_fd(mesh_channel_t *c)
+static void aqt_step(mesh_channel_t *c)
+{
+	aqt_progress(c, true);
+}
+
+static int aqt_send_step(mesh_channel_t *c)
+{
+	aqt_progress(c, false);
+	return 0;
+}
+
+static int aqt_wait_fd(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;
 
@@ -630,7 +653,13 @@ int aq_tcp_wait_fd(mesh_channel_t *c)
 	return q->tcp->ep;
 }
 
-void aq_tcp_release(mesh_channel_t *c)
+/* A TCP connection's readiness is its own: no events to take, as a completion channel has. */
+static void aqt_event(mesh_channel_t *c)
+{
+	(void)c;
+}
+
+static void aqt_release(mesh_channel_t *c)
 {
 	struct lib_aq *q = c->aq;
 	struct aq_tcp *t = q->tcp;
@@ -654,3 +683,16 @@ void aq_tcp_release(mesh_channel_t *c)
 	aqt_stop(c);
 	aq_give_back(c);
 }
+
+const struct aq_ops aq_tcp_ops = {
+	.name = "tcp",
+	.look_is_syscall = true,
+	.open = aqt_open,
+	.destroy = aqt_destroy,
+	.progress = aqt_step,
+	.progress_send = aqt_send_step,
+	.fd = aqt_fd,
+	.wait_fd = aqt_wait_fd,
+	.event = aqt_event,
+	.release = aqt_release,
+};

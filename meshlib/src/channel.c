@@ -440,7 +440,7 @@ static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg, bool r
 		 * reader of a stream: its yields gave a polling meshd the CPU (20-30% instead of 8%)
 		 * and cost a fifth of a 64 KiB stream. A look that yields may give the CPU away for
 		 * long: the clock is read after each. */
-		if (!own || (i & 63) == 63 || (rx && c->answer_due && aq_is_tcp(c)))
+		if (!own || (i & 63) == 63 || (rx && c->answer_due && aq_look_is_syscall(c)))
 			sched_yield();
 		r = step(c, arg);
 		if (r != -EAGAIN || c->meshd_gone)

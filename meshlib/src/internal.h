@@ -129,7 +129,7 @@ void ctl_fds_close(int *fds, int nfds);
  * -EPROTO when anything meshd sent is inconsistent. */
 int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_SETUP], mesh_channel_t **out);
 
-/* ---- aq.c: application-posted writes (ring.h AQ area) ---- */
+/* ---- aq.c: application-posted writes (ring.h AQ area; the paths behind it: aq_int.h) ---- */
 
 /* Offers a QP of our own when meshd's control page has a path for it (and MESH_APP_SEND is not
  * off); on any failure c->aq stays NULL and meshd posts everything, as before. */
@@ -152,8 +152,8 @@ uint64_t aq_reusable(const mesh_channel_t *c, uint64_t tx_cons);
 int aq_fd(const mesh_channel_t *c);
 /* Whether our QP is connected: the peer's bytes come without any meshd (a longer spin pays). */
 bool aq_connected(const mesh_channel_t *c);
-/* Whether our own path is a TCP connection (a look at it is a system call anyway). */
-bool aq_is_tcp(const mesh_channel_t *c);
+/* Whether a look at our own path is a system call anyway (a TCP connection). */
+bool aq_look_is_syscall(const mesh_channel_t *c);
 /* Before sleeping: arms the CQ and returns its completion channel's fd (-1: none to wait on). */
 int aq_wait_fd(mesh_channel_t *c);
 /* After the fd was readable: takes its events. */

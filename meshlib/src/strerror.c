@@ -1,3 +1,8 @@
+/*
+ * mesh_strerror: the name of every error libmesh and meshd return, a negative errno or one of the
+ * mesh's own codes (MESH_ERRNO_BASE up, mesh/mesh.h), one table row per code. Linked into libmesh
+ * and, as the static mesh_errors, into meshd and meshctl, so all three say the same words.
+ */
 #include <string.h>
 
 #include <mesh/mesh.h>

@@ -42,7 +42,7 @@ import time
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "integration"))
 import preload_test  # noqa: E402
-from mesh_test import wait_until  # noqa: E402
+from fixtures import wait_until  # noqa: E402
 
 RSOCKET = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
 
@@ -148,7 +148,7 @@ def main():
     ap.add_argument("--cases", default="tcp,mesh,rsocket",
                     help="which of tcp, mesh, rsocket to run, comma-separated (default: all three)")
     a = ap.parse_args()
-    a.cluster_extra, a.app_send = preload_test.mesh_test.app_send(a.app_send, a.transport)
+    a.cluster_extra, a.app_send = preload_test.fixtures.app_send(a.app_send, a.transport)
     for kv in a.set:
         k, sep, v = kv.partition("=")
         if not sep or not re.fullmatch(r"[a-z_]+", k):

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from mesh_test import Cluster, wait_until  # noqa: E402
+from fixtures import Cluster, wait_until  # noqa: E402
 
 PORT = 5700
 

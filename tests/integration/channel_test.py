@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import meshring  # noqa: E402
-import mesh_test  # noqa: E402
-from mesh_test import Cluster, check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import Cluster, check, wait_until  # noqa: E402
 
 
 
@@ -63,7 +63,7 @@ def main():
     if args.polling:
         args.cluster_extra += f'  polling = "{args.polling}";\n'
         print(f"# meshd polling: {args.polling}")
-    line, args.app_send = mesh_test.app_send(args.app_send, args.transport)
+    line, args.app_send = fixtures.app_send(args.app_send, args.transport)
     args.cluster_extra += line
     print("# cluster.app_send: " + ("applications post their own writes" if args.app_send else "meshd posts every write"))
     chan_test = os.path.join(args.build, "tests", "integration", "chan_test")
@@ -368,7 +368,7 @@ def main():
             if nd["proc"] and nd["proc"].poll() is None:
                 nd["proc"].kill()
                 nd["proc"].wait()
-        if mesh_test.failed:
+        if fixtures.failed:
             c.dump_logs()
         bad = []
         for i, nd in c.nodes.items():
@@ -379,8 +379,8 @@ def main():
         # The lines themselves: the logs live in a temporary directory that is gone after the run.
         check(not bad, "no errors or sanitizer reports in the meshd logs",
               f"{len(bad)} lines:\n  " + "\n  ".join(bad[:20]))
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 F_SETPIPE_SZ = 1031
 PEERS = 8
@@ -74,7 +74,7 @@ def main():
     with open(conf, "w") as f:
         f.write('cluster = {\n  name = "busy";\n  transport = "tcp";\n  qps_per_link = 1;\n'
                 '  backoff_initial_ms = 5;\n  backoff_max_ms = 10;\n  log_level = "debug";\n'
-                + mesh_test.cluster_key(a.build, workdir) + '};\n')
+                + fixtures.cluster_key(a.build, workdir) + '};\n')
         f.write("nodes = (\n" + ",\n".join(
             f'  {{ id = {i}; addr = "127.0.0.1"; port = {a.port + i}; }}' for i in list(range(1, PEERS + 1)) + [9])
             + "\n);\n")
@@ -183,8 +183,8 @@ def main():
             p.kill()
             p.wait()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

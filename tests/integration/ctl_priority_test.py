@@ -37,8 +37,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 PEERS = 60
 LINKS_REQ = bytes([0x08, 0x01, 0x10, 0x01])  # CtlRequest{version 1, object LINKS}
@@ -93,7 +93,7 @@ class Meshd:
         with open(conf, "w") as f:
             f.write('cluster = {\n  name = "prio";\n  transport = "tcp";\n  qps_per_link = 1;\n'
                     '  backoff_initial_ms = 1000;\n  backoff_max_ms = 5000;\n'
-                    + extra + mesh_test.cluster_key(a.build, workdir, f"{name}.key") + '};\n')
+                    + extra + fixtures.cluster_key(a.build, workdir, f"{name}.key") + '};\n')
             # Node 1 dials nobody (the higher id dials); the others never start: 60 DOWN links.
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "127.0.0.1"; port = {port + i}; }}' for i in range(1, PEERS + 2))

@@ -22,8 +22,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 
 def main():
@@ -36,7 +36,7 @@ def main():
     a.build = os.path.abspath(a.build)
     a.nodes, a.addrs, a.qps, a.ka_interval, a.ka_timeout = 2, a.addr, 2, 300, 3000
     work = tempfile.mkdtemp(prefix="mesh-local-")
-    c = mesh_test.Cluster(a, work)
+    c = fixtures.Cluster(a, work)
     chan = os.path.join(a.build, "tests", "integration", "chan_test")
     sock = c.nodes[1]["sock"]
 
@@ -123,11 +123,11 @@ def main():
         check(wait_until(lambda: not channels(), 10), "no channel is left at meshd", str(channels()))
     finally:
         ok = c.stop_all()
-        if mesh_test.failed or not ok:
+        if fixtures.failed or not ok:
             c.dump_logs()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
+import fixtures  # noqa: E402
 import meshring  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 NOBODY = 65534
 USERS_GID = 100  # Debian's "users" group
@@ -122,7 +122,7 @@ def main():
     meshctl = os.path.join(args.build, "node", "meshctl")
     base = ('  transport = "tcp";\n  qps_per_link = 2;\n  keepalive_interval_ms = 300;\n'
             '  keepalive_timeout_ms = 3000;\n  max_channels_per_uid = 2;\n'
-            + mesh_test.cluster_key(args.build, work))
+            + fixtures.cluster_key(args.build, work))
     nodes = (f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {args.port}; }},\n'
              f'  {{ id = 2; addr = "127.0.0.1"; port = {args.port + 1}; }}\n);\n')
     confs = {1: os.path.join(work, "mesh1.conf"), 2: os.path.join(work, "mesh2.conf")}
@@ -279,10 +279,10 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        if not mesh_test.failed:
+        if not fixtures.failed:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

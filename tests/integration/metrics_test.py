@@ -39,8 +39,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 PAGE = 61440  # ADMIN_METRICS_PAGE (node/meshd/admin.h)
 HTTP_TIMEOUT_S = 5  # METRICS_HTTP_TIMEOUT_S (node/meshd/metrics_http.h)
@@ -123,7 +123,7 @@ def main():
     with open(conf, "w") as f:
         f.write('cluster = {\n  name = "me\\"tr\\\\ics";\n  transport = "tcp";\n  qps_per_link = 2;\n'
                 '  keepalive_interval_ms = 300;\n  keepalive_timeout_ms = 3000;\n'
-                + mesh_test.cluster_key(args.build, work) + '};\n'
+                + fixtures.cluster_key(args.build, work) + '};\n'
                 'nodes = (\n' + ",\n".join(nodes) + '\n);\n')
     procs = {}
     socks = {i: os.path.join(work, f"meshd{i}.sock") for i in (1, 2)}
@@ -365,14 +365,14 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        if mesh_test.failed:
+        if fixtures.failed:
             for i in (1, 2):
                 if os.path.exists(logs[i]):
                     print(f"--- meshd {i} log (tail)")
                     print("".join(open(logs[i]).readlines()[-30:]))
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 IP_TIMEOUT = 20  # seconds for any one `ip` command
 
@@ -196,7 +196,7 @@ class Cluster:
                     f'  keepalive_interval_ms = {args.ka_interval};\n  keepalive_timeout_ms = {args.ka_timeout};\n'
                     f'  connect_timeout_ms = {args.connect_timeout};\n  handshake_timeout_ms = 10000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 1000;\n  log_level = "info";\n'
-                    + mesh_test.cluster_key(args.build, workdir) + '};\n')
+                    + fixtures.cluster_key(args.build, workdir) + '};\n')
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "{v["addr"]}"; port = {v["port"]}; }}' for i, v in self.nodes.items())
                 + "\n);\n")
@@ -214,15 +214,7 @@ class Cluster:
 
     def ctl(self, i, *what):
         # The control socket is a filesystem path: reachable from the root namespace.
-        try:
-            r = subprocess.run([self.bin("meshctl"), "-j", "-L", "-s", self.nodes[i]["sock"], *what],
-                               capture_output=True, text=True, timeout=mesh_test.CTL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"# meshctl {' '.join(what)} on node {i}: no reply within {mesh_test.CTL_TIMEOUT_S} s", flush=True)
-            return None
-        if r.returncode != 0:
-            return None
-        return json.loads(r.stdout)
+        return fixtures.meshctl_json(self.bin("meshctl"), self.nodes[i]["sock"], i, *what)
 
     def links(self, i):
         j = self.ctl(i, "links")
@@ -264,7 +256,7 @@ def strangers(args, c, net, workdir, ka_s):
     snap = c.links(1)[2]
     with open(c.conf) as f:
         conf = f.read()
-    keys = {"the cluster's key": None, "another key": mesh_test.cluster_key(args.build, workdir, "rogue.key"),
+    keys = {"the cluster's key": None, "another key": fixtures.cluster_key(args.build, workdir, "rogue.key"),
             "no key": ""}
     away = conf.replace(f'addr = "{c.nodes[2]["addr"]}"', f'addr = "{net.addr[rogue]}"')
 
@@ -523,7 +515,7 @@ def main():
                             p.wait(timeout=10)
                         except subprocess.TimeoutExpired:
                             pass
-                if mesh_test.failed:
+                if fixtures.failed:
                     c.dump_logs()
                 bad = [line for i in c.nodes for line in c.log(i).splitlines()
                        if "ERROR" in line or "AddressSanitizer" in line or "runtime error" in line
@@ -537,8 +529,8 @@ def main():
                 print(f"# kept {workdir}")
             elif workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 
 def main():
@@ -46,7 +46,7 @@ def main():
     with open(conf, "w") as f:
         f.write('cluster = {\n  name = "notify";\n  transport = "tcp";\n  qps_per_link = 2;\n'
                 '  keepalive_interval_ms = 300;\n  keepalive_timeout_ms = 3000;\n'
-                + mesh_test.cluster_key(args.build, work) + '};\n'
+                + fixtures.cluster_key(args.build, work) + '};\n'
                 f'nodes = (\n  {{ id = 1; addr = "127.0.0.1"; port = {args.port}; }},\n'
                 f'  {{ id = 2; addr = "127.0.0.1"; port = {args.port + 1}; }}\n);\n')
     nsock = os.path.join(work, "notify.sock")
@@ -193,10 +193,10 @@ def main():
                 p.kill()
                 p.wait()
         ns.close()
-        if not mesh_test.failed:
+        if not fixtures.failed:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import meshring  # noqa: E402
-from mesh_test import Cluster, check, wait_until  # noqa: E402
+from fixtures import Cluster, check, wait_until  # noqa: E402
 
 
 def cpus(text):

@@ -36,8 +36,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 
 def skip(reason):
@@ -61,7 +61,7 @@ class Mesh:
                     f'  transport = "{a.transport}";\n  qps_per_link = 2;\n'
                     '  keepalive_interval_ms = 500;\n  keepalive_timeout_ms = 5000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 1000;\n  log_level = "info";\n'
-                    + getattr(a, "cluster_extra", "") + mesh_test.cluster_key(a.build, workdir) + '};\n')
+                    + getattr(a, "cluster_extra", "") + fixtures.cluster_key(a.build, workdir) + '};\n')
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "{self.addr[i]}"; port = {a.port + i}; }}' for i in (1, 2)) + "\n);\n")
 
@@ -338,7 +338,7 @@ def part_apps(a, m, e, workdir):
           "(cluster.app_send over tcp): the rest were channels")
     if a.transport == "rdma":
         # cluster.app_send (on by default): each channel's application posts on a QP of its own, but
-        # all of a process's channels on a device share one verbs context (aq.c, struct aq_dev): a
+        # all of a process's channels on a device share one verbs context (aq_verbs.c, struct aq_dev): a
         # server's thousand connections must not cost it thousands of descriptors.
         code = ("import os, socket\n"
                 f"s = [socket.create_connection(('{host}', {port})) for _ in range(20)]\n"
@@ -469,7 +469,7 @@ def main():
             for p in m.proc.values():
                 if p.poll() is None:
                     p.kill()
-            if mesh_test.failed:
+            if fixtures.failed:
                 m.dump_logs()
         if net:
             net.cleanup()
@@ -477,8 +477,8 @@ def main():
             print(f"# kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 
 
 def write_conf(c, ids, key="cluster.key", extra="", ports=None):
@@ -62,7 +62,7 @@ def write_conf(c, ids, key="cluster.key", extra="", ports=None):
 def reload_ctl(c, i):
     """`meshctl reload` on node i: (exit status, stdout + stderr)."""
     r = subprocess.run([c.bin("meshctl"), "-s", c.nodes[i]["sock"], "reload"], capture_output=True, text=True,
-                       timeout=mesh_test.CTL_TIMEOUT_S)
+                       timeout=fixtures.CTL_TIMEOUT_S)
     return r.returncode, (r.stdout + r.stderr).strip()
 
 
@@ -133,10 +133,10 @@ def main():
     args.nodes = 3
 
     workdir = tempfile.mkdtemp(prefix="mesh-reload-")
-    c = mesh_test.Cluster(args, workdir)  # writes a file of 3 nodes and a key: replaced below
+    c = fixtures.Cluster(args, workdir)  # writes a file of 3 nodes and a key: replaced below
     shutil.copy(os.path.join(workdir, "cluster.key"), os.path.join(workdir, "old.key"))
     os.chmod(os.path.join(workdir, "old.key"), 0o600)
-    mesh_test.cluster_key(args.build, workdir, "new.key")
+    fixtures.cluster_key(args.build, workdir, "new.key")
     write_conf(c, [1, 2], key="old.key")
     print(f"# meshd 1 and 2, then 3; transport {args.transport}, addresses {args.addrs}; "
           f"a stream of {args.bytes} bytes at {args.rate} B/s", flush=True)
@@ -189,7 +189,7 @@ def main():
               "meshctl node: generation unchanged, 2 refused, config_error says why", str(n1))
         check("reload refused, nothing was changed" in log_text(c, 1), "node 1's log says why the reload was refused")
         text = subprocess.run([c.bin("meshctl"), "-s", c.nodes[1]["sock"], "metrics"], capture_output=True,
-                              text=True, timeout=mesh_test.CTL_TIMEOUT_S).stdout
+                              text=True, timeout=fixtures.CTL_TIMEOUT_S).stdout
         check("rdmamesh_config_last_reload_successful 0" in text
               and 'rdmamesh_config_reloads_total{result="refused"} 2' in text
               and f"rdmamesh_config_generation {gen[1]}" in text,
@@ -263,7 +263,7 @@ def main():
         tx = chan(c, 2, "send", 1, 7005, 4 << 20, "-R", 1 << 20)
         opened = wait_until(lambda: (node(c, 2).get("channels") or 0) >= 1, 20, 0.05)
         r = subprocess.run([c.bin("meshctl"), "-s", c.nodes[2]["sock"], "--deadline", "60", "drain"],
-                           capture_output=True, text=True, timeout=mesh_test.CTL_TIMEOUT_S)
+                           capture_output=True, text=True, timeout=fixtures.CTL_TIMEOUT_S)
         check(opened and r.returncode == 0 and "draining" in r.stdout and "1 channel open" in r.stdout,
               "meshctl drain on node 2: exit 0, one channel open", f"exit {r.returncode}: {r.stdout}{r.stderr}")
         rc, out = finish(chan(c, 2, "send", 1, 7005, 1000), 30)
@@ -311,11 +311,11 @@ def main():
             if nd["proc"] and nd["proc"].poll() is None:
                 nd["proc"].kill()
                 nd["proc"].wait()
-        if mesh_test.failed:
+        if fixtures.failed:
             c.dump_logs()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

@@ -50,8 +50,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mesh_test  # noqa: E402
-from mesh_test import check, wait_until  # noqa: E402
+import fixtures  # noqa: E402
+from fixtures import check, wait_until  # noqa: E402
 import netns_test  # noqa: E402
 from netns_test import Interrupted, ip, on_signal, preflight  # noqa: E402
 
@@ -161,7 +161,7 @@ class Pair(netns_test.Cluster):
                     '  connect_timeout_ms = 1000;\n  handshake_timeout_ms = 5000;\n'
                     '  backoff_initial_ms = 100;\n  backoff_max_ms = 400;\n  log_level = "info";\n'
                     + args.app_send_conf
-                    + mesh_test.cluster_key(args.build, workdir) + '};\n')
+                    + fixtures.cluster_key(args.build, workdir) + '};\n')
             rails = lambda i: ", ".join(f'"{a}"' for a in hosts.addr[i][1:])  # noqa: E731
             f.write("nodes = (\n" + ",\n".join(
                 f'  {{ id = {i}; addr = "{hosts.addr[i][0]}"; port = {args.port + i - 1};'
@@ -312,7 +312,7 @@ def main():
                     help="with --devices: the rails are rxe-vm's cabled rails (-c), cut with $RXE_VM_CABLE")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
-    args.app_send_conf, args.app_send = mesh_test.app_send(args.app_send, args.transport)
+    args.app_send_conf, args.app_send = fixtures.app_send(args.app_send, args.transport)
 
     tag = f"mtr{os.getpid()}x{random.randrange(16 ** 4):04x}"
     if args.devices:
@@ -644,7 +644,7 @@ def main():
                     if nd["proc"] and nd["proc"].poll() is None:
                         nd["proc"].kill()
                         nd["proc"].wait()
-                if mesh_test.failed:
+                if fixtures.failed:
                     # The whole of a run's logs (a few hundred lines): a failure in the rail
                     # flaps needs its beginning, which the last 40 lines lose.
                     p.dump_logs(1000)
@@ -660,8 +660,8 @@ def main():
                     shutil.copytree(workdir, os.environ["MESH_TEST_KEEP_LOGS"], dirs_exist_ok=True,
                                     ignore=shutil.ignore_patterns("*.sock"))
                 shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{mesh_test.passed} passed, {mesh_test.failed} failed")
-    return 1 if mesh_test.failed else 0
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
 
 
 if __name__ == "__main__":

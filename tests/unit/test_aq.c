@@ -1,7 +1,7 @@
 /*
- * libmesh's application-posted writes (meshlib/src/aq.c) over a fake of verbs.
+ * libmesh's application-posted writes (meshlib/src/aq.c, aq_verbs.c) over a fake of verbs.
  *
- * The fake is only what aq.c calls: one device ("fake0"), objects that are plain allocations, and a
+ * The fake is only what aq_verbs.c calls: one device ("fake0"), objects that are plain allocations, and a
  * QP whose post_send records every work request with the control page's tx_prod at that moment,
  * never moving a byte. The test plays meshd on the AQ area of a control page it allocated itself
  * (the peer's QP, the grant). Real QPs are exercised by the VM tests (channel_rdma_vm and the
