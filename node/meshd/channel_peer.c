@@ -153,86 +153,115 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 		  ch->local_port);
 }
 
+/* The peer accepted our open: the channel is OPEN and goes to its application (or, nobody
+ * waiting any more, closes at once). */
+static void channel_on_accept(struct link *l, const ChannelAccept *a)
+{
+	struct channel *ch = link_channel(l, a->slot);
+
+	if (!ch || ch->state != CH_OPENING || ch->open_pending) {
+		log_warn("node %u accepted channel slot %u, which is not opening", l->peer->id, a->slot);
+		return;
+	}
+	ch->peer_slot = a->peer_slot;
+	CHANNEL_KEYS_TAKE(ch, a);
+	ch->state = CH_OPEN;
+	l->metrics.channels_opened++;
+	if (!mesh_link_rail_up(l, ch->rail))
+		channel_rail_lost(ch); /* its rail failed while it opened: it moves at once */
+	channel_publish(ch);
+	/* Nobody waits for it any more (timeout, client gone): it closes right away. */
+	if (ch->reply_fd < 0 || channel_hand_over(ch, ch->reply_fd))
+		ch->app_gone = true;
+	ch->reply_fd = -1;
+	channel_pump(ch);
+}
+
+static void channel_on_reject(struct link *l, const ChannelReject *r)
+{
+	struct channel *ch = link_channel(l, r->slot);
+
+	if (!ch || ch->state != CH_OPENING || ch->open_pending)
+		return;
+	ch->error = r->reason;
+	/* Not the errno's name again: applications print it after that, or instead. */
+	if (ch->error == -ECONNREFUSED)
+		snprintf(ch->why, sizeof(ch->why), "nobody listens on that port");
+	else
+		snprintf(ch->why, sizeof(ch->why), "node %u refused: %s", l->peer->id, mesh_strerror(r->reason));
+	ch->app_gone = true;
+	channel_free(ch); /* answers the client with the reason */
+}
+
+static void channel_on_eof(struct link *l, const ChannelEof *e)
+{
+	struct channel *ch = link_channel(l, e->slot);
+
+	if (!ch || ch->state == CH_OPENING)
+		return;
+	if (e->total < ch->rx_bytes || ch->eof_known) {
+		channel_break(ch, -EPROTO, "peer sent EOF at %llu after %llu bytes arrived", (unsigned long long)e->total,
+			      (unsigned long long)ch->rx_bytes);
+	} else {
+		ch->eof_known = true;
+		ch->eof_total = e->total;
+	}
+	channel_pump(ch);
+}
+
+static void channel_on_close(struct link *l, const ChannelClose *c)
+{
+	struct channel *ch = link_channel(l, c->slot);
+
+	if (!ch || ch->state == CH_OPENING) {
+		log_warn("node %u closed channel slot %u, which is not open", l->peer->id, c->slot);
+		return;
+	}
+	ch->close_rcvd = true;
+	ch->state = CH_CLOSING;
+	ch->resuming = false; /* the peer ended it (it may refuse our resume so): nothing to wait for */
+	channel_note_peer_final(ch, c->chunks, c->credits);
+	if (c->reason && !ch->error) {
+		ch->error = c->reason;
+		snprintf(ch->why, sizeof(ch->why), "node %u closed the channel: %s", l->peer->id, mesh_strerror(ch->error));
+	} else if (!ch->eof_known) {
+		/* A clean close without an EOF message: everything that arrived is the stream. */
+		ch->eof_known = true;
+		ch->eof_total = ch->rx_bytes;
+	}
+	channel_pump(ch);
+}
+
+static void channel_on_close_ack(struct link *l, const ChannelCloseAck *a)
+{
+	struct channel *ch = link_channel(l, a->slot);
+
+	if (ch && ch->close_sent) {
+		ch->ack_rcvd = true;
+		channel_note_peer_final(ch, a->chunks, a->credits);
+		channel_pump(ch);
+	}
+}
+
 int channel_on_message(struct link *l, const PeerMsg *msg)
 {
-	struct channel *ch;
-
 	if (!(l->features & MESH_FEAT_CHANNELS))
 		return -MESH_EPEERMSG;
 	switch (msg->body_case) {
 	case PEER_MSG__BODY_CHANNEL_OPEN:
 		channel_on_open(l, msg->channel_open);
 		return 0;
-	case PEER_MSG__BODY_CHANNEL_ACCEPT: {
-		const ChannelAccept *a = msg->channel_accept;
-
-		ch = link_channel(l, a->slot);
-		if (!ch || ch->state != CH_OPENING || ch->open_pending) {
-			log_warn("node %u accepted channel slot %u, which is not opening", l->peer->id, a->slot);
-			return 0;
-		}
-		ch->peer_slot = a->peer_slot;
-		CHANNEL_KEYS_TAKE(ch, a);
-		ch->state = CH_OPEN;
-		l->metrics.channels_opened++;
-		if (!mesh_link_rail_up(l, ch->rail))
-			channel_rail_lost(ch); /* its rail failed while it opened: it moves at once */
-		channel_publish(ch);
-		/* Nobody waits for it any more (timeout, client gone): it closes right away. */
-		if (ch->reply_fd < 0 || channel_hand_over(ch, ch->reply_fd))
-			ch->app_gone = true;
-		ch->reply_fd = -1;
-		channel_pump(ch);
+	case PEER_MSG__BODY_CHANNEL_ACCEPT:
+		channel_on_accept(l, msg->channel_accept);
 		return 0;
-	}
 	case PEER_MSG__BODY_CHANNEL_REJECT:
-		ch = link_channel(l, msg->channel_reject->slot);
-		if (ch && ch->state == CH_OPENING && !ch->open_pending) {
-			ch->error = msg->channel_reject->reason;
-			/* Not the errno's name again: applications print it after that, or instead. */
-			if (ch->error == -ECONNREFUSED)
-				snprintf(ch->why, sizeof(ch->why), "nobody listens on that port");
-			else
-				snprintf(ch->why, sizeof(ch->why), "node %u refused: %s", l->peer->id,
-					 mesh_strerror(msg->channel_reject->reason));
-			ch->app_gone = true;
-			channel_free(ch); /* answers the client with the reason */
-		}
+		channel_on_reject(l, msg->channel_reject);
 		return 0;
 	case PEER_MSG__BODY_CHANNEL_EOF:
-		ch = link_channel(l, msg->channel_eof->slot);
-		if (!ch || ch->state == CH_OPENING)
-			return 0;
-		if (msg->channel_eof->total < ch->rx_bytes || ch->eof_known) {
-			channel_break(ch, -EPROTO, "peer sent EOF at %llu after %llu bytes arrived",
-				      (unsigned long long)msg->channel_eof->total, (unsigned long long)ch->rx_bytes);
-		} else {
-			ch->eof_known = true;
-			ch->eof_total = msg->channel_eof->total;
-		}
-		channel_pump(ch);
+		channel_on_eof(l, msg->channel_eof);
 		return 0;
 	case PEER_MSG__BODY_CHANNEL_CLOSE:
-		ch = link_channel(l, msg->channel_close->slot);
-		if (!ch || ch->state == CH_OPENING) {
-			log_warn("node %u closed channel slot %u, which is not open", l->peer->id,
-				 msg->channel_close->slot);
-			return 0;
-		}
-		ch->close_rcvd = true;
-		ch->state = CH_CLOSING;
-		ch->resuming = false; /* the peer ended it (it may refuse our resume so): nothing to wait for */
-		channel_note_peer_final(ch, msg->channel_close->chunks, msg->channel_close->credits);
-		if (msg->channel_close->reason && !ch->error) {
-			ch->error = msg->channel_close->reason;
-			snprintf(ch->why, sizeof(ch->why), "node %u closed the channel: %s", l->peer->id,
-				 mesh_strerror(ch->error));
-		} else if (!ch->eof_known) {
-			/* A clean close without an EOF message: everything that arrived is the stream. */
-			ch->eof_known = true;
-			ch->eof_total = ch->rx_bytes;
-		}
-		channel_pump(ch);
+		channel_on_close(l, msg->channel_close);
 		return 0;
 	case PEER_MSG__BODY_CHANNEL_APP_QP:
 		if (!(l->features & MESH_FEAT_APPQP))
@@ -245,12 +274,7 @@ int channel_on_message(struct link *l, const PeerMsg *msg)
 		channel_on_resume(l, msg->channel_resume);
 		return 0;
 	case PEER_MSG__BODY_CHANNEL_CLOSE_ACK:
-		ch = link_channel(l, msg->channel_close_ack->slot);
-		if (ch && ch->close_sent) {
-			ch->ack_rcvd = true;
-			channel_note_peer_final(ch, msg->channel_close_ack->chunks, msg->channel_close_ack->credits);
-			channel_pump(ch);
-		}
+		channel_on_close_ack(l, msg->channel_close_ack);
 		return 0;
 	default:
 		return -MESH_EPEERMSG;
