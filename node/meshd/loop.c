@@ -246,27 +246,15 @@ static void drain_check(struct daemon *d, uint64_t now, bool *running)
  * the other descriptors of this batch (evs: timer, signals, control socket's work, kicks,
  * lifelines, metrics), the tick, the channels left to the usual pump and the channels to the local
  * node. Clears *running on a stop. */
-static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool *running)
+/* The batch's other descriptors: the timer (its tick runs after the receives), signals (SIGHUP
+ * reloads, the others stop), a stop, the control socket's work, lifelines, the metrics endpoint.
+ * true when the timer fired. */
+static bool slow_events(struct dp *dp, const struct epoll_event *evs, int n, bool *running)
 {
 	struct daemon *d = dp->d;
 	struct mesh *m = &d->mesh;
 	bool tick = false;
 
-	mesh_lock_all(&d->locks);
-	m->numa.threads[dp->rail].slow_sections++;
-	/* Every rail's: a rail's thread may hold events it polled and left here while it waits for
-	 * these locks, and the tick below must not judge a link before reading them (a keepalive
-	 * among them: a busy rail's thread lost a link so, with both peers alive). */
-	for (uint32_t r = 0; r < m->n_rails; r++) {
-		struct dp *o = &d->dp[r];
-
-		m->numa.threads[r].deferred_events += (uint64_t)o->n_deferred;
-		for (int k = 0; k < o->n_deferred; k++)
-			mesh_handle_event(m, &o->deferred[k]);
-		o->n_deferred = 0;
-		m->rail_deferring[r] = false;
-	}
-	mesh_reap(m);
 	for (int i = 0; i < n; i++) {
 		uint32_t tag = (uint32_t)(evs[i].data.u64 >> 32);
 		int fd = (int)(uint32_t)evs[i].data.u64;
@@ -307,59 +295,91 @@ static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool 
 			break;
 		}
 	}
+	return tick;
+}
+
+/* The tick, under every lock, after the batch's receives: keepalives, timeouts and re-dials
+ * (mesh_tick), a late tick said, the control socket's snapshot, the metrics endpoint's timeouts,
+ * the watchdog, a drain's end. */
+static void slow_tick(struct dp *dp, bool *running)
+{
+	struct daemon *d = dp->d;
+	struct mesh *m = &d->mesh;
+	uint64_t now, dropped;
+	bool late;
+	int got = 0;
+
+	/* The timer must not judge before everything that arrived was read. A thread stopped
+	 * while it polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what
+	 * arrived meanwhile raised no readiness: the loop's poll_once looked into every CQ
+	 * just before this (a polling thread; a cold one sleeps armed, and its notified
+	 * CQs were taken), so only what it left (a drain cut short) is taken here. Looking
+	 * into every CQ again cost an idle meshd with 63 peers a tenth of its CPU under
+	 * emulation (126 CQs ten times a second, rxe's poll_cq taking a lock each). And an
+	 * every-CQ look must not be taken here: it leaves the transport polling (no
+	 * re-arming), which polling = event never undoes (every CQ stayed unarmed after the
+	 * first tick and a channel over rdma moved one message per tick, 50 ms), nor a cold
+	 * thread that goes to sleep without its last look. */
+	for (size_t i = 0; i < d->n_xports; i++)
+		if (dp_owns(dp, i) && (d->poll_mode == POLL_EVENT || d->more[i]))
+			d->more[i] = drain_xport_n(d, d->xports[i], false, &got);
+	/* A tick far later than its period: the loop (or the machine) stalled, and a peer may
+	 * have taken our links DOWN meanwhile; said, so that such a DOWN is explained. */
+	now = util_now_ms();
+	late = d->tick_last_ms && now - d->tick_last_ms > SLOW_WARN_MS;
+	if (late && log_ratelimit_ok(&d->late_rl, now, &dropped))
+		log_warn("the tick came %llu ms after the last one (period %u ms): this loop or the machine stalled "
+			 "(%llu such lines not logged before this one)", (unsigned long long)(now - d->tick_last_ms),
+			 d->tick_period_ms, (unsigned long long)dropped);
+	d->tick_last_ms = now;
+	/* And what arrived during the stall may not be read yet: a thread stopped between a
+	 * look into its transports and their re-arming (or while it polled) raised no readiness
+	 * for it, so this batch holds the timer alone, and the peers' keepalives sit unread
+	 * (a meshd paused past its own keepalive timeout took three live links DOWN so, in
+	 * mesh_test's mixed cluster in the VM). Such a tick judges no link or rail by its
+	 * keepalives (everything else of the tick runs: skipping it all slowed a formation
+	 * storm, where ticks come late): the loop takes a full look first (polled: it looks
+	 * again before it sleeps; the other rails' threads look on their own), and the next
+	 * tick, a period later, judges. Once only: a loop late at every tick still judges at
+	 * every other one. */
+	m->tick_no_liveness = late && !d->tick_deferred;
+	d->tick_deferred = m->tick_no_liveness;
+	if (m->tick_no_liveness)
+		dp->polled = true;
+	mesh_tick(m, now);
+	m->tick_no_liveness = false;
+	mesh_reap(m);
+	drain_check(d, now, running);
+	admin_snapshot(&d->admin, util_now_ms());
+	metrics_http_run(d->metrics); /* its connection timeouts */
+	notify_tick(d, util_now_ms());
+}
+
+static void slow_path(struct dp *dp, const struct epoll_event *evs, int n, bool *running)
+{
+	struct daemon *d = dp->d;
+	struct mesh *m = &d->mesh;
+
+	mesh_lock_all(&d->locks);
+	m->numa.threads[dp->rail].slow_sections++;
+	/* Every rail's: a rail's thread may hold events it polled and left here while it waits for
+	 * these locks, and the tick below must not judge a link before reading them (a keepalive
+	 * among them: a busy rail's thread lost a link so, with both peers alive). */
+	for (uint32_t r = 0; r < m->n_rails; r++) {
+		struct dp *o = &d->dp[r];
+
+		m->numa.threads[r].deferred_events += (uint64_t)o->n_deferred;
+		for (int k = 0; k < o->n_deferred; k++)
+			mesh_handle_event(m, &o->deferred[k]);
+		o->n_deferred = 0;
+		m->rail_deferring[r] = false;
+	}
+	mesh_reap(m);
 	/* Timers judge liveness only after everything that arrived has been read: a meshd that was
 	 * not scheduled for a while (paused, or a loaded machine) finds its peers' keepalives in
 	 * this batch, and must not declare a merely delayed link dead. */
-	if (tick) {
-		uint64_t now, dropped;
-		bool late;
-		int got = 0;
-
-		/* The timer must not judge before everything that arrived was read. A thread stopped
-		 * while it polled (SIGSTOP, a long preemption) had left its CQs unarmed, so what
-		 * arrived meanwhile raised no readiness: the loop's poll_once looked into every CQ
-		 * just before this (a polling thread; a cold one sleeps armed, and its notified
-		 * CQs were taken), so only what it left (a drain cut short) is taken here. Looking
-		 * into every CQ again cost an idle meshd with 63 peers a tenth of its CPU under
-		 * emulation (126 CQs ten times a second, rxe's poll_cq taking a lock each). And an
-		 * every-CQ look must not be taken here: it leaves the transport polling (no
-		 * re-arming), which polling = event never undoes (every CQ stayed unarmed after the
-		 * first tick and a channel over rdma moved one message per tick, 50 ms), nor a cold
-		 * thread that goes to sleep without its last look. */
-		for (size_t i = 0; i < d->n_xports; i++)
-			if (dp_owns(dp, i) && (d->poll_mode == POLL_EVENT || d->more[i]))
-				d->more[i] = drain_xport_n(d, d->xports[i], false, &got);
-		/* A tick far later than its period: the loop (or the machine) stalled, and a peer may
-		 * have taken our links DOWN meanwhile; said, so that such a DOWN is explained. */
-		now = util_now_ms();
-		late = d->tick_last_ms && now - d->tick_last_ms > SLOW_WARN_MS;
-		if (late && log_ratelimit_ok(&d->late_rl, now, &dropped))
-			log_warn("the tick came %llu ms after the last one (period %u ms): this loop or the machine stalled "
-				 "(%llu such lines not logged before this one)", (unsigned long long)(now - d->tick_last_ms),
-				 d->tick_period_ms, (unsigned long long)dropped);
-		d->tick_last_ms = now;
-		/* And what arrived during the stall may not be read yet: a thread stopped between a
-		 * look into its transports and their re-arming (or while it polled) raised no readiness
-		 * for it, so this batch holds the timer alone, and the peers' keepalives sit unread
-		 * (a meshd paused past its own keepalive timeout took three live links DOWN so, in
-		 * mesh_test's mixed cluster in the VM). Such a tick judges no link or rail by its
-		 * keepalives (everything else of the tick runs: skipping it all slowed a formation
-		 * storm, where ticks come late): the loop takes a full look first (polled: it looks
-		 * again before it sleeps; the other rails' threads look on their own), and the next
-		 * tick, a period later, judges. Once only: a loop late at every tick still judges at
-		 * every other one. */
-		m->tick_no_liveness = late && !d->tick_deferred;
-		d->tick_deferred = m->tick_no_liveness;
-		if (m->tick_no_liveness)
-			dp->polled = true;
-		mesh_tick(m, now);
-		m->tick_no_liveness = false;
-		mesh_reap(m);
-		drain_check(d, now, running);
-		admin_snapshot(&d->admin, util_now_ms());
-		metrics_http_run(d->metrics); /* its connection timeouts */
-		notify_tick(d, util_now_ms());
-	}
+	if (slow_events(dp, evs, n, running))
+		slow_tick(dp, running);
 	channel_pump_wanted(m, dp->rail);
 	/* What this batch told channels to the local node reaches them now, outside any handler. */
 	channel_local_run(m);
