@@ -1259,11 +1259,14 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 		}
 		break;
 	case PEER_MSG__BODY_KEEPALIVE_ACK: {
-		uint64_t t = util_now_us();
+		uint64_t t = util_now_us(), sent = msg->keepalive_ack->sent_us;
+		uint32_t r = link_qp_rail(l, qp);
+		bool ours = link_metrics_ka_acked(&l->metrics, r, msg->keepalive_ack->seq);
 
-		if (qp == link_ctl_qp(l) && msg->keepalive_ack->sent_us <= t)
-			l->rtt_us = t - msg->keepalive_ack->sent_us;
-		link_metrics_ka_acked(&l->metrics, link_qp_rail(l, qp), msg->keepalive_ack->seq);
+		if (qp == link_ctl_qp(l) && sent <= t)
+			l->rtt_us = t - sent;
+		if (ours && sent <= t)
+			link_metrics_rtt(&l->metrics, r, t - sent);
 		break;
 	}
 	case PEER_MSG__BODY_GOODBYE:
@@ -1417,11 +1420,15 @@ static void link_on_completion(struct link *l, const struct xport_event *ev)
 		 * one gives a round trip on rail 0. */
 		uint64_t t = util_now_us();
 		uint64_t seq = l->ka_write_seq - (uint32_t)((uint32_t)l->ka_write_seq - idx);
+		bool ours = link_metrics_ka_acked(&l->metrics, 0, seq);
 
 		l->sq_used[ev->conn->index]--;
-		if (seq == l->ka_write_seq && l->ctl_rail == 0 && l->ka_write_us <= t)
-			l->rtt_us = t - l->ka_write_us;
-		link_metrics_ka_acked(&l->metrics, 0, seq);
+		if (seq == l->ka_write_seq && l->ka_write_us <= t) {
+			if (l->ctl_rail == 0)
+				l->rtt_us = t - l->ka_write_us;
+			if (ours) /* an older write's post time is gone: no sample */
+				link_metrics_rtt(&l->metrics, 0, t - l->ka_write_us);
+		}
 		return;
 	}
 	case WR_PROOF_READ:

@@ -10,6 +10,10 @@
 #include "metrics.h"
 #include "util.h"
 
+const uint32_t metrics_rtt_bounds_us[METRICS_RTT_BUCKETS] = {
+	10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+};
+
 static const char *const reason_names[METRICS_REASONS] = {
 	[METRICS_REASON_KEEPALIVE] = "keepalive",
 	[METRICS_REASON_SHUTDOWN] = "shutdown",
@@ -305,6 +309,26 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 				   (unsigned long long)mx.bytes[i]);
 }
 
+/* The histogram of rail r's keepalive round trips: cumulative buckets, +Inf equal to _count. */
+static void rtt_histogram(struct metrics_buf *b, const struct link *l, uint32_t r)
+{
+	const struct metrics_rtt *h = &l->metrics.rtt[r];
+	uint64_t cum = 0;
+
+	for (uint32_t k = 0; k < METRICS_RTT_BUCKETS; k++) {
+		cum += h->n[k];
+		metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_bucket{peer=\"%u\",rail=\"%u\",le=\"%g\"} %llu\n",
+				   l->peer->id, r, (double)metrics_rtt_bounds_us[k] / 1e6, (unsigned long long)cum);
+	}
+	cum += h->n[METRICS_RTT_BUCKETS];
+	metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_bucket{peer=\"%u\",rail=\"%u\",le=\"+Inf\"} %llu\n",
+			   l->peer->id, r, (unsigned long long)cum);
+	metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_sum{peer=\"%u\",rail=\"%u\"} %.6f\n", l->peer->id, r,
+			   (double)h->sum_us / 1e6);
+	metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_count{peer=\"%u\",rail=\"%u\"} %llu\n", l->peer->id, r,
+			   (unsigned long long)cum);
+}
+
 static void render_links(const struct mesh *m, struct metrics_buf *b)
 {
 	static const char *const states[] = {"DOWN", "CONNECTING", "UP"};
@@ -347,12 +371,18 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 			link_sample(b, "rdmamesh_link_rail_up", m->links[i], more,
 				    m->links[i]->phase == LINK_UP && mesh_link_rail_up(m->links[i], r));
 		}
-	family(b, "rdmamesh_link_rtt_seconds", "gauge",
+	/* The gauge was rdmamesh_link_rtt_seconds{peer} until that name became the histogram's. */
+	family(b, "rdmamesh_link_last_rtt_seconds", "gauge",
 	       "Round-trip time of the last keepalive on the link's control rail (UP links that measured one).");
 	for (size_t i = 0; i < m->n_links; i++)
 		if (m->links[i]->phase == LINK_UP && m->links[i]->rtt_us)
-			metrics_buf_printf(b, "rdmamesh_link_rtt_seconds{peer=\"%u\"} %.6f\n", m->links[i]->peer->id,
+			metrics_buf_printf(b, "rdmamesh_link_last_rtt_seconds{peer=\"%u\"} %.6f\n", m->links[i]->peer->id,
 					   (double)m->links[i]->rtt_us / 1e6);
+	family(b, "rdmamesh_link_rtt_seconds", "histogram",
+	       "Round-trip times of the keepalives on each rail of the link: one sample per keepalive acked.");
+	for (size_t i = 0; i < m->n_links; i++)
+		for (uint32_t r = 0; r < m->n_rails; r++)
+			rtt_histogram(b, m->links[i], r);
 	family(b, "rdmamesh_link_ups_total", "counter", "Times the link came UP.");
 	for (size_t i = 0; i < m->n_links; i++)
 		link_sample(b, "rdmamesh_link_ups_total", m->links[i], "", m->links[i]->ups);

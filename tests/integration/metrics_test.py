@@ -153,7 +153,7 @@ def main():
         check(wait_until(lambda: link_up(1, 2) and link_up(2, 1), 20), "nodes 1 and 2 UP")
 
         # 1. the endpoint (once the first keepalive measured the RTT: the series set is stable then)
-        wait_until(lambda: 'rdmamesh_link_rtt_seconds{peer="2"}' in get(1)[2], 10)
+        wait_until(lambda: 'rdmamesh_link_last_rtt_seconds{peer="2"}' in get(1)[2], 10)
         status, ctype, text = get(1)
         s1 = samples(text)
         check(status == 200 and ctype.startswith("text/plain; version=0.0.4"),
@@ -166,7 +166,7 @@ def main():
                      % re.search(r"meshd (\S+)", subprocess.run([meshd, "--version"], capture_output=True,
                                                                  text=True).stdout).group(1)) == 1,
               "rdmamesh_node_info with the cluster name escaped", [k for k in s1 if "node_info" in k].__str__())
-        check(s1.get('rdmamesh_link_rtt_seconds{peer="2"}', 0) > 0, "RTT of peer 2 in seconds, measured")
+        check(s1.get('rdmamesh_link_last_rtt_seconds{peer="2"}', 0) > 0, "RTT of peer 2 in seconds, measured")
         ok, out = promtool_check(promtool, text)
         check(ok, f"promtool check metrics: clean on the endpoint's text ({len(text)} bytes)", out[:2000])
 

@@ -99,7 +99,7 @@ static void metrics_render__cluster_name_with_quote_backslash_newline__escaped_i
 	assert_has(s, want);
 	/* No raw newline inside a sample: every line is a comment or a sample of ours. */
 	for (const char *p = s; *p; p = strchr(p, '\n') + 1) {
-		if (strncmp(p, "# ", 2) && strncmp(p, "rdmamesh_", 9))
+		if (strncmp(p, "# ", 2) && strncmp(p, "rdmamesh_", 9) && strncmp(p, "process_", 8))
 			fail_msg("a line that is neither a comment nor a sample: %.60s", p);
 		assert_non_null(strchr(p, '\n'));
 	}
@@ -107,12 +107,13 @@ static void metrics_render__cluster_name_with_quote_backslash_newline__escaped_i
 	mt_finish(t);
 }
 
-/* Every sample's name is the family last declared by TYPE, which follows its HELP; each family is
- * declared once; counters end in _total; every name has the prefix. */
+/* Every sample's name is the family last declared by TYPE, which follows its HELP (a histogram's
+ * with _bucket, _sum or _count after it); each family is declared once; counters end in _total;
+ * every name has the prefix, but the process_* families of the client libraries. */
 static void metrics_render__every_sample__under_its_help_and_type(void **state)
 {
 	struct mt *t = *state;
-	char family[128] = "", seen[8192] = " ";
+	char family[128] = "", ftype[32] = "", seen[8192] = " ";
 	char *s, *save = NULL;
 
 	mt_init(t, 2, ids123, 3);
@@ -129,19 +130,25 @@ static void metrics_render__every_sample__under_its_help_and_type(void **state)
 			assert_true(strlen(seen) + strlen(key) < sizeof(seen));
 			strcat(seen, key + 1);
 			snprintf(family, sizeof(family), "%s", name);
-			assert_int_equal(strncmp(name, "rdmamesh_", 9), 0);
+			if (strncmp(name, "rdmamesh_", 9) && strncmp(name, "process_", 8))
+				fail_msg("family %s: neither rdmamesh_ nor process_", name);
 			continue;
 		}
 		if (sscanf(line, "# TYPE %127s %31s", name, type) == 2) {
 			assert_string_equal(name, family);
 			if (!strcmp(type, "counter"))
 				assert_string_equal(name + strlen(name) - 6, "_total");
-			else
+			else if (strcmp(type, "histogram"))
 				assert_string_equal(type, "gauge");
+			snprintf(ftype, sizeof(ftype), "%s", type);
 			continue;
 		}
 		assert_true(line[0] != '#');
 		snprintf(name, sizeof(name), "%.*s", (int)strcspn(line, "{ "), line);
+		if (!strcmp(ftype, "histogram") && !strncmp(name, family, strlen(family)) &&
+		    (!strcmp(name + strlen(family), "_bucket") || !strcmp(name + strlen(family), "_sum") ||
+		     !strcmp(name + strlen(family), "_count")))
+			continue;
 		if (strcmp(name, family))
 			fail_msg("sample %s under family %s", line, family);
 	}
@@ -305,6 +312,138 @@ static void link_metrics__keepalive_unanswered__miss_counted(void **state)
 	mt_finish(t);
 }
 
+/* A sample goes into the first bucket whose bound is at least the sample: a bound itself into its
+ * own bucket, one microsecond more into the next, beyond the last into +Inf alone. */
+static void metrics_rtt_bucket__bounds_and_beyond__first_bound_not_below(void **state)
+{
+	(void)state;
+	assert_int_equal(metrics_rtt_bounds_us[0], 10);
+	assert_int_equal(metrics_rtt_bounds_us[METRICS_RTT_BUCKETS - 1], 1000000);
+	assert_int_equal(metrics_rtt_bucket(0), 0);
+	for (uint32_t k = 0; k < METRICS_RTT_BUCKETS; k++) {
+		if (k)
+			assert_true(metrics_rtt_bounds_us[k] > metrics_rtt_bounds_us[k - 1]);
+		assert_int_equal(metrics_rtt_bucket(metrics_rtt_bounds_us[k]), k);
+		assert_int_equal(metrics_rtt_bucket(metrics_rtt_bounds_us[k] + 1), k + 1);
+	}
+	assert_int_equal(metrics_rtt_bucket(UINT64_MAX), METRICS_RTT_BUCKETS);
+}
+
+/* The value of the sample line that starts with prefix (up to the space before the value). */
+static double sample_value(const char *text, const char *prefix)
+{
+	char want[256];
+	const char *p;
+
+	snprintf(want, sizeof(want), "\n%s ", prefix);
+	p = strstr(text, want);
+	if (!p)
+		fail_msg("no sample %s", prefix);
+	return strtod(p + strlen(want), NULL);
+}
+
+/* The histogram's buckets are cumulative (each at least the one before), +Inf and _count are the
+ * number of samples and _sum their total, per peer and rail; a link that never measured one has
+ * every bucket at 0. */
+static void metrics_render__rtt_samples__cumulative_buckets_sum_and_count(void **state)
+{
+	static const uint64_t us[] = {7, 10, 11, 3000, 2000000};
+	struct mt *t = *state;
+	struct link *l;
+	double prev = 0;
+	char *s;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	for (size_t i = 0; i < ARRAY_SIZE(us); i++)
+		link_metrics_rtt(&l->metrics, 0, us[i]);
+	link_metrics_rtt(&l->metrics, MESH_RAILS_MAX, 5); /* no such rail: nothing */
+	s = render(t);
+	assert_has(s, "# TYPE rdmamesh_link_rtt_seconds histogram");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"1e-05\"} 2");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"2.5e-05\"} 3");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"0.0025\"} 3");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"0.005\"} 4");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"1\"} 4");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"+Inf\"} 5");
+	assert_has(s, "rdmamesh_link_rtt_seconds_count{peer=\"1\",rail=\"0\"} 5");
+	assert_has(s, "rdmamesh_link_rtt_seconds_sum{peer=\"1\",rail=\"0\"} 2.003028");
+	for (uint32_t k = 0; k < METRICS_RTT_BUCKETS; k++) {
+		char prefix[128];
+		double v;
+
+		snprintf(prefix, sizeof(prefix), "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"%g\"}",
+			 metrics_rtt_bounds_us[k] / 1e6);
+		v = sample_value(s, prefix);
+		assert_true(v >= prev);
+		prev = v;
+		snprintf(prefix, sizeof(prefix), "rdmamesh_link_rtt_seconds_bucket{peer=\"3\",rail=\"0\",le=\"%g\"}",
+			 metrics_rtt_bounds_us[k] / 1e6);
+		assert_true(sample_value(s, prefix) == 0);
+	}
+	assert_has(s, "rdmamesh_link_rtt_seconds_count{peer=\"3\",rail=\"0\"} 0");
+	assert_has(s, "rdmamesh_link_rtt_seconds_sum{peer=\"3\",rail=\"0\"} 0.000000");
+	free(s);
+	mt_finish(t);
+}
+
+static uint64_t rtt_count(const struct link *l, uint32_t r)
+{
+	uint64_t n = 0;
+
+	for (uint32_t k = 0; k <= METRICS_RTT_BUCKETS; k++)
+		n += l->metrics.rtt[r].n[k];
+	return n;
+}
+
+/* Each ack of a keepalive we sent is one sample, from the time it echoes; an ack repeated, one of
+ * a keepalive never sent and one from the future add none. */
+static void link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t t0, now;
+	KeepaliveAck a = KEEPALIVE_ACK__INIT;
+	PeerMsg m = PEER_MSG__INIT;
+	uint32_t k300 = metrics_rtt_bucket(300000);
+
+	t->peer_feat_off = MESH_FEAT_KA_WRITE; /* keepalive messages and their acks */
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	t0 = util_now_ms();
+	tick_at(t, t0); /* keepalive 1 */
+	m.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
+	m.keepalive_ack = &a;
+	a.seq = l->ka_seq;
+	now = util_now_us();
+	a.sent_us = now - 300000; /* 300 ms ago: bucket le=0.5, later ones if this thread stalled */
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 1);
+	for (uint32_t k = 0; k < k300; k++)
+		assert_int_equal(l->metrics.rtt[0].n[k], 0);
+	assert_true(l->metrics.rtt[0].sum_us >= 300000 && l->metrics.rtt[0].sum_us <= util_now_us() - a.sent_us);
+	peer_send(t, l, &m); /* the same ack again */
+	a.seq = l->ka_seq + 1000; /* never sent */
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 1);
+	tick_at(t, t0 + t->cfg.keepalive_interval_ms + 1); /* keepalive 2 */
+	a.seq = l->ka_seq;
+	a.sent_us = util_now_us() + 10000000; /* a clock the peer made up */
+	peer_send(t, l, &m);
+	assert_true(l->metrics.ka_acked[0] == l->ka_seq);
+	assert_int_equal(rtt_count(l, 0), 1);
+	tick_at(t, t0 + 2 * t->cfg.keepalive_interval_ms + 2); /* keepalive 3, acked at once */
+	a.seq = l->ka_seq;
+	a.sent_us = util_now_us();
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 2);
+	mt_finish(t);
+}
+
 static void metrics_reason_of__codes__fixed_names(void **state)
 {
 	(void)state;
@@ -332,6 +471,9 @@ static const struct CMUnitTest tests[] = {
 	T(link_metrics__bad_hello__failure_counted_as_mismatch),
 	T(link_metrics__keepalive_unanswered__miss_counted),
 	T(metrics_reason_of__codes__fixed_names),
+	T(metrics_rtt_bucket__bounds_and_beyond__first_bound_not_below),
+	T(metrics_render__rtt_samples__cumulative_buckets_sum_and_count),
+	T(link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent),
 };
 
 static int group_setup(void **state)
