@@ -387,22 +387,20 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 	for (size_t i = 0; i < m->n_links; i++)
 		link_sample(b, "rdmamesh_link_ups_total", m->links[i], "", m->links[i]->ups);
 	family(b, "rdmamesh_link_downs_total", "counter",
-	       "Times the UP link went DOWN, by reason (reasons that happened only).");
+	       "Times the UP link went DOWN, by reason (every reason, 0 before its first time).");
 	for (size_t i = 0; i < m->n_links; i++)
-		for (int r = 0; r < METRICS_REASONS; r++)
-			if (m->links[i]->metrics.downs[r]) {
-				snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
-				link_sample(b, "rdmamesh_link_downs_total", m->links[i], more, m->links[i]->metrics.downs[r]);
-			}
+		for (int r = 0; r < METRICS_REASONS; r++) {
+			snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
+			link_sample(b, "rdmamesh_link_downs_total", m->links[i], more, m->links[i]->metrics.downs[r]);
+		}
 	family(b, "rdmamesh_link_handshake_failures_total", "counter",
-	       "Link attempts that ended before UP, by reason (reasons that happened only).");
+	       "Link attempts that ended before UP, by reason (every reason, 0 before its first time).");
 	for (size_t i = 0; i < m->n_links; i++)
-		for (int r = 0; r < METRICS_REASONS; r++)
-			if (m->links[i]->metrics.hs_failures[r]) {
-				snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
-				link_sample(b, "rdmamesh_link_handshake_failures_total", m->links[i], more,
-					    m->links[i]->metrics.hs_failures[r]);
-			}
+		for (int r = 0; r < METRICS_REASONS; r++) {
+			snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
+			link_sample(b, "rdmamesh_link_handshake_failures_total", m->links[i], more,
+				    m->links[i]->metrics.hs_failures[r]);
+		}
 	family(b, "rdmamesh_link_keepalive_misses_total", "counter",
 	       "Keepalives on the rail whose ack had not come back when the next one was due.");
 	for (size_t i = 0; i < m->n_links; i++)
