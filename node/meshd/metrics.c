@@ -455,6 +455,7 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 int metrics_render(const struct mesh *m, const struct metrics_extra *x, struct metrics_buf *b)
 {
 	render_node(m, x, b);
+	metrics_render_process(b);
 	render_links(m, b);
 	return b->oom ? -ENOMEM : 0;
 }

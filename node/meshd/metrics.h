@@ -152,6 +152,21 @@ struct metrics_extra {
 	uint64_t http_renders; /* texts the HTTP endpoint rendered for them */
 };
 
+/* meshd as a process (metrics_process.c): what /proc/self/stat says. */
+struct metrics_proc {
+	double cpu_seconds;  /* user and system */
+	double start_time_s; /* since the epoch */
+	uint64_t virtual_bytes, resident_bytes;
+};
+
+/* Parses the text of /proc/<pid>/stat (proc(5)) into out, given the clock ticks per second, the
+ * page size and the boot time: 0, or -EINVAL for a text of another shape. */
+int metrics_proc_stat_parse(const char *stat, long ticks_per_s, long page_size, uint64_t boot_s,
+			    struct metrics_proc *out);
+/* Appends the process_* families (process_cpu_seconds_total, process_resident_memory_bytes, ...)
+ * of this process, those it can read. */
+void metrics_render_process(struct metrics_buf *b);
+
 /* Renders every metric of the node into b (appended): 0, or -ENOMEM. */
 int metrics_render(const struct mesh *m, const struct metrics_extra *x, struct metrics_buf *b);
 

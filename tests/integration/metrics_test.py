@@ -49,7 +49,7 @@ CONNS_MAX, CONNS_PER_IP = 64, 4  # METRICS_HTTP_CONNS_MAX, METRICS_HTTP_CONNS_PE
 MARGIN_S = 10  # for a loaded machine: the properties below are not about speed
 RENDER_S = 0.25  # METRICS_HTTP_RENDER_MS: the endpoint renders at most this often
 FLOOD = 2000
-SAMPLE = re.compile(r'^(rdmamesh_[a-z_]+)(\{[^}]*\})? (\S+)$')
+SAMPLE = re.compile(r'^((?:rdmamesh|process)_[a-z_]+)(\{[^}]*\})? (\S+)$')
 
 
 def samples(text):

@@ -195,6 +195,13 @@ static void metrics_render__one_link_up__link_up_state_and_counts(void **state)
 				 peer, metrics_reason_name((enum metrics_reason)r));
 			assert_has(s, want);
 		}
+	/* meshd as a process: what every client library exports. */
+	assert_non_null(strstr(s, "\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "));
+	assert_null(strstr(s, "\nprocess_resident_memory_bytes 0\n"));
+	assert_non_null(strstr(s, "\nprocess_cpu_seconds_total "));
+	assert_non_null(strstr(s, "\nprocess_open_fds "));
+	assert_non_null(strstr(s, "\nprocess_max_fds "));
+	assert_non_null(strstr(s, "\nprocess_start_time_seconds "));
 	free(s);
 	mt_finish(t);
 }
@@ -456,6 +463,29 @@ static void link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent(void
 	mt_finish(t);
 }
 
+static void metrics_proc_stat_parse__command_with_parens_and_spaces__fields_after_it(void **state)
+{
+	/* proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+	 * utime stime cutime cstime priority nice num_threads itrealvalue starttime vsize rss ... */
+	static const char stat[] = "4242 (me) (sh) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 "
+				   "5 0 12345 104857600 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0\n";
+	struct metrics_proc p;
+
+	(void)state;
+	assert_int_equal(metrics_proc_stat_parse(stat, 100, 4096, 1700000000, &p), 0);
+	assert_true(p.cpu_seconds == 4.0);
+	assert_true(p.start_time_s == 1700000000 + 123.45);
+	assert_true(p.virtual_bytes == 104857600);
+	assert_true(p.resident_bytes == 2048 * 4096);
+	assert_int_equal(metrics_proc_stat_parse("4242 (me S 1 2 3", 100, 4096, 0, &p), -EINVAL);
+	assert_int_equal(metrics_proc_stat_parse("4242 (me) S 1 2 3 4 5 6 7 8 9 10 11 12\n", 100, 4096, 0, &p),
+			 -EINVAL);
+	assert_int_equal(metrics_proc_stat_parse("4242 (me) S 1 2 3 4 5 6 7 8 9 10 x 12 13 14 15 16 17 18 19 20 21",
+						 100, 4096, 0, &p),
+			 -EINVAL);
+	assert_int_equal(metrics_proc_stat_parse(stat, 0, 4096, 0, &p), -EINVAL);
+}
+
 static void metrics_reason_of__codes__fixed_names(void **state)
 {
 	(void)state;
@@ -486,6 +516,7 @@ static const struct CMUnitTest tests[] = {
 	T(metrics_rtt_bucket__bounds_and_beyond__first_bound_not_below),
 	T(metrics_render__rtt_samples__cumulative_buckets_sum_and_count),
 	T(link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent),
+	T(metrics_proc_stat_parse__command_with_parens_and_spaces__fields_after_it),
 };
 
 static int group_setup(void **state)
