@@ -452,6 +452,33 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 	free(open);
 }
 
+int metrics_health_render(const struct mesh *m, struct metrics_buf *b)
+{
+	uint32_t down = 0;
+
+	for (size_t i = 0; i < m->n_links; i++)
+		down += link_state(m->links[i]) != LINK_STATE_UP_;
+	if (!down) {
+		metrics_buf_printf(b, "ok\n");
+		return b->oom ? -ENOMEM : 0;
+	}
+	metrics_buf_printf(b, "%u of %zu links not UP\n", down, m->n_links);
+	for (size_t i = 0; i < m->n_links; i++) {
+		const struct link *l = m->links[i];
+		size_t from = b->len;
+
+		if (link_state(l) == LINK_STATE_UP_)
+			continue;
+		metrics_buf_printf(b, "peer %u %s: %s", l->peer->id, link_state_name(link_state(l)),
+				   l->last_error[0] ? l->last_error : "no attempt ended yet");
+		for (size_t k = from; k < b->len && !b->oom; k++) /* one line per link, whatever the error says */
+			if ((unsigned char)b->s[k] < 0x20)
+				b->s[k] = ' ';
+		metrics_buf_printf(b, "\n");
+	}
+	return b->oom ? -ENOMEM : (int)down; /* links are at most 65536 */
+}
+
 int metrics_render(const struct mesh *m, const struct metrics_extra *x, struct metrics_buf *b)
 {
 	render_node(m, x, b);

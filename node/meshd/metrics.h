@@ -167,6 +167,11 @@ int metrics_proc_stat_parse(const char *stat, long ticks_per_s, long page_size, 
  * of this process, those it can read. */
 void metrics_render_process(struct metrics_buf *b);
 
+/* The health of the node for /healthz, into b: "ok" when every configured link is UP, else how
+ * many are not and a line for each (peer id, state, last error). Returns the number of links not
+ * UP (0: healthy), or -ENOMEM. Runs where metrics_render runs. */
+int metrics_health_render(const struct mesh *m, struct metrics_buf *b);
+
 /* Renders every metric of the node into b (appended): 0, or -ENOMEM. */
 int metrics_render(const struct mesh *m, const struct metrics_extra *x, struct metrics_buf *b);
 

@@ -486,6 +486,37 @@ static void metrics_proc_stat_parse__command_with_parens_and_spaces__fields_afte
 	assert_int_equal(metrics_proc_stat_parse(stat, 0, 4096, 0, &p), -EINVAL);
 }
 
+/* /healthz: "ok" when every link is UP, else how many are not and one line each (peer, state,
+ * last error), an error with a newline kept on its line. */
+static void metrics_health_render__links_not_up__listed_one_line_each(void **state)
+{
+	struct mt *t = *state;
+	struct metrics_buf b = {0};
+	size_t lines = 0;
+
+	mt_init(t, 3, ids123, 3); /* node 3 dials both */
+	tick(t);
+	snprintf(lk(t, 2)->last_error, sizeof(lk(t, 2)->last_error), "no route\nto host");
+	assert_int_equal(metrics_health_render(&t->m, &b), 2);
+	assert_non_null(strstr(b.s, "2 of 2 links not UP\n"));
+	assert_non_null(strstr(b.s, "\npeer 2 DOWN: no route to host\n"));
+	assert_non_null(strstr(b.s, "\npeer 1 "));
+	metrics_buf_free(&b);
+	drive_to_up(t, lk(t, 1));
+	assert_int_equal(metrics_health_render(&t->m, &b), 1);
+	for (const char *p = b.s; (p = strchr(p, '\n')); p++)
+		lines++;
+	assert_int_equal(lines, 2);
+	assert_non_null(strstr(b.s, "1 of 2 links not UP\npeer 2 "));
+	assert_null(strstr(b.s, "peer 1 "));
+	metrics_buf_free(&b);
+	drive_to_up(t, lk(t, 2));
+	assert_int_equal(metrics_health_render(&t->m, &b), 0);
+	assert_string_equal(b.s, "ok\n");
+	metrics_buf_free(&b);
+	mt_finish(t);
+}
+
 static void metrics_reason_of__codes__fixed_names(void **state)
 {
 	(void)state;
@@ -517,6 +548,7 @@ static const struct CMUnitTest tests[] = {
 	T(metrics_render__rtt_samples__cumulative_buckets_sum_and_count),
 	T(link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent),
 	T(metrics_proc_stat_parse__command_with_parens_and_spaces__fields_after_it),
+	T(metrics_health_render__links_not_up__listed_one_line_each),
 };
 
 static int group_setup(void **state)
