@@ -4,8 +4,9 @@
  * endpoint (metrics_http.h, cluster.metrics_listen) and `meshctl metrics` (the control socket)
  * serve, so the two never differ.
  *
- * Names carry the rdmamesh_ prefix, values are in base units (bytes, seconds), counters end in
- * _total; every family has its HELP and TYPE lines. Labels: peer (node id), rail, transport,
+ * Names carry the rdmamesh_ prefix (but the process_* families, named as every Prometheus client
+ * library names them), values are in base units (bytes, seconds), counters end in _total; every
+ * family has its HELP and TYPE lines. Labels: peer (node id), rail, transport,
  * reason, direction, state. The renderer reads the mesh and must run where the control socket
  * runs: on rail 0's thread, under the daemon's lock.
  */
