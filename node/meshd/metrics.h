@@ -119,11 +119,18 @@ static inline bool link_metrics_ka_acked(struct link_metrics *lm, uint32_t r, ui
 	return true;
 }
 
+/* A round trip beyond any keepalive timeout (600 s at most): a message's round trip is measured
+ * from the time its ack echoes, which a peer may make up; it counts in +Inf as this much, so that
+ * the sum cannot wrap (it would take 5e9 such samples). */
+#define METRICS_RTT_MAX_US 3600000000ull
+
 /* A round trip of us microseconds measured on rail r. */
 static inline void link_metrics_rtt(struct link_metrics *lm, uint32_t r, uint64_t us)
 {
 	if (r >= MESH_RAILS_MAX)
 		return;
+	if (us > METRICS_RTT_MAX_US)
+		us = METRICS_RTT_MAX_US;
 	lm->rtt[r].n[metrics_rtt_bucket(us)]++;
 	lm->rtt[r].sum_us += us;
 }

@@ -460,6 +460,15 @@ static void link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent(void
 	a.sent_us = util_now_us();
 	peer_send(t, l, &m);
 	assert_int_equal(rtt_count(l, 0), 2);
+	/* An echo from the dawn of the clock: +Inf, and the sum grows by the cap alone. */
+	tick_at(t, t0 + 3 * t->cfg.keepalive_interval_ms + 3);
+	a.seq = l->ka_seq;
+	a.sent_us = 0;
+	now = l->metrics.rtt[0].sum_us;
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 3);
+	assert_int_equal(l->metrics.rtt[0].n[METRICS_RTT_BUCKETS], 1);
+	assert_true(l->metrics.rtt[0].sum_us - now <= METRICS_RTT_MAX_US);
 	mt_finish(t);
 }
 
