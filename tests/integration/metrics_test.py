@@ -90,12 +90,12 @@ def rtt_histogram(s, peer, rail):
 
 def check_histogram(s, peer, rail, what):
     """Checks the histogram's shape: RTT_BUCKETS bounds and +Inf, cumulative, +Inf == _count, a sum
-    when counted. Returns its count (-1 when malformed)."""
+    of 0 when nothing is counted. Returns its count (-1 when malformed)."""
     buckets, count, total = rtt_histogram(s, peer, rail)
     counts = [v for _, v in buckets]
     ok = (len(buckets) == RTT_BUCKETS + 1 and buckets[-1][0] == float("inf") and count is not None
           and total is not None and counts == sorted(counts) and counts[-1] == count
-          and (total > 0) == (count > 0))
+          and total >= 0 and (count > 0 or total == 0))
     check(ok, f"{what}: rdmamesh_link_rtt_seconds{{peer=\"{peer}\",rail=\"{rail}\"}}: {len(buckets)} buckets "
           f"(+Inf too), cumulative, +Inf == _count == {count}, _sum {total}", str(buckets)[:600])
     return count if ok else -1
