@@ -292,8 +292,8 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	}
 	h->fd = info->epoll_fd;
 	if (listen[0] == ':')
-		log_info("serving Prometheus metrics at http://127.0.0.1%s/metrics (and /healthz): loopback only, as \"%s\" names "
-			 "no address (\"0.0.0.0%s\" or \"[::]%s\" serves every address)",
+		log_info("serving Prometheus metrics at http://127.0.0.1%s/metrics (and /healthz): loopback only, "
+			 "as \"%s\" names no address (\"0.0.0.0%s\" or \"[::]%s\" serves every address)",
 			 listen, listen, listen, listen);
 	else
 		log_info("serving Prometheus metrics at http://%s/metrics (and /healthz)", listen);
