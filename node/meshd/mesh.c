@@ -596,13 +596,18 @@ static void link_on_keepalive(struct link *l, uint32_t qp, const Keepalive *k)
 		link_rail_fail(l, link_qp_rail(l, qp), ret, "cannot answer a keepalive on QP %u", qp);
 }
 
+/* A keepalive's answer: the control rail's RTT, and a sample of the rail's RTT histogram for a
+ * keepalive of ours not acked before (metrics.h). */
 static void link_on_keepalive_ack(struct link *l, uint32_t qp, const KeepaliveAck *a)
 {
-	uint64_t t = util_now_us();
+	uint64_t t = util_now_us(), sent = a->sent_us;
+	uint32_t r = link_qp_rail(l, qp);
+	bool ours = link_metrics_ka_acked(&l->metrics, r, a->seq);
 
-	if (qp == link_ctl_qp(l) && a->sent_us <= t)
-		l->rtt_us = t - a->sent_us;
-	link_metrics_ka_acked(&l->metrics, link_qp_rail(l, qp), a->seq);
+	if (qp == link_ctl_qp(l) && sent <= t)
+		l->rtt_us = t - sent;
+	if (ours && sent <= t)
+		link_metrics_rtt(&l->metrics, r, t - sent);
 }
 
 /* Removed from the peer's configuration (a reload there): our channels to it fail with that, not as
@@ -783,10 +788,14 @@ static void link_on_ka_written(struct link *l, uint32_t idx)
 {
 	uint64_t t = util_now_us();
 	uint64_t seq = l->ka_write_seq - (uint32_t)((uint32_t)l->ka_write_seq - idx);
+	bool ours = link_metrics_ka_acked(&l->metrics, 0, seq);
 
-	if (seq == l->ka_write_seq && l->ctl_rail == 0 && l->ka_write_us <= t)
-		l->rtt_us = t - l->ka_write_us;
-	link_metrics_ka_acked(&l->metrics, 0, seq);
+	if (seq == l->ka_write_seq && l->ka_write_us <= t) {
+		if (l->ctl_rail == 0)
+			l->rtt_us = t - l->ka_write_us;
+		if (ours) /* an older write's post time is gone: no sample */
+			link_metrics_rtt(&l->metrics, 0, t - l->ka_write_us);
+	}
 }
 
 /* A proof's read came back: it must hold what our write put in the peer's mailbox. */

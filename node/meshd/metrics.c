@@ -10,6 +10,10 @@
 #include "metrics.h"
 #include "util.h"
 
+const uint32_t metrics_rtt_bounds_us[METRICS_RTT_BUCKETS] = {
+	10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+};
+
 static const char *const reason_names[METRICS_REASONS] = {
 	[METRICS_REASON_KEEPALIVE] = "keepalive",
 	[METRICS_REASON_SHUTDOWN] = "shutdown",
@@ -305,6 +309,26 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 				   (unsigned long long)mx.bytes[i]);
 }
 
+/* The histogram of rail r's keepalive round trips: cumulative buckets, +Inf equal to _count. */
+static void rtt_histogram(struct metrics_buf *b, const struct link *l, uint32_t r)
+{
+	const struct metrics_rtt *h = &l->metrics.rtt[r];
+	uint64_t cum = 0;
+
+	for (uint32_t k = 0; k < METRICS_RTT_BUCKETS; k++) {
+		cum += h->n[k];
+		metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_bucket{peer=\"%u\",rail=\"%u\",le=\"%g\"} %llu\n",
+				   l->peer->id, r, (double)metrics_rtt_bounds_us[k] / 1e6, (unsigned long long)cum);
+	}
+	cum += h->n[METRICS_RTT_BUCKETS];
+	metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_bucket{peer=\"%u\",rail=\"%u\",le=\"+Inf\"} %llu\n",
+			   l->peer->id, r, (unsigned long long)cum);
+	metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_sum{peer=\"%u\",rail=\"%u\"} %.6f\n", l->peer->id, r,
+			   (double)h->sum_us / 1e6);
+	metrics_buf_printf(b, "rdmamesh_link_rtt_seconds_count{peer=\"%u\",rail=\"%u\"} %llu\n", l->peer->id, r,
+			   (unsigned long long)cum);
+}
+
 static void render_links(const struct mesh *m, struct metrics_buf *b)
 {
 	static const char *const states[] = {"DOWN", "CONNECTING", "UP"};
@@ -347,32 +371,36 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 			link_sample(b, "rdmamesh_link_rail_up", m->links[i], more,
 				    m->links[i]->phase == LINK_UP && mesh_link_rail_up(m->links[i], r));
 		}
-	family(b, "rdmamesh_link_rtt_seconds", "gauge",
+	/* The gauge was rdmamesh_link_rtt_seconds{peer} until that name became the histogram's. */
+	family(b, "rdmamesh_link_last_rtt_seconds", "gauge",
 	       "Round-trip time of the last keepalive on the link's control rail (UP links that measured one).");
 	for (size_t i = 0; i < m->n_links; i++)
 		if (m->links[i]->phase == LINK_UP && m->links[i]->rtt_us)
-			metrics_buf_printf(b, "rdmamesh_link_rtt_seconds{peer=\"%u\"} %.6f\n", m->links[i]->peer->id,
+			metrics_buf_printf(b, "rdmamesh_link_last_rtt_seconds{peer=\"%u\"} %.6f\n", m->links[i]->peer->id,
 					   (double)m->links[i]->rtt_us / 1e6);
+	family(b, "rdmamesh_link_rtt_seconds", "histogram",
+	       "Round-trip times of the keepalives on each rail of the link: one sample per keepalive acked.");
+	for (size_t i = 0; i < m->n_links; i++)
+		for (uint32_t r = 0; r < m->n_rails; r++)
+			rtt_histogram(b, m->links[i], r);
 	family(b, "rdmamesh_link_ups_total", "counter", "Times the link came UP.");
 	for (size_t i = 0; i < m->n_links; i++)
 		link_sample(b, "rdmamesh_link_ups_total", m->links[i], "", m->links[i]->ups);
 	family(b, "rdmamesh_link_downs_total", "counter",
-	       "Times the UP link went DOWN, by reason (reasons that happened only).");
+	       "Times the UP link went DOWN, by reason (every reason, 0 before its first time).");
 	for (size_t i = 0; i < m->n_links; i++)
-		for (int r = 0; r < METRICS_REASONS; r++)
-			if (m->links[i]->metrics.downs[r]) {
-				snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
-				link_sample(b, "rdmamesh_link_downs_total", m->links[i], more, m->links[i]->metrics.downs[r]);
-			}
+		for (int r = 0; r < METRICS_REASONS; r++) {
+			snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
+			link_sample(b, "rdmamesh_link_downs_total", m->links[i], more, m->links[i]->metrics.downs[r]);
+		}
 	family(b, "rdmamesh_link_handshake_failures_total", "counter",
-	       "Link attempts that ended before UP, by reason (reasons that happened only).");
+	       "Link attempts that ended before UP, by reason (every reason, 0 before its first time).");
 	for (size_t i = 0; i < m->n_links; i++)
-		for (int r = 0; r < METRICS_REASONS; r++)
-			if (m->links[i]->metrics.hs_failures[r]) {
-				snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
-				link_sample(b, "rdmamesh_link_handshake_failures_total", m->links[i], more,
-					    m->links[i]->metrics.hs_failures[r]);
-			}
+		for (int r = 0; r < METRICS_REASONS; r++) {
+			snprintf(more, sizeof(more), ",reason=\"%s\"", metrics_reason_name((enum metrics_reason)r));
+			link_sample(b, "rdmamesh_link_handshake_failures_total", m->links[i], more,
+				    m->links[i]->metrics.hs_failures[r]);
+		}
 	family(b, "rdmamesh_link_keepalive_misses_total", "counter",
 	       "Keepalives on the rail whose ack had not come back when the next one was due.");
 	for (size_t i = 0; i < m->n_links; i++)
@@ -424,9 +452,37 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 	free(open);
 }
 
+int metrics_health_render(const struct mesh *m, struct metrics_buf *b)
+{
+	uint32_t down = 0;
+
+	for (size_t i = 0; i < m->n_links; i++)
+		down += link_state(m->links[i]) != LINK_STATE_UP_;
+	if (!down) {
+		metrics_buf_printf(b, "ok\n");
+		return b->oom ? -ENOMEM : 0;
+	}
+	metrics_buf_printf(b, "%u of %zu links not UP\n", down, m->n_links);
+	for (size_t i = 0; i < m->n_links; i++) {
+		const struct link *l = m->links[i];
+		size_t from = b->len;
+
+		if (link_state(l) == LINK_STATE_UP_)
+			continue;
+		metrics_buf_printf(b, "peer %u %s: %s", l->peer->id, link_state_name(link_state(l)),
+				   l->last_error[0] ? l->last_error : "no attempt ended yet");
+		for (size_t k = from; k < b->len && !b->oom; k++) /* one line per link, whatever the error says */
+			if ((unsigned char)b->s[k] < 0x20)
+				b->s[k] = ' ';
+		metrics_buf_printf(b, "\n");
+	}
+	return b->oom ? -ENOMEM : (int)down; /* links are at most 65536 */
+}
+
 int metrics_render(const struct mesh *m, const struct metrics_extra *x, struct metrics_buf *b)
 {
 	render_node(m, x, b);
+	metrics_render_process(b);
 	render_links(m, b);
 	return b->oom ? -ENOMEM : 0;
 }

@@ -86,21 +86,42 @@ static enum MHD_Result answer_text(struct MHD_Connection *conn, unsigned status,
 	return ret;
 }
 
+/* What a text is rendered by: 0 and the status to serve it with, or a negative errno. */
+typedef int metrics_http_render_fn(struct metrics_http *h, struct metrics_buf *b, unsigned *status);
+
+static int render_metrics(struct metrics_http *h, struct metrics_buf *b, unsigned *status)
+{
+	h->admin->http_renders++;
+	*status = MHD_HTTP_OK;
+	return admin_metrics_render(h->admin, b);
+}
+
+static int render_health(struct metrics_http *h, struct metrics_buf *b, unsigned *status)
+{
+	int ret = metrics_health_render(h->admin->mesh, b);
+
+	if (ret < 0)
+		return ret;
+	*status = ret ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK;
+	return 0;
+}
+
 /* The text to serve: rendered at most every METRICS_HTTP_RENDER_MS, the last one in between (NULL:
  * out of memory). libmicrohttpd counts the connections a response is queued on, so the one kept
- * here lives on for those still sending it when a newer one replaces it. */
-static struct MHD_Response *metrics_text(struct metrics_http *h)
+ * in t lives on for those still sending it when a newer one replaces it. */
+static struct MHD_Response *cached_text(struct metrics_http *h, struct metrics_http_text *t,
+					metrics_http_render_fn *render, const char *content_type)
 {
 	uint64_t now = util_now_ms();
 	struct metrics_buf b = {0};
 	struct MHD_Response *r;
+	unsigned status;
 	char *text;
 	size_t len;
 
-	if (h->text && now - h->text_ms < METRICS_HTTP_RENDER_MS)
-		return h->text;
-	h->admin->http_renders++;
-	if (admin_metrics_render(h->admin, &b)) {
+	if (t->r && now - t->ms < METRICS_HTTP_RENDER_MS)
+		return t->r;
+	if (render(h, &b, &status)) {
 		metrics_buf_free(&b);
 		return NULL;
 	}
@@ -110,11 +131,12 @@ static struct MHD_Response *metrics_text(struct metrics_http *h)
 		free(text);
 		return NULL;
 	}
-	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, METRICS_CONTENT_TYPE);
-	if (h->text)
-		MHD(MHD_DESTROY, MHD_destroy_response)(h->text);
-	h->text = r;
-	h->text_ms = now;
+	MHD(MHD_HEADER, MHD_add_response_header)(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	if (t->r)
+		MHD(MHD_DESTROY, MHD_destroy_response)(t->r);
+	t->r = r;
+	t->ms = now;
+	t->status = status;
 	return r;
 }
 
@@ -123,6 +145,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				  const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
 	struct metrics_http *h = cls;
+	struct metrics_http_text *t;
 	struct MHD_Response *r;
 
 	(void)version;
@@ -131,13 +154,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	(void)req_cls;
 	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return answer_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
-	if (strcmp(url, "/metrics"))
-		return answer_text(conn, MHD_HTTP_NOT_FOUND, "not found: meshd serves /metrics only\n");
-	h->admin->http_scrapes++;
-	r = metrics_text(h);
+	if (!strcmp(url, "/metrics")) {
+		h->admin->http_scrapes++;
+		t = &h->metrics;
+		r = cached_text(h, t, render_metrics, METRICS_CONTENT_TYPE);
+	} else if (!strcmp(url, "/healthz")) {
+		t = &h->health;
+		r = cached_text(h, t, render_health, "text/plain; charset=utf-8");
+	} else {
+		return answer_text(conn, MHD_HTTP_NOT_FOUND, "not found: meshd serves /metrics and /healthz only\n");
+	}
 	if (!r)
 		return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
-	return MHD(MHD_QUEUE, MHD_queue_response)(conn, MHD_HTTP_OK, r);
+	return MHD(MHD_QUEUE, MHD_queue_response)(conn, t->status, r);
 }
 
 /* Ends the connection: libmicrohttpd, finding its socket shut, closes it in its next run. */
@@ -340,11 +369,11 @@ int metrics_http_open(struct metrics_http *h, const char *listen, struct admin *
 	}
 	h->fd = info->epoll_fd;
 	if (listen[0] == ':')
-		log_info("serving Prometheus metrics at http://127.0.0.1%s/metrics: loopback only, as \"%s\" names "
-			 "no address (\"0.0.0.0%s\" or \"[::]%s\" serves every address)",
+		log_info("serving Prometheus metrics at http://127.0.0.1%s/metrics (and /healthz): loopback only, "
+			 "as \"%s\" names no address (\"0.0.0.0%s\" or \"[::]%s\" serves every address)",
 			 listen, listen, listen, listen);
 	else
-		log_info("serving Prometheus metrics at http://%s/metrics", listen);
+		log_info("serving Prometheus metrics at http://%s/metrics (and /healthz)", listen);
 	return 0;
 }
 
@@ -363,6 +392,13 @@ void metrics_http_run(struct metrics_http *h)
 	MHD(MHD_RUN, MHD_run)(h->mhd);
 }
 
+static void text_release(struct metrics_http_text *t)
+{
+	if (t->r)
+		MHD(MHD_DESTROY, MHD_destroy_response)(t->r);
+	t->r = NULL;
+}
+
 void metrics_http_close(struct metrics_http *h)
 {
 	if (!h)
@@ -370,8 +406,7 @@ void metrics_http_close(struct metrics_http *h)
 	if (h->mhd)
 		MHD(MHD_STOP, MHD_stop_daemon)(h->mhd);
 	h->mhd = NULL;
-	if (h->text)
-		MHD(MHD_DESTROY, MHD_destroy_response)(h->text);
-	h->text = NULL;
+	text_release(&h->metrics);
+	text_release(&h->health);
 	h->fd = -1;
 }

@@ -1,5 +1,5 @@
 /*
- * The Prometheus endpoint: GET /metrics over HTTP on cluster.metrics_listen, served by
+ * The Prometheus endpoint: GET /metrics (and /healthz) over HTTP on cluster.metrics_listen, served by
  * libmicrohttpd in external-polling mode inside meshd's own loop: its epoll descriptor sits in
  * rail 0's epoll set and metrics_http_run() is called when it is readable and on every tick
  * (connection timeouts). No thread of its own, so the text is rendered exactly where the control
@@ -9,8 +9,11 @@
  * What a client can make meshd do is bounded: METRICS_HTTP_CONNS_MAX connections at once
  * (METRICS_HTTP_CONNS_PER_IP from one address), an idle connection closed after
  * METRICS_HTTP_TIMEOUT_S, any connection METRICS_HTTP_DEADLINE_MS after it was accepted whatever it
- * sends, request headers within METRICS_HTTP_MEMORY bytes. Any other path is 404, any other method
- * than GET and HEAD 405.
+ * sends, request headers within METRICS_HTTP_MEMORY bytes. Any other path than /metrics and
+ * /healthz is 404, any other method than GET and HEAD 405.
+ *
+ * GET /healthz answers 200 "ok" when every configured link is UP, else 503 and the links that are
+ * not (metrics_health_render), rendered as rarely as /metrics and under the same limits.
  */
 #ifndef MESH_MESHD_METRICS_HTTP_H
 #define MESH_MESHD_METRICS_HTTP_H
@@ -50,6 +53,13 @@ struct metrics_http_conn {
 	bool shut; /* shut down at its deadline; libmicrohttpd closes it */
 };
 
+/* A text served from the last rendering while it is younger than METRICS_HTTP_RENDER_MS. */
+struct metrics_http_text {
+	struct MHD_Response *r; /* NULL: none rendered yet */
+	uint64_t ms;            /* when it was rendered (util_now_ms) */
+	unsigned status;        /* the HTTP status it is served with */
+};
+
 struct metrics_http {
 	struct MHD_Daemon *mhd;
 	int fd; /* MHD's epoll descriptor, -1 when off */
@@ -57,8 +67,7 @@ struct metrics_http {
 	char listen[CONFIG_LISTEN_MAX];
 	struct log_ratelimit log_rl; /* clients cause libmicrohttpd's messages (limits reached...) */
 	struct metrics_http_conn conns[METRICS_HTTP_CONNS_MAX];
-	struct MHD_Response *text; /* the last text rendered, and when (util_now_ms) */
-	uint64_t text_ms;
+	struct metrics_http_text metrics, health; /* /metrics, /healthz */
 };
 
 /* Whether listen ("" none) can be served: binds and listens on it as metrics_http_open will, then

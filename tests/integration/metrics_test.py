@@ -21,6 +21,15 @@ a backslash, which the text must escape.
      ends each at its deadline, and a scrape is answered meanwhile.
   8. 2000 scrapes back to back: each answered, and meshd renders the text at most every 250 ms
      (rdmamesh_metrics_renders_total), not once per scrape.
+  In 1, also: the keepalive round-trip histogram rdmamesh_link_rtt_seconds of each peer and rail
+     (16 buckets and +Inf, cumulative, +Inf equal to _count, counting up for a peer UP, all 0 for
+     one never UP), process_resident_memory_bytes > 0 and the other process_* metrics, every
+     reason of rdmamesh_link_downs_total and _handshake_failures_total there at 0 before any such
+     event; /healthz 503 naming the peers not UP (the phantoms), not peer 2.
+  9. A second cluster of two nodes, two rails each (127.0.0.1 and 127.0.1.1), no phantoms:
+     /healthz 200 "ok" (GET and HEAD), the histogram of each rail counting up; meshd 2 stopped,
+     node 1's /healthz answers 503 naming peer 2, and its downs_total{reason="shutdown"} goes from
+     0 to 1.
 Exits 77 (skipped) when promtool (Debian package prometheus) is missing.
 """
 import argparse
@@ -49,7 +58,7 @@ CONNS_MAX, CONNS_PER_IP = 64, 4  # METRICS_HTTP_CONNS_MAX, METRICS_HTTP_CONNS_PE
 MARGIN_S = 10  # for a loaded machine: the properties below are not about speed
 RENDER_S = 0.25  # METRICS_HTTP_RENDER_MS: the endpoint renders at most this often
 FLOOD = 2000
-SAMPLE = re.compile(r'^(rdmamesh_[a-z_]+)(\{[^}]*\})? (\S+)$')
+SAMPLE = re.compile(r'^((?:rdmamesh|process)_[a-z_]+)(\{[^}]*\})? (\S+)$')
 
 
 def samples(text):
@@ -63,6 +72,33 @@ def samples(text):
             raise ValueError(f"not a sample line: {line!r}")
         out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
     return out
+
+
+RTT_BUCKETS = 16  # METRICS_RTT_BUCKETS (node/meshd/metrics.h), +Inf besides
+REASONS = ("keepalive", "shutdown", "handshake_timeout", "no_answer", "refused", "busy", "stale", "auth", "proof",
+           "mismatch", "protocol", "connection", "resources", "other")  # metrics.c reason_names
+
+
+def rtt_histogram(s, peer, rail):
+    """The buckets [(le, count)] sorted by le, the _count and the _sum of one peer's and rail's
+    rdmamesh_link_rtt_seconds in samples s."""
+    head = f'rdmamesh_link_rtt_seconds_bucket{{peer="{peer}",rail="{rail}",le="'
+    buckets = sorted((float(k[len(head):-2]), v) for k, v in s.items() if k.startswith(head))
+    lab = f'{{peer="{peer}",rail="{rail}"}}'
+    return buckets, s.get("rdmamesh_link_rtt_seconds_count" + lab), s.get("rdmamesh_link_rtt_seconds_sum" + lab)
+
+
+def check_histogram(s, peer, rail, what):
+    """Checks the histogram's shape: RTT_BUCKETS bounds and +Inf, cumulative, +Inf == _count, a sum
+    of 0 when nothing is counted. Returns its count (-1 when malformed)."""
+    buckets, count, total = rtt_histogram(s, peer, rail)
+    counts = [v for _, v in buckets]
+    ok = (len(buckets) == RTT_BUCKETS + 1 and buckets[-1][0] == float("inf") and count is not None
+          and total is not None and counts == sorted(counts) and counts[-1] == count
+          and total >= 0 and (count > 0 or total == 0))
+    check(ok, f"{what}: rdmamesh_link_rtt_seconds{{peer=\"{peer}\",rail=\"{rail}\"}}: {len(buckets)} buckets "
+          f"(+Inf too), cumulative, +Inf == _count == {count}, _sum {total}", str(buckets)[:600])
+    return count if ok else -1
 
 
 def promtool_check(promtool, text):
@@ -153,7 +189,7 @@ def main():
         check(wait_until(lambda: link_up(1, 2) and link_up(2, 1), 20), "nodes 1 and 2 UP")
 
         # 1. the endpoint (once the first keepalive measured the RTT: the series set is stable then)
-        wait_until(lambda: 'rdmamesh_link_rtt_seconds{peer="2"}' in get(1)[2], 10)
+        wait_until(lambda: 'rdmamesh_link_last_rtt_seconds{peer="2"}' in get(1)[2], 10)
         status, ctype, text = get(1)
         s1 = samples(text)
         check(status == 200 and ctype.startswith("text/plain; version=0.0.4"),
@@ -166,9 +202,41 @@ def main():
                      % re.search(r"meshd (\S+)", subprocess.run([meshd, "--version"], capture_output=True,
                                                                  text=True).stdout).group(1)) == 1,
               "rdmamesh_node_info with the cluster name escaped", [k for k in s1 if "node_info" in k].__str__())
-        check(s1.get('rdmamesh_link_rtt_seconds{peer="2"}', 0) > 0, "RTT of peer 2 in seconds, measured")
+        check(s1.get('rdmamesh_link_last_rtt_seconds{peer="2"}', 0) > 0, "RTT of peer 2 in seconds, measured")
         ok, out = promtool_check(promtool, text)
         check(ok, f"promtool check metrics: clean on the endpoint's text ({len(text)} bytes)", out[:2000])
+        # The pingmesh: a histogram per peer and rail, there for a peer never UP too (all 0).
+        rtt2 = check_histogram(s1, 2, 0, "node 1, peer 2 UP")
+        check(rtt2 > 0, f"node 1: keepalive round trips to peer 2 counted ({rtt2})")
+        check(check_histogram(s1, 3, 0, "node 1, peer 3 never UP") == 0, "node 1: peer 3's histogram all 0")
+        check(not any(k.startswith("rdmamesh_link_rtt_seconds{") for k in s1),
+              "no sample named as the histogram's family alone (the last-RTT gauge has a name of its own)")
+        # Rare events: every reason there from the start. Nobody ever dialled the phantoms, and the
+        # link to peer 2 never went down; its attempts may have failed at start (node 2 may have dialled
+        # before node 1 listened), so there only the series are checked.
+        missing = [f"{fam}{{peer=\"{p}\",reason=\"{r}\"}}" for fam in ("rdmamesh_link_downs_total",
+                   "rdmamesh_link_handshake_failures_total") for p in (2, 3, 2 + args.phantoms) for r in REASONS
+                   if f'{fam}{{peer="{p}",reason="{r}"}}' not in s1]
+        check(not missing, f"every one of the {len(REASONS)} reasons of downs and handshake failures is there for "
+              "peers 2, 3 and the last", str(missing[:5]))
+        nonzero = [k for k, v in s1.items() if v and ("downs_total{" in k and 'peer="2"' in k or
+                                                      "_total{" in k and "reason=" in k and 'peer="2"' not in k)]
+        check(not nonzero, "before any such event they are 0 (downs of peer 2, everything of the phantoms)",
+              str(nonzero[:5]))
+        # meshd as a process, as Prometheus client libraries export theirs.
+        check(s1.get("process_resident_memory_bytes", 0) > 0 and s1.get("process_virtual_memory_bytes", 0) >=
+              s1.get("process_resident_memory_bytes", 0), "process_resident_memory_bytes > 0, virtual memory above it",
+              f'{s1.get("process_resident_memory_bytes")} {s1.get("process_virtual_memory_bytes")}')
+        check(0 < s1.get("process_open_fds", 0) <= s1.get("process_max_fds", 0) and
+              s1.get("process_cpu_seconds_total", -1) >= 0 and
+              abs(s1.get("process_start_time_seconds", 0) - time.time()) < 3600,
+              "process_open_fds within process_max_fds, process_cpu_seconds_total, process_start_time_seconds "
+              "within the hour", str({k: v for k, v in s1.items() if k.startswith("process_")}))
+        # /healthz: the phantoms are not UP, peer 2 is.
+        status, ctype, body = get(1, "/healthz")
+        check(status == 503 and ctype.startswith("text/plain") and f"{args.phantoms} of {1 + args.phantoms} links "
+              "not UP" in body and "\npeer 3 DOWN" in body and "\npeer 2 " not in body,
+              "/healthz on node 1: 503, the phantoms listed (peer 3 DOWN), not peer 2", f"{status} {body[:300]!r}")
 
         # 2. meshctl metrics: the same text, in pages
         r = ctl(1, "metrics")
@@ -206,6 +274,7 @@ def main():
               "meshcat: 1 MiB from node 2 to node 1 intact", snd.stderr.decode()[:300])
         time.sleep(RENDER_S + 0.1)  # a scrape may be served a text rendered up to RENDER_S before
         after1, after2 = samples(get(1)[2]), samples(get(2)[2])
+        check(check_histogram(after1, 2, 0, "node 1 later") > rtt2, "node 1: peer 2's round trips count on")
 
         def grew(a, b, key, by):
             return a.get(key, 0) - b.get(key, 0) >= by
@@ -229,9 +298,10 @@ def main():
               "rdmamesh_metrics_scrapes_total counts the scrapes")
 
         # 4. other paths and methods
-        check(get(1, "/other")[0] == 404 and get(1, "/")[0] == 404 and get(1, "/metrics/x")[0] == 404,
-              "/other, / and /metrics/x: 404")
-        check(get(1, method="POST")[0] == 405, "POST /metrics: 405")
+        check(get(1, "/other")[0] == 404 and get(1, "/")[0] == 404 and get(1, "/metrics/x")[0] == 404
+              and get(1, "/healthz/x")[0] == 404, "/other, /, /metrics/x and /healthz/x: 404")
+        check(get(1, method="POST")[0] == 405 and get(1, "/healthz", method="POST")[0] == 405,
+              "POST /metrics and POST /healthz: 405")
 
         # 5. many connections
         held = []
@@ -360,6 +430,50 @@ def main():
         for i in (1, 2):
             procs[i].terminate()
             check(procs[i].wait(timeout=10) == 0, f"meshd {i}: SIGTERM, exit 0")
+
+        # 9. Health: a cluster whose every link can be UP, two rails each.
+        base = args.port + 20 + args.phantoms
+        http = {1: base + 4, 2: base + 5}
+        for i in (1, 2):
+            socks[i] = os.path.join(work, f"meshd{i}-health.sock")
+        with open(conf, "w") as f:
+            f.write('cluster = {\n  name = "health";\n  transport = "tcp";\n  qps_per_link = 2;\n'
+                    '  keepalive_interval_ms = 200;\n  keepalive_timeout_ms = 3000;\n'
+                    + fixtures.cluster_key(args.build, work) + '};\nnodes = (\n' +
+                    ",\n".join(f'  {{ id = {i}; addr = "127.0.0.1"; rails = [ "127.0.1.1" ]; port = {base + i}; '
+                               f'metrics_listen = "127.0.0.1:{http[i]}"; }}' for i in (1, 2)) + '\n);\n')
+        for i in (1, 2):
+            with open(logs[i], "w") as lf:
+                procs[i] = subprocess.Popen([meshd, "-c", conf, "-n", str(i), "-s", socks[i]],
+                                            stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
+        check(wait_until(lambda: link_up(1, 2) and link_up(2, 1), 20), "health cluster: nodes 1 and 2 UP")
+        rail_up = 'rdmamesh_link_rail_up{peer="2",rail="%d"}'
+        check(wait_until(lambda: all(samples(get(1)[2]).get(rail_up % r) == 1 for r in (0, 1)), 20),
+              "health cluster: both rails of node 1's link to peer 2 UP")
+        status, ctype, body = get(1, "/healthz")
+        check(status == 200 and body == "ok\n" and ctype.startswith("text/plain"),
+              "/healthz on node 1, its one link UP: 200 ok", f"{status} {body[:300]!r}")
+        check(get(2, "/healthz", method="HEAD")[0] == 200, "HEAD /healthz on node 2: 200")
+        h0 = samples(get(1)[2])
+        time.sleep(1.5)  # about 7 keepalives per rail
+        h1 = samples(get(1)[2])
+        for r in (0, 1):
+            c0 = check_histogram(h0, 2, r, f"health cluster, rail {r}")
+            c1 = check_histogram(h1, 2, r, f"health cluster, rail {r}, 1.5 s later")
+            check(0 <= c0 < c1, f"rail {r}: the count grows with the keepalives ({c0} -> {c1})")
+        check(h1.get('rdmamesh_link_downs_total{peer="2",reason="shutdown"}') == 0,
+              'downs_total{peer="2",reason="shutdown"} 0 before meshd 2 stops')
+        procs[2].terminate()
+        check(procs[2].wait(timeout=10) == 0, "meshd 2: SIGTERM, exit 0")
+        check(wait_until(lambda: get(1, "/healthz")[0] == 503, 10), "/healthz on node 1 after meshd 2 stopped: 503")
+        status, _, body = get(1, "/healthz")
+        check(status == 503 and body.startswith("1 of 1 links not UP\n") and
+              re.search(r"^peer 2 (DOWN|CONNECTING): \S", body, re.M) is not None,
+              "the 503 names peer 2, its state and last error", f"{status} {body[:300]!r}")
+        check(wait_until(lambda: samples(get(1)[2]).get('rdmamesh_link_downs_total{peer="2",reason="shutdown"}') == 1,
+                         5), 'downs_total{peer="2",reason="shutdown"} 0 -> 1: increase() sees the first one')
+        procs[1].terminate()
+        check(procs[1].wait(timeout=10) == 0, "meshd 1: SIGTERM, exit 0")
     finally:
         for p in procs.values():
             if p.poll() is None:

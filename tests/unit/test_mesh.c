@@ -1202,16 +1202,21 @@ static void mesh_keepalive__by_write__word_is_life_completion_is_rtt(void **stat
 	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, c0), 1);
 	assert_int_equal(l->metrics.ka_misses[0], 1);
 	q = fake_post_find(t->fx, from, XPORT_OP_WRITE, c0, 0);
-	/* The first one's completion: acknowledged, no round trip (not the latest); the second's: both. */
+	/* The first one's completion: acknowledged, no round trip (not the latest); the second's: both,
+	 * the round trip a sample of rail 0's histogram too. */
 	l->rtt_us = UINT64_MAX;
 	ev = wc_event(l->conns[0], XPORT_OP_WRITE, p->wr_id, 0);
 	deliver(t, &ev);
 	assert_true(l->metrics.ka_acked[0] == l->metrics.ka_sent[0] - 1);
 	assert_true(l->rtt_us == UINT64_MAX);
+	for (uint32_t k = 0; k <= METRICS_RTT_BUCKETS; k++)
+		assert_int_equal(l->metrics.rtt[0].n[k], 0);
 	ev = wc_event(l->conns[0], XPORT_OP_WRITE, q->wr_id, 0);
 	deliver(t, &ev);
 	assert_true(l->metrics.ka_acked[0] == l->metrics.ka_sent[0]);
 	assert_true(l->rtt_us <= util_now_us() - us0); /* from the post to the completion */
+	assert_int_equal(l->metrics.rtt[0].n[metrics_rtt_bucket(l->rtt_us)], 1);
+	assert_true(l->metrics.rtt[0].sum_us == l->rtt_us);
 	from = t->fx->n_posts;
 	tick_at(t, t0 + 2 * t->cfg.keepalive_interval_ms + 2);
 	assert_int_equal(fake_post_count(t->fx, from, XPORT_OP_WRITE, c0), 1);

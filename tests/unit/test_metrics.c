@@ -99,7 +99,7 @@ static void metrics_render__cluster_name_with_quote_backslash_newline__escaped_i
 	assert_has(s, want);
 	/* No raw newline inside a sample: every line is a comment or a sample of ours. */
 	for (const char *p = s; *p; p = strchr(p, '\n') + 1) {
-		if (strncmp(p, "# ", 2) && strncmp(p, "rdmamesh_", 9))
+		if (strncmp(p, "# ", 2) && strncmp(p, "rdmamesh_", 9) && strncmp(p, "process_", 8))
 			fail_msg("a line that is neither a comment nor a sample: %.60s", p);
 		assert_non_null(strchr(p, '\n'));
 	}
@@ -107,12 +107,13 @@ static void metrics_render__cluster_name_with_quote_backslash_newline__escaped_i
 	mt_finish(t);
 }
 
-/* Every sample's name is the family last declared by TYPE, which follows its HELP; each family is
- * declared once; counters end in _total; every name has the prefix. */
+/* Every sample's name is the family last declared by TYPE, which follows its HELP (a histogram's
+ * with _bucket, _sum or _count after it); each family is declared once; counters end in _total;
+ * every name has the prefix, but the process_* families of the client libraries. */
 static void metrics_render__every_sample__under_its_help_and_type(void **state)
 {
 	struct mt *t = *state;
-	char family[128] = "", seen[8192] = " ";
+	char family[128] = "", ftype[32] = "", seen[8192] = " ";
 	char *s, *save = NULL;
 
 	mt_init(t, 2, ids123, 3);
@@ -129,19 +130,25 @@ static void metrics_render__every_sample__under_its_help_and_type(void **state)
 			assert_true(strlen(seen) + strlen(key) < sizeof(seen));
 			strcat(seen, key + 1);
 			snprintf(family, sizeof(family), "%s", name);
-			assert_int_equal(strncmp(name, "rdmamesh_", 9), 0);
+			if (strncmp(name, "rdmamesh_", 9) && strncmp(name, "process_", 8))
+				fail_msg("family %s: neither rdmamesh_ nor process_", name);
 			continue;
 		}
 		if (sscanf(line, "# TYPE %127s %31s", name, type) == 2) {
 			assert_string_equal(name, family);
 			if (!strcmp(type, "counter"))
 				assert_string_equal(name + strlen(name) - 6, "_total");
-			else
+			else if (strcmp(type, "histogram"))
 				assert_string_equal(type, "gauge");
+			snprintf(ftype, sizeof(ftype), "%s", type);
 			continue;
 		}
 		assert_true(line[0] != '#');
 		snprintf(name, sizeof(name), "%.*s", (int)strcspn(line, "{ "), line);
+		if (!strcmp(ftype, "histogram") && !strncmp(name, family, strlen(family)) &&
+		    (!strcmp(name + strlen(family), "_bucket") || !strcmp(name + strlen(family), "_sum") ||
+		     !strcmp(name + strlen(family), "_count")))
+			continue;
 		if (strcmp(name, family))
 			fail_msg("sample %s under family %s", line, family);
 	}
@@ -175,8 +182,26 @@ static void metrics_render__one_link_up__link_up_state_and_counts(void **state)
 	/* The link's buffers and mailbox are registered: the gauge counts them. */
 	assert_non_null(strstr(s, "\nrdmamesh_memory_registered_bytes{transport=\"fake\"} "));
 	assert_null(strstr(s, "\nrdmamesh_memory_registered_bytes{transport=\"fake\"} 0\n"));
-	/* Nothing failed: no reason appears. */
-	assert_null(strstr(s, "reason="));
+	/* Nothing failed: every reason is there at 0, for every link, so that increase() sees the
+	 * first one. */
+	for (int r = 0; r < METRICS_REASONS; r++)
+		for (uint32_t peer = 1; peer <= 3; peer += 2) {
+			char want[160];
+
+			snprintf(want, sizeof(want), "rdmamesh_link_downs_total{peer=\"%u\",reason=\"%s\"} 0", peer,
+				 metrics_reason_name((enum metrics_reason)r));
+			assert_has(s, want);
+			snprintf(want, sizeof(want), "rdmamesh_link_handshake_failures_total{peer=\"%u\",reason=\"%s\"} 0",
+				 peer, metrics_reason_name((enum metrics_reason)r));
+			assert_has(s, want);
+		}
+	/* meshd as a process: what every client library exports. */
+	assert_non_null(strstr(s, "\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "));
+	assert_null(strstr(s, "\nprocess_resident_memory_bytes 0\n"));
+	assert_non_null(strstr(s, "\nprocess_cpu_seconds_total "));
+	assert_non_null(strstr(s, "\nprocess_open_fds "));
+	assert_non_null(strstr(s, "\nprocess_max_fds "));
+	assert_non_null(strstr(s, "\nprocess_start_time_seconds "));
 	free(s);
 	mt_finish(t);
 }
@@ -241,7 +266,8 @@ static void link_metrics__handshake_timeout__failure_counted_not_down(void **sta
 		assert_int_equal(l->metrics.downs[r], 0);
 	s = render(t);
 	assert_has(s, "rdmamesh_link_handshake_failures_total{peer=\"1\",reason=\"handshake_timeout\"} 1");
-	assert_null(strstr(s, "rdmamesh_link_downs_total{"));
+	assert_has(s, "rdmamesh_link_handshake_failures_total{peer=\"1\",reason=\"no_answer\"} 0");
+	assert_has(s, "rdmamesh_link_downs_total{peer=\"1\",reason=\"handshake_timeout\"} 0");
 	free(s);
 	mt_finish(t);
 }
@@ -305,6 +331,201 @@ static void link_metrics__keepalive_unanswered__miss_counted(void **state)
 	mt_finish(t);
 }
 
+/* A sample goes into the first bucket whose bound is at least the sample: a bound itself into its
+ * own bucket, one microsecond more into the next, beyond the last into +Inf alone. */
+static void metrics_rtt_bucket__bounds_and_beyond__first_bound_not_below(void **state)
+{
+	(void)state;
+	assert_int_equal(metrics_rtt_bounds_us[0], 10);
+	assert_int_equal(metrics_rtt_bounds_us[METRICS_RTT_BUCKETS - 1], 1000000);
+	assert_int_equal(metrics_rtt_bucket(0), 0);
+	for (uint32_t k = 0; k < METRICS_RTT_BUCKETS; k++) {
+		if (k)
+			assert_true(metrics_rtt_bounds_us[k] > metrics_rtt_bounds_us[k - 1]);
+		assert_int_equal(metrics_rtt_bucket(metrics_rtt_bounds_us[k]), k);
+		assert_int_equal(metrics_rtt_bucket(metrics_rtt_bounds_us[k] + 1), k + 1);
+	}
+	assert_int_equal(metrics_rtt_bucket(UINT64_MAX), METRICS_RTT_BUCKETS);
+}
+
+/* The value of the sample line that starts with prefix (up to the space before the value). */
+static double sample_value(const char *text, const char *prefix)
+{
+	char want[256];
+	const char *p;
+
+	snprintf(want, sizeof(want), "\n%s ", prefix);
+	p = strstr(text, want);
+	if (!p)
+		fail_msg("no sample %s", prefix);
+	return strtod(p + strlen(want), NULL);
+}
+
+/* The histogram's buckets are cumulative (each at least the one before), +Inf and _count are the
+ * number of samples and _sum their total, per peer and rail; a link that never measured one has
+ * every bucket at 0. */
+static void metrics_render__rtt_samples__cumulative_buckets_sum_and_count(void **state)
+{
+	static const uint64_t us[] = {7, 10, 11, 3000, 2000000};
+	struct mt *t = *state;
+	struct link *l;
+	double prev = 0;
+	char *s;
+
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	for (size_t i = 0; i < ARRAY_SIZE(us); i++)
+		link_metrics_rtt(&l->metrics, 0, us[i]);
+	link_metrics_rtt(&l->metrics, MESH_RAILS_MAX, 5); /* no such rail: nothing */
+	s = render(t);
+	assert_has(s, "# TYPE rdmamesh_link_rtt_seconds histogram");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"1e-05\"} 2");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"2.5e-05\"} 3");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"0.0025\"} 3");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"0.005\"} 4");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"1\"} 4");
+	assert_has(s, "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"+Inf\"} 5");
+	assert_has(s, "rdmamesh_link_rtt_seconds_count{peer=\"1\",rail=\"0\"} 5");
+	assert_has(s, "rdmamesh_link_rtt_seconds_sum{peer=\"1\",rail=\"0\"} 2.003028");
+	for (uint32_t k = 0; k < METRICS_RTT_BUCKETS; k++) {
+		char prefix[128];
+		double v;
+
+		snprintf(prefix, sizeof(prefix), "rdmamesh_link_rtt_seconds_bucket{peer=\"1\",rail=\"0\",le=\"%g\"}",
+			 metrics_rtt_bounds_us[k] / 1e6);
+		v = sample_value(s, prefix);
+		assert_true(v >= prev);
+		prev = v;
+		snprintf(prefix, sizeof(prefix), "rdmamesh_link_rtt_seconds_bucket{peer=\"3\",rail=\"0\",le=\"%g\"}",
+			 metrics_rtt_bounds_us[k] / 1e6);
+		assert_true(sample_value(s, prefix) == 0);
+	}
+	assert_has(s, "rdmamesh_link_rtt_seconds_count{peer=\"3\",rail=\"0\"} 0");
+	assert_has(s, "rdmamesh_link_rtt_seconds_sum{peer=\"3\",rail=\"0\"} 0.000000");
+	free(s);
+	mt_finish(t);
+}
+
+static uint64_t rtt_count(const struct link *l, uint32_t r)
+{
+	uint64_t n = 0;
+
+	for (uint32_t k = 0; k <= METRICS_RTT_BUCKETS; k++)
+		n += l->metrics.rtt[r].n[k];
+	return n;
+}
+
+/* Each ack of a keepalive we sent is one sample, from the time it echoes; an ack repeated, one of
+ * a keepalive never sent and one from the future add none. */
+static void link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent(void **state)
+{
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t t0, now;
+	KeepaliveAck a = KEEPALIVE_ACK__INIT;
+	PeerMsg m = PEER_MSG__INIT;
+	uint32_t k300 = metrics_rtt_bucket(300000);
+
+	t->peer_feat_off = MESH_FEAT_KA_WRITE; /* keepalive messages and their acks */
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	t0 = util_now_ms();
+	tick_at(t, t0); /* keepalive 1 */
+	m.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
+	m.keepalive_ack = &a;
+	a.seq = l->ka_seq;
+	now = util_now_us();
+	a.sent_us = now - 300000; /* 300 ms ago: bucket le=0.5, later ones if this thread stalled */
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 1);
+	for (uint32_t k = 0; k < k300; k++)
+		assert_int_equal(l->metrics.rtt[0].n[k], 0);
+	assert_true(l->metrics.rtt[0].sum_us >= 300000 && l->metrics.rtt[0].sum_us <= util_now_us() - a.sent_us);
+	peer_send(t, l, &m); /* the same ack again */
+	a.seq = l->ka_seq + 1000; /* never sent */
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 1);
+	tick_at(t, t0 + t->cfg.keepalive_interval_ms + 1); /* keepalive 2 */
+	a.seq = l->ka_seq;
+	a.sent_us = util_now_us() + 10000000; /* a clock the peer made up */
+	peer_send(t, l, &m);
+	assert_true(l->metrics.ka_acked[0] == l->ka_seq);
+	assert_int_equal(rtt_count(l, 0), 1);
+	tick_at(t, t0 + 2 * t->cfg.keepalive_interval_ms + 2); /* keepalive 3, acked at once */
+	a.seq = l->ka_seq;
+	a.sent_us = util_now_us();
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 2);
+	/* An echo from the dawn of the clock: +Inf, and the sum grows by the cap alone. */
+	tick_at(t, t0 + 3 * t->cfg.keepalive_interval_ms + 3);
+	a.seq = l->ka_seq;
+	a.sent_us = 0;
+	now = l->metrics.rtt[0].sum_us;
+	peer_send(t, l, &m);
+	assert_int_equal(rtt_count(l, 0), 3);
+	assert_int_equal(l->metrics.rtt[0].n[METRICS_RTT_BUCKETS], 1);
+	assert_true(l->metrics.rtt[0].sum_us - now <= METRICS_RTT_MAX_US);
+	mt_finish(t);
+}
+
+static void metrics_proc_stat_parse__command_with_parens_and_spaces__fields_after_it(void **state)
+{
+	/* proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+	 * utime stime cutime cstime priority nice num_threads itrealvalue starttime vsize rss ... */
+	static const char stat[] = "4242 (me) (sh) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 "
+				   "5 0 12345 104857600 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0\n";
+	struct metrics_proc p;
+
+	(void)state;
+	assert_int_equal(metrics_proc_stat_parse(stat, 100, 4096, 1700000000, &p), 0);
+	assert_true(p.cpu_seconds == 4.0);
+	assert_true(p.start_time_s == 1700000000 + 123.45);
+	assert_true(p.virtual_bytes == 104857600);
+	assert_true(p.resident_bytes == 2048 * 4096);
+	assert_int_equal(metrics_proc_stat_parse("4242 (me S 1 2 3", 100, 4096, 0, &p), -EINVAL);
+	assert_int_equal(metrics_proc_stat_parse("4242 (me) S 1 2 3 4 5 6 7 8 9 10 11 12\n", 100, 4096, 0, &p),
+			 -EINVAL);
+	assert_int_equal(metrics_proc_stat_parse("4242 (me) S 1 2 3 4 5 6 7 8 9 10 x 12 13 14 15 16 17 18 19 20 21",
+						 100, 4096, 0, &p),
+			 -EINVAL);
+	assert_int_equal(metrics_proc_stat_parse(stat, 0, 4096, 0, &p), -EINVAL);
+}
+
+/* /healthz: "ok" when every link is UP, else how many are not and one line each (peer, state,
+ * last error), an error with a newline kept on its line. */
+static void metrics_health_render__links_not_up__listed_one_line_each(void **state)
+{
+	struct mt *t = *state;
+	struct metrics_buf b = {0};
+	size_t lines = 0;
+
+	mt_init(t, 3, ids123, 3); /* node 3 dials both */
+	tick(t);
+	snprintf(lk(t, 2)->last_error, sizeof(lk(t, 2)->last_error), "no route\nto host");
+	assert_int_equal(metrics_health_render(&t->m, &b), 2);
+	assert_non_null(strstr(b.s, "2 of 2 links not UP\n"));
+	assert_non_null(strstr(b.s, "\npeer 2 DOWN: no route to host\n"));
+	assert_non_null(strstr(b.s, "\npeer 1 "));
+	metrics_buf_free(&b);
+	drive_to_up(t, lk(t, 1));
+	assert_int_equal(metrics_health_render(&t->m, &b), 1);
+	for (const char *p = b.s; (p = strchr(p, '\n')); p++)
+		lines++;
+	assert_int_equal(lines, 2);
+	assert_non_null(strstr(b.s, "1 of 2 links not UP\npeer 2 "));
+	assert_null(strstr(b.s, "peer 1 "));
+	metrics_buf_free(&b);
+	drive_to_up(t, lk(t, 2));
+	assert_int_equal(metrics_health_render(&t->m, &b), 0);
+	assert_string_equal(b.s, "ok\n");
+	metrics_buf_free(&b);
+	mt_finish(t);
+}
+
 static void metrics_reason_of__codes__fixed_names(void **state)
 {
 	(void)state;
@@ -332,6 +553,11 @@ static const struct CMUnitTest tests[] = {
 	T(link_metrics__bad_hello__failure_counted_as_mismatch),
 	T(link_metrics__keepalive_unanswered__miss_counted),
 	T(metrics_reason_of__codes__fixed_names),
+	T(metrics_rtt_bucket__bounds_and_beyond__first_bound_not_below),
+	T(metrics_render__rtt_samples__cumulative_buckets_sum_and_count),
+	T(link_metrics__keepalive_acks__one_rtt_sample_per_keepalive_sent),
+	T(metrics_proc_stat_parse__command_with_parens_and_spaces__fields_after_it),
+	T(metrics_health_render__links_not_up__listed_one_line_each),
 };
 
 static int group_setup(void **state)
