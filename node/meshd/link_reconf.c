@@ -53,6 +53,13 @@ static void link_remove(struct mesh *m, struct link *l)
 
 	log_info("node %u was removed from the configuration: closing its link (%s)", l->peer->id,
 		 link_state_name(link_state(l)));
+	l->peer_own = malloc(sizeof(*l->peer_own));
+	if (l->peer_own) {
+		*l->peer_own = *l->peer;
+		l->peer = l->peer_own;
+	} else {
+		bye = false; /* no memory to keep it: it closes now, while its entry is still there */
+	}
 	l->leave_ms = util_now_ms() + (bye ? LINK_LEAVE_GRACE_MS : 0);
 	if (bye) {
 		Goodbye g = GOODBYE__INIT;

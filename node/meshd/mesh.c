@@ -1387,6 +1387,7 @@ void mesh_link_free(struct mesh *m, struct link *l, bool buried)
 		link_mem_free(l->mailbox, m->cfg->mailbox_size);
 	}
 	free(l->ch_slots);
+	free(l->peer_own);
 	free(l);
 }
 

@@ -185,6 +185,9 @@ struct link {
 	/* Its node was removed from the configuration (link_reconf.c): out of mesh->links, waiting
 	 * until then for its Goodbye to go out; 0: a link of the mesh. */
 	uint64_t leave_ms;
+	/* Then its peer's entry, copied: the configuration it came from is freed after the reload,
+	 * and events of its QPs still name the peer until it is closed. */
+	struct config_node *peer_own;
 
 	/* Counters. */
 	uint32_t ups;

@@ -760,6 +760,17 @@ static void mesh_reconfigure__node_removed__goodbye_says_removed_then_closed_aft
 	mesh_peer_msg_free(m);
 	/* Its QPs close once the Goodbye had its time, and no removed link is counted as a flap. */
 	assert_false(fake_disconnected(t->fx, c0));
+	/* The old configuration is freed after a reload (here: overwritten), and the leaving link's
+	 * QPs still raise events that name its peer. */
+	memset(&t->nodes[0], 0xa5, sizeof(t->nodes[0]));
+	{
+		struct xport_event ev = cm_event(XPORT_EV_DISCONNECTED, l1->conns[1], NULL, 0);
+
+		ev.status = -ECONNRESET;
+		deliver(t, &ev);
+	}
+	assert_int_equal(l1->peer->id, 1);
+	assert_non_null(strstr(l1->last_error, "node 1") ? l1->last_error : strstr(l1->last_error, "QP 1"));
 	tick_at(t, util_now_ms() + LINK_LEAVE_GRACE_MS + 1);
 	assert_true(fake_disconnected(t->fx, c0));
 	assert_int_equal(t->m.n_leaving, 0);
