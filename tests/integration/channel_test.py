@@ -185,7 +185,7 @@ def main():
 
         def direct_seen():
             for ch in channels(1):
-                if ch["peer_port"] == 7050:
+                if ch["peer_port"] in (7050, 7051):
                     # With app_send the application writes the pairs itself: meshctl says who writes.
                     direct[ch["id"]] = ch.get("writer") == "app" if args.app_send else ch.get("direct_writes", 0)
             return any(direct.values())
@@ -195,6 +195,12 @@ def main():
         # anything seen since (tens to hundreds per tick, VM and sanitizers included).
         check(trips >= 5 * secs_want * 1000 / tick_ms,
               f"the exchange is not paced by meshd's {tick_ms} ms timer: {trips} round trips in {secs_want} s")
+        if args.app_send and not any(direct.values()):
+            # The application takes the grant once its own QP is connected to the peer's: under ASan in
+            # the VM on a loaded machine that took longer than the second's exchange (issue 42). The
+            # property, not the speed: a longer exchange, watched until its writer is the application.
+            print("# the application's own QP did not come within the 1 s exchange: a 20 s one, watched")
+            ping_pong(7051, 20, direct_seen)
         if args.app_send:
             check(any(direct.values()), f"the sender's application posted its own writes and pairs (meshctl writer "
                   f"app: {direct})")
