@@ -772,24 +772,33 @@ static int print_metrics(const char *path)
 	return status;
 }
 
+/* One request that changes the node (reload, drain) on a connection of its own: 0 with its reply
+ * (free with ctl_reply__free_unpacked), or -1 when meshd cannot be reached or answered wrongly (said). */
+static int node_op(const char *path, CtlOp op, uint32_t drain_ms, CtlReply **out)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	int fd = ctl_connect(path), ret;
+
+	if (fd < 0)
+		return -1;
+	req.version = MESH_CTL_VERSION;
+	req.object = CTL_OBJECT__CTL_OBJECT_NODE;
+	req.op = op;
+	req.drain_ms = drain_ms;
+	ret = ctl_call(fd, path, &req, out);
+	close(fd);
+	return ret ? -1 : 0;
+}
+
 /* `meshctl reload`: 0 when meshd applied the file, 2 when it refused it (its reason on stderr) or
  * cannot be reached. Prints the configuration in force afterwards either way. */
 static int reload(const char *path, struct out *o)
 {
-	CtlRequest req = CTL_REQUEST__INIT;
-	int fd = ctl_connect(path), status = 0;
+	int status = 0;
 	CtlReply *r;
 
-	if (fd < 0)
+	if (node_op(path, CTL_OP__CTL_OP_RELOAD, 0, &r))
 		return 2;
-	req.version = MESH_CTL_VERSION;
-	req.object = CTL_OBJECT__CTL_OBJECT_NODE;
-	req.op = CTL_OP__CTL_OP_RELOAD;
-	if (ctl_call(fd, path, &req, &r)) {
-		close(fd);
-		return 2;
-	}
-	close(fd);
 	if (r->status) {
 		fprintf(stderr, "meshctl: reload refused, nothing was changed: %s\n",
 			r->error && *r->error ? r->error : mesh_strerror(r->status));
@@ -818,21 +827,11 @@ static int request(const char *path, CtlObject obj, bool live, struct listing *l
 
 static int drain(const char *path, struct out *o, uint32_t deadline_ms, bool wait)
 {
-	CtlRequest req = CTL_REQUEST__INIT;
-	int fd = ctl_connect(path), status = 0;
+	int status = 0;
 	CtlReply *r;
 
-	if (fd < 0)
+	if (node_op(path, CTL_OP__CTL_OP_DRAIN, deadline_ms, &r))
 		return 2;
-	req.version = MESH_CTL_VERSION;
-	req.object = CTL_OBJECT__CTL_OBJECT_NODE;
-	req.op = CTL_OP__CTL_OP_DRAIN;
-	req.drain_ms = deadline_ms;
-	if (ctl_call(fd, path, &req, &r)) {
-		close(fd);
-		return 2;
-	}
-	close(fd);
 	if (r->status || !r->node) {
 		fprintf(stderr, "meshctl: drain refused: %s\n",
 			r->error && *r->error ? r->error : mesh_strerror(r->status ? r->status : -EPROTO));

@@ -3382,48 +3382,39 @@ static void channel_on_message__close_while_resuming__acked_and_freed(void **sta
 	mt_finish(&c->t);
 }
 
-/* A Goodbye (the peer meshd stops) leaves nothing to wait for: channels break at once. */
-static void channel_link_down__goodbye__econnreset_at_once(void **state)
+/* A resumable channel open when the peer's Goodbye with reason comes: the link goes DOWN and the
+ * channel ends at once with want_err for its application, waiting for nothing. */
+static void goodbye_ends_channel(struct ct *c, uint32_t reason, int want_err)
 {
-	struct ct *c = *state;
 	struct chan *h;
 	PeerMsg m = PEER_MSG__INIT;
 	Goodbye g = GOODBYE__INIT;
 
 	ct_init_resume(c, 2);
 	h = open_out(c, RING, 2, PEER_SLOT);
-	g.reason = MESH_ESHUTDOWN;
+	g.reason = reason;
 	m.body_case = PEER_MSG__BODY_GOODBYE;
 	m.goodbye = &g;
 	peer_msg(c, &m);
 	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
 	assert_true(ring_state(h) & MESH_STATE_ERROR);
-	assert_int_equal(ring_error(h), -ECONNRESET);
+	assert_int_equal(ring_error(h), want_err);
+	assert_false(chn(c, h)->resuming);
 	app_hangup(c, h);
 	mt_finish(&c->t);
+}
+
+/* A Goodbye (the peer meshd stops) leaves nothing to wait for: channels break at once. */
+static void channel_link_down__goodbye__econnreset_at_once(void **state)
+{
+	goodbye_ends_channel(*state, MESH_ESHUTDOWN, -ECONNRESET);
 }
 
 /* The peer removed this node from its configuration (a reload there): even a resumable channel
  * ends at once, and its application hears the removal, not a reset. */
 static void channel_goodbye__peer_removed_us__eremoved_to_the_app_no_resume(void **state)
 {
-	struct ct *c = *state;
-	struct chan *h;
-	PeerMsg m = PEER_MSG__INIT;
-	Goodbye g = GOODBYE__INIT;
-
-	ct_init_resume(c, 2);
-	h = open_out(c, RING, 2, PEER_SLOT);
-	g.reason = MESH_EREMOVED;
-	m.body_case = PEER_MSG__BODY_GOODBYE;
-	m.goodbye = &g;
-	peer_msg(c, &m);
-	assert_int_equal(link_state(c->l), LINK_STATE_DOWN_);
-	assert_true(ring_state(h) & MESH_STATE_ERROR);
-	assert_int_equal(ring_error(h), -MESH_EREMOVED);
-	assert_false(chn(c, h)->resuming);
-	app_hangup(c, h);
-	mt_finish(&c->t);
+	goodbye_ends_channel(*state, MESH_EREMOVED, -MESH_EREMOVED);
 }
 
 /* A QP refuses the data write (its connection died; the link's own event may come later in the

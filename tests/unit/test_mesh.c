@@ -634,46 +634,37 @@ static void mesh_message__longer_than_buffer__down(void **state)
 	mt_finish(t);
 }
 
-static void mesh_goodbye__on_up_link__down_naming_shutdown(void **state)
+/* A Goodbye takes an UP link DOWN with what its reason says: the peer stops, or it removed this
+ * node from its configuration (a reload there: the channels then fail with that, not resume). */
+static void mesh_goodbye__on_up_link__down_naming_its_reason(void **state)
 {
+	static const struct {
+		int reason;
+		const char *says;
+	} cases[] = {{MESH_ESHUTDOWN, "goodbye"}, {MESH_EREMOVED, "removed this node"}};
 	struct mt *t = *state;
-	struct link *l;
-	PeerMsg m = PEER_MSG__INIT;
-	Goodbye g = GOODBYE__INIT;
 
-	mt_init(t, 2, ids123, 3);
-	l = lk(t, 1);
-	tick(t);
-	drive_to_up(t, l);
-	g.reason = MESH_ESHUTDOWN;
-	m.body_case = PEER_MSG__BODY_GOODBYE;
-	m.goodbye = &g;
-	peer_send(t, l, &m);
-	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
-	assert_non_null(strstr(l->last_error, "goodbye"));
-	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_ESHUTDOWN)));
-	mt_finish(t);
-}
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		PeerMsg m = PEER_MSG__INIT;
+		Goodbye g = GOODBYE__INIT;
+		struct link *l;
 
-static void mesh_goodbye__removed_reason__down_naming_the_removal_no_resume(void **state)
-{
-	struct mt *t = *state;
-	struct link *l;
-	PeerMsg m = PEER_MSG__INIT;
-	Goodbye g = GOODBYE__INIT;
-
-	mt_init(t, 2, ids123, 3);
-	l = lk(t, 1);
-	tick(t);
-	drive_to_up(t, l);
-	g.reason = MESH_EREMOVED;
-	m.body_case = PEER_MSG__BODY_GOODBYE;
-	m.goodbye = &g;
-	peer_send(t, l, &m);
-	assert_int_equal(link_state(l), LINK_STATE_DOWN_);
-	assert_non_null(strstr(l->last_error, "removed this node"));
-	assert_non_null(strstr(l->last_error, mesh_strerror(-MESH_EREMOVED)));
-	mt_finish(t);
+		mt_init(t, 2, ids123, 3);
+		l = lk(t, 1);
+		tick(t);
+		drive_to_up(t, l);
+		g.reason = (uint32_t)cases[k].reason;
+		m.body_case = PEER_MSG__BODY_GOODBYE;
+		m.goodbye = &g;
+		peer_send(t, l, &m);
+		assert_int_equal(link_state(l), LINK_STATE_DOWN_);
+		assert_non_null(strstr(l->last_error, cases[k].says));
+		assert_non_null(strstr(l->last_error, mesh_strerror(-cases[k].reason)));
+		mt_finish(t);
+		mt_close(t);
+		memset(t, 0, sizeof(*t));
+		mt_open(t);
+	}
 }
 
 static void mesh_stop__up_link__goodbye_sent(void **state)
@@ -2727,9 +2718,8 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_ready__wrong_epoch__down),
 	T(mesh_message__garbage__down_undecodable),
 	T(mesh_message__longer_than_buffer__down),
-	T(mesh_goodbye__on_up_link__down_naming_shutdown),
+	T(mesh_goodbye__on_up_link__down_naming_its_reason),
 	T(mesh_stop__up_link__goodbye_sent),
-	T(mesh_goodbye__removed_reason__down_naming_the_removal_no_resume),
 	T(mesh_reconfigure__node_removed__goodbye_says_removed_then_closed_after_grace),
 	T(mesh_reconfigure__node_added__lower_id_dialled_and_up_link_untouched),
 	T(mesh_reconfigure__node_moved__its_link_reforms_there_at_once),
