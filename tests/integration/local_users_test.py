@@ -183,6 +183,16 @@ def main():
         check(out.get("node") == errno.EACCES, "a user outside the group cannot connect (EACCES)", str(out))
         out = as_user(str(USERS_GID), "connect-only")
         check(out.get("node") == 0, "the same user in the group can", str(out))
+        # Changing the node is root's (or meshd's own user's): a reload or a drain may close links and
+        # channels of every user.
+        for what in (["reload"], ["--deadline", "60", "drain"]):
+            r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", f"--groups={USERS_GID}", meshctl,
+                                "-s", socks[1], *what], capture_output=True, text=True, timeout=30)
+            n = ctl(1, "node") or {}
+            check(r.returncode == 2 and "only root" in r.stderr and not n.get("draining")
+                  and n.get("config_generation") == 1,
+                  f"a group member's meshctl {what[-1]} is refused (exit 2, only root), nothing changed",
+                  f"exit {r.returncode}: {r.stderr.strip()} {({k: n.get(k) for k in ('draining', 'config_generation')})}")
 
         # Root listens on node 2's port 7000 (channels from node 1 land there) and on node 1's 7001.
         held.append(meshring.Listener(socks[2], 7000))
