@@ -27,14 +27,15 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: meshctl [-j] [-p] [-L] [-s SOCKET] [OBJECT [show]]\n"
+		"Usage: meshctl [-j] [-p] [-L] [-o wide] [-s SOCKET] [OBJECT [show] [PEER]]\n"
 		"       meshctl [-j] [-s SOCKET] reload\n"
 		"       meshctl [-j] [-s SOCKET] [--deadline SEC] [--wait] drain\n"
 		"       meshctl keygen\n"
 		"\n"
 		"Shows the state of the local meshd.\n"
 		"\n"
-		"Objects:\n"
+		"Objects (any unambiguous beginning will do, as with ip: meshctl l, meshctl ch; links and\n"
+		"channels take a peer's node id to show that peer's rows only: meshctl links 2):\n"
 		"  links   (default) one row per configured peer: state, QPs, rails up, epoch, RTT,\n"
 		"          mailbox key, last error (JSON also: down_error, why it last went DOWN from UP;\n"
 		"          the last rail_error, rail_failovers, ctl_rail)\n"
@@ -70,6 +71,8 @@ static void usage(FILE *out)
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
 		"  -p, --pretty        indent the JSON\n"
+		"  -o, --output wide   tables with every column (epoch, mailbox and provider of links; uid, device,\n"
+		"                      chunks, writes in flight, bytes written again, NUMA node of channels)\n"
 		"  -L, --live          node, links: wait for meshd's data path, however busy, rather than\n"
 		"                      take the state it last published (exact counters after an event)\n"
 		"      --deadline SEC  drain: stop at the latest SEC seconds from now (default 300)\n"
@@ -97,6 +100,8 @@ static void usage(FILE *out)
 
 struct out {
 	bool json, pretty;
+	bool wide;  /* -o wide: every table column */
+	long peer;  /* links, channels PEER: that peer's rows only; -1 all */
 	int depth;
 	bool first; /* no comma before the next JSON member */
 };
@@ -167,6 +172,7 @@ enum field_kind {
 	F_OPENER,
 	F_NODE, /* a NUMA node: JSON the number; table "-" for -1 (none/unknown), "spread" for -2 */
 	F_WALL_US, /* wall clock in us: JSON the number; table UTC time, "-" for 0 */
+	F_DURATION_MS, /* milliseconds: JSON the number; table 850ms, 12.3s, 4m05s, 2h03m, 3d04h */
 };
 
 struct field {
@@ -175,12 +181,14 @@ struct field {
 	int width;         /* table column width, negative = left aligned */
 	enum field_kind kind;
 	size_t off;
+	bool wide; /* a table column only with -o wide (the default table fits 100 columns) */
 };
 
-#define LF(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member)}
+#define LF(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member), false}
+#define LW(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member), true}
 static const struct field link_fields[] = {
 	LF("peer", "PEER", 5, F_U32, peer),
-	LF("addr", "ADDRESS", -16, F_STR, peer_addr),
+	LF("addr", "ADDRESS", -15, F_STR, peer_addr),
 	LF("port", "PORT", 5, F_U32, peer_port),
 	LF("state", "STATE", -10, F_STATE, state),
 	LF("dialer", "ROLE", -6, F_ROLE, dialer),
@@ -191,11 +199,11 @@ static const struct field link_fields[] = {
 	LF("rail_failovers", NULL, 0, F_U64, rail_failovers),
 	LF("ctl_rail", NULL, 0, F_U32, ctl_rail),
 	LF("rail_error", NULL, 0, F_STR, rail_error),
-	LF("epoch", "EPOCH", 16, F_U64, epoch),
-	LF("rtt_us", "RTT_US", 7, F_U64, rtt_us),
-	LF("mailbox", "MAILBOX(ADDR:LEN:RKEY)", -30, F_MAILBOX, mailbox),
-	LF("transport", "XPORT", -5, F_STR, transport),
-	LF("state_ms", "FOR_MS", 8, F_U64, state_ms),
+	LW("epoch", "EPOCH", 16, F_U64, epoch),
+	LF("rtt_us", "RTT_US", 6, F_U64, rtt_us),
+	LW("mailbox", "MAILBOX(ADDR:LEN:RKEY)", -30, F_MAILBOX, mailbox),
+	LW("transport", "XPORT", -5, F_STR, transport),
+	LF("state_ms", "FOR", 6, F_DURATION_MS, state_ms),
 	LF("ups", "UPS", 4, F_U32, ups),
 	LF("attempts", NULL, 0, F_U32, attempts),
 	LF("peer_boot_epoch", NULL, 0, F_U64, peer_boot_epoch),
@@ -205,7 +213,8 @@ static const struct field link_fields[] = {
 	LF("last_error", "LAST_ERROR", -1, F_STR, last_error),
 };
 
-#define CF(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member)}
+#define CF(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member), false}
+#define CW(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member), true}
 static const struct field channel_fields[] = {
 	CF("id", "ID", 5, F_U32, id),
 	CF("local_node", NULL, 0, F_U32, local_node),
@@ -213,20 +222,20 @@ static const struct field channel_fields[] = {
 	CF("peer_node", "PEER", 5, F_U32, peer_node),
 	CF("peer_port", "PPORT", 5, F_U32, peer_port),
 	CF("opener", "ROLE", -6, F_OPENER, opener),
-	CF("owner_uid", "UID", 5, F_U32, owner_uid),
+	CW("owner_uid", "UID", 5, F_U32, owner_uid),
 	CF("state", "STATE", -11, F_STR, state),
 	CF("qps", "QPS", 3, F_U32, qps),
 	CF("rail", "RAIL", 4, F_U32, rail),
-	CF("device", "DEVICE", -8, F_STR, device),
+	CW("device", "DEVICE", -8, F_STR, device),
 	CF("ring_size", "RING", 9, F_U64, ring_size),
 	CF("tx_bytes", "TX_BYTES", 12, F_U64, tx_bytes),
 	CF("rx_bytes", "RX_BYTES", 12, F_U64, rx_bytes),
-	CF("tx_chunks", "TX_CHUNKS", 9, F_U64, tx_chunks),
-	CF("rx_chunks", "RX_CHUNKS", 9, F_U64, rx_chunks),
-	CF("in_flight", "INFL", 4, F_U32, in_flight),
+	CW("tx_chunks", "TX_CHUNKS", 9, F_U64, tx_chunks),
+	CW("rx_chunks", "RX_CHUNKS", 9, F_U64, rx_chunks),
+	CW("in_flight", "INFL", 4, F_U32, in_flight),
 	CF("credit_stalls", "STALLS", 6, F_U64, credit_stalls),
 	CF("resumes", "RESUMES", 7, F_U64, resumes),
-	CF("rewritten_bytes", "REWRITTEN", 10, F_U64, rewritten_bytes),
+	CW("rewritten_bytes", "REWRITTEN", 10, F_U64, rewritten_bytes),
 	CF("rail_moves", NULL, 0, F_U64, rail_moves),
 	CF("direct_writes", NULL, 0, F_U64, direct_writes),
 	CF("direct_paused", NULL, 0, F_BOOL, direct_paused),
@@ -235,14 +244,14 @@ static const struct field channel_fields[] = {
 	CF("peer_app_writes", NULL, 0, F_BOOL, peer_app_writes),
 	CF("app_grants", NULL, 0, F_U64, app_grants),
 	CF("app_withdrawn", NULL, 0, F_U64, app_withdrawn),
-	CF("numa_node", "NUMA", 6, F_NODE, numa_node),
+	CW("numa_node", "NUMA", 6, F_NODE, numa_node),
 	CF("numa_want", NULL, 0, F_NODE, numa_want),
 	CF("tx_pending", NULL, 0, F_U64, tx_pending),
 	CF("rx_unread", NULL, 0, F_U64, rx_unread),
 	CF("error", "ERROR", -1, F_STR, error),
 };
 
-#define NF(key, kind, member) {key, key, 0, kind, offsetof(NodeInfo, member)}
+#define NF(key, kind, member) {key, key, 0, kind, offsetof(NodeInfo, member), false}
 static const struct field node_fields[] = {
 	NF("id", F_U32, id),
 	NF("cluster", F_STR, cluster),
@@ -290,7 +299,7 @@ static const struct field node_fields[] = {
 	NF("channels", F_U32, channels),
 };
 
-#define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member)}
+#define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member), false}
 static const struct field device_fields[] = {
 	DF("name", "DEVICE", -10, F_STR, name),
 	DF("provider", "XPORT", -5, F_STR, provider),
@@ -301,7 +310,7 @@ static const struct field device_fields[] = {
 	DF("netdev", "NETDEV", -1, F_STR, netdev),
 };
 
-#define TF(key, head, width, kind, member) {key, head, width, kind, offsetof(DataPathThread, member)}
+#define TF(key, head, width, kind, member) {key, head, width, kind, offsetof(DataPathThread, member), false}
 static const struct field thread_fields[] = {
 	TF("name", "THREAD", -15, F_STR, name),
 	TF("tid", "TID", 7, F_U32, tid),
@@ -350,6 +359,23 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 	case F_BOOL:
 		snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
 		break;
+	case F_DURATION_MS: {
+		uint64_t ms = *(const uint64_t *)p, secs = ms / 1000;
+
+		if (!table)
+			snprintf(buf, sizeof(buf), "%" PRIu64, ms);
+		else if (ms < 1000)
+			snprintf(buf, sizeof(buf), "%" PRIu64 "ms", ms);
+		else if (secs < 60)
+			snprintf(buf, sizeof(buf), "%" PRIu64 ".%" PRIu64 "s", secs, ms % 1000 / 100);
+		else if (secs < 3600)
+			snprintf(buf, sizeof(buf), "%" PRIu64 "m%02" PRIu64 "s", secs / 60, secs % 60);
+		else if (secs < 86400)
+			snprintf(buf, sizeof(buf), "%" PRIu64 "h%02" PRIu64 "m", secs / 3600, secs % 3600 / 60);
+		else
+			snprintf(buf, sizeof(buf), "%" PRIu64 "d%02" PRIu64 "h", secs / 86400, secs % 86400 / 3600);
+		break;
+	}
 	case F_WALL_US: {
 		uint64_t us = *(const uint64_t *)p;
 		time_t t = (time_t)(us / 1000000);
@@ -448,12 +474,12 @@ static void print_rows(struct out *o, const char *key, const struct field *field
 		return;
 	}
 	for (size_t f = 0; f < nf; f++)
-		if (fields[f].head)
+		if (fields[f].head && (o->wide || !fields[f].wide))
 			printf("%*s%s", fields[f].width == -1 ? 0 : fields[f].width, fields[f].head, f + 1 < nf ? "  " : "");
 	putchar('\n');
 	for (size_t i = 0; i < n; i++) {
 		for (size_t f = 0; f < nf; f++) {
-			if (!fields[f].head)
+			if (!fields[f].head || (fields[f].wide && !o->wide))
 				continue;
 			field_print(o, &fields[f], rows[i], true);
 			if (f + 1 < nf)
@@ -482,17 +508,33 @@ static void print_list(struct out *o, const CtlReply *r, const char *key, const 
 	print_rows(o, NULL, fields, nf, rows, n);
 }
 
+/* The rows of one peer (o->peer, meshctl links 2), in place; all of them without. */
+static size_t peer_rows(const struct out *o, void **rows, size_t n, bool links)
+{
+	size_t k = 0;
+
+	if (o->peer < 0)
+		return n;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t peer = links ? ((const LinkInfo *)rows[i])->peer : ((const ChannelInfo *)rows[i])->peer_node;
+
+		if (peer == (uint32_t)o->peer)
+			rows[k++] = rows[i];
+	}
+	return k;
+}
+
 static void print_channels(struct out *o, const CtlReply *r)
 {
 	char title[160];
+	size_t n = peer_rows(o, (void **)r->channels, r->n_channels, false);
 
-	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu channels", r->node ? r->node->id : 0,
-		 r->node ? r->node->cluster : "", r->n_channels);
-	print_list(o, r, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels,
-		   r->n_channels, title);
+	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu channel%s%s", r->node ? r->node->id : 0,
+		 r->node ? r->node->cluster : "", n, n == 1 ? "" : "s", o->peer >= 0 ? " with that peer" : "");
+	print_list(o, r, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels, n, title);
 }
 
-#define PF(key, head, width, kind, member) {key, head, width, kind, offsetof(PortInfo, member)}
+#define PF(key, head, width, kind, member) {key, head, width, kind, offsetof(PortInfo, member), false}
 static const struct field port_fields[] = {
 	PF("port", "PORT", 5, F_U32, port),
 	PF("owner_uid", "UID", 5, F_U32, owner_uid),
@@ -516,7 +558,8 @@ static void print_links(struct out *o, const CtlReply *r)
 	snprintf(title, sizeof(title), "node %" PRIu32 " (%s) links: %" PRIu32 " of %" PRIu32 " UP",
 		 r->node ? r->node->id : 0, r->node ? r->node->cluster : "", r->node ? r->node->links_up : 0,
 		 r->node ? r->node->peers : 0);
-	print_list(o, r, "links", link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links, r->n_links, title);
+	print_list(o, r, "links", link_fields, ARRAY_SIZE(link_fields), (void *const *)r->links,
+		   peer_rows(o, (void **)r->links, r->n_links, true), title);
 }
 
 static void print_node(struct out *o, const CtlReply *r)
@@ -882,7 +925,8 @@ int main(int argc, char **argv)
 		{"live", no_argument, NULL, 'L'},
 		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},    {"deadline", required_argument, NULL, 'D'},
-		{"wait", no_argument, NULL, 'W'},    {NULL, 0, NULL, 0},
+		{"wait", no_argument, NULL, 'W'},    {"output", required_argument, NULL, 'o'},
+		{NULL, 0, NULL, 0},
 	};
 	static const struct {
 		const char *name;
@@ -894,7 +938,7 @@ int main(int argc, char **argv)
 		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
 		{"ports", CTL_OBJECT__CTL_OBJECT_PORTS, print_ports},
 	};
-	struct out o = {.first = true};
+	struct out o = {.first = true, .peer = -1};
 	const char *sock = getenv(MESH_SOCKET_ENV);
 	struct listing ls;
 	CtlReply *r = NULL;
@@ -905,8 +949,15 @@ int main(int argc, char **argv)
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
-	while ((c = getopt_long(argc, argv, "jpLs:Vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jpLs:o:Vh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'o':
+			if (strcmp(optarg, "wide")) {
+				fprintf(stderr, "meshctl: -o %s: expected wide\n", optarg);
+				return 1;
+			}
+			o.wide = true;
+			break;
 		case 'L':
 			live = true;
 			break;
@@ -945,8 +996,24 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	/* Objects as `ip` takes them: any unambiguous beginning (meshctl l, meshctl ch). What changes
+	 * the node (reload, drain) and keygen are written out. */
+	if (optind < argc) {
+		static const char *const shown[] = {"links", "node", "channels", "ports", "metrics"};
+		const char *hit = NULL;
+
+		for (size_t i = 0; i < ARRAY_SIZE(shown); i++)
+			if (!strncmp(shown[i], argv[optind], strlen(argv[optind])) && argv[optind][0])
+				hit = hit ? "" : shown[i];
+		if (hit && *hit)
+			argv[optind] = (char *)hit;
+	}
 	if (optind < argc && !strcmp(argv[optind], "metrics")) {
-		/* Text, not a table: -j has nothing to change. */
+		/* Prometheus text, not a table: there is no JSON of it. */
+		if (o.json) {
+			fprintf(stderr, "meshctl: metrics is Prometheus text: -j does not apply (meshctl -j node has the counters)\n");
+			return 1;
+		}
 		if (optind + 1 < argc && strcmp(argv[optind + 1], "show")) {
 			fprintf(stderr, "meshctl: unknown command '%s' for metrics (expected: show)\n", argv[optind + 1]);
 			return 1;
@@ -988,7 +1055,15 @@ int main(int argc, char **argv)
 			fprintf(stderr, "meshctl: keygen: %s\n", mesh_strerror(ret));
 			return 2;
 		}
-		printf("%s\n", key);
+		if (o.json) {
+			json_open(&o, NULL, '{');
+			json_key(&o, "key");
+			json_str(key);
+			json_close(&o, '}');
+			putchar('\n');
+		} else {
+			printf("%s\n", key);
+		}
 		explicit_bzero(key, sizeof(key));
 		return 0;
 	}
@@ -1002,13 +1077,28 @@ int main(int argc, char **argv)
 		}
 		optind++;
 	}
-	if (optind < argc && strcmp(argv[optind], "show")) {
+	if (optind < argc && !strcmp(argv[optind], "show"))
+		optind++;
+	/* links and channels: one peer's rows (meshctl links 2) */
+	if (optind < argc && (objects[obj].obj == CTL_OBJECT__CTL_OBJECT_LINKS ||
+			      objects[obj].obj == CTL_OBJECT__CTL_OBJECT_CHANNELS)) {
+		char *end;
+
+		errno = 0;
+		o.peer = strtol(argv[optind], &end, 10);
+		if (!errno && *argv[optind] && !*end && o.peer >= 0 && o.peer <= 65535) {
+			optind++;
+		} else {
+			o.peer = -1;
+			fprintf(stderr, "meshctl: unknown command '%s' for %s (expected: show, or a peer's node id)\n",
+				argv[optind], objects[obj].name);
+			return 1;
+		}
+	} else if (optind < argc && strcmp(argv[optind], "show")) {
 		fprintf(stderr, "meshctl: unknown command '%s' for %s (expected: show)\n", argv[optind],
 			objects[obj].name);
 		return 1;
 	}
-	if (optind < argc)
-		optind++;
 	if (optind < argc) {
 		fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind]);
 		return 1;

@@ -247,6 +247,10 @@ expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metri
 expect 1 "unexpected argument .now." "meshctl reload takes no argument" -- "$MESHCTL" -s "$T/s" reload now
 expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
+expect 1 "metrics is Prometheus text: -j does not apply" "meshctl -j metrics: an error, not the text" -- \
+	"$MESHCTL" -j -s "$T/nosock" metrics
+expect 0 '^\{"key":"[A-Za-z0-9+/=]{44}"\}$' "meshctl -j keygen: the key as JSON" -- "$MESHCTL" -j keygen
+expect 1 "-o ls: expected wide" "meshctl -o with another value" -- "$MESHCTL" -o ls links
 expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock"
 expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl metrics without a daemon: named, exit 2" -- \
 	"$MESHCTL" -s "$T/nosock" metrics
@@ -350,6 +354,15 @@ sys.exit(0 if p == list(range(2, 2502)) else 1)' "$T/pages.json"; then
 	else
 		bad "meshctl links over 2500 links (exit $rc, $npages pages)" "$(tail -c 300 "$T/pages.err"; tail -n 5 "$T/pages.log")"
 	fi
+	# One peer's row, by a prefix of the object as ip takes them; the wide table's columns.
+	row=$("$MESHCTL" -s "$T/pages.sock" l 7 2>&1 | tail -n +3)
+	[ "$(wc -l <<<"$row")" = 1 ] && [ "$(awk '{print $1}' <<<"$row")" = 7 ] &&
+		ok "meshctl l 7: links abbreviated, node 7's row alone" || bad "meshctl l 7" "$row"
+	narrow=$("$MESHCTL" -s "$T/pages.sock" links 7 | sed -n 2p)
+	wide=$("$MESHCTL" -s "$T/pages.sock" -o wide links show 7 | sed -n 2p)
+	! grep -q EPOCH <<<"$narrow" && [ "${#narrow}" -le 100 ] && grep -q 'EPOCH.*MAILBOX' <<<"$wide" &&
+		ok "meshctl links fits 100 columns (${#narrow}); -o wide adds the epoch and the mailbox" ||
+		bad "meshctl links -o wide" "$narrow / $wide"
 	kill "$pages_pid"
 	wait "$pages_pid"
 else
