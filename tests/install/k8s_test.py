@@ -65,6 +65,16 @@ def manifests(k8s):
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
 
     check(spec.get("hostNetwork") is True, "DaemonSet: hostNetwork")
+    ns = docs.get(("Namespace", "rdmamesh"), {}).get("metadata", {}).get("labels", {})
+    check(ns.get("pod-security.kubernetes.io/enforce") == "privileged" and
+          ns.get("pod-security.kubernetes.io/warn") == "baseline",
+          "Namespace: Pod Security labels (enforce privileged: host network, hostPath, IPC_LOCK; warn baseline)", str(ns))
+    check(all(p.get("securityContext", {}).get("seccompProfile", {}).get("type") == "RuntimeDefault"
+              for p in (spec, pod["spec"])), "DaemonSet and application pod: seccompProfile RuntimeDefault")
+    app = pod["spec"]["containers"][0]
+    check(any(k.startswith("rdma/") for k in app.get("resources", {}).get("limits", {})) and
+          "IPC_LOCK" in app["securityContext"]["capabilities"].get("add", []),
+          "application pod: the RDMA device and IPC_LOCK for its own QP (cluster.app_send)")
     env = {e["name"]: e for e in c.get("env", [])}
     check(env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
           "DaemonSet: NODE_NAME from spec.nodeName")
