@@ -32,6 +32,14 @@ static const char *const mesh_errstr[MESH_ERRNO_LAST - MESH_ERRNO_BASE] = {
 	[MESH_EDRAINING - MESH_ERRNO_BASE] = "the node is draining for maintenance: no new channels (meshctl drain)",
 };
 
+#define MESH_STR_(x) #x
+#define MESH_STR(x) MESH_STR_(x)
+
+MESH_EXPORT const char *mesh_version(void)
+{
+	return MESH_STR(MESH_VERSION_MAJOR) "." MESH_STR(MESH_VERSION_MINOR);
+}
+
 MESH_EXPORT const char *mesh_strerror(int err)
 {
 	/* long: negating INT_MIN in int is undefined. */

@@ -19,22 +19,23 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 ||
 ok "cmake --install --prefix $prefix"
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 libdir=$prefix/$(cache CMAKE_INSTALL_LIBDIR)
+version=$(cache CMAKE_PROJECT_VERSION)
 
 for f in bin/meshd bin/meshctl bin/meshcat bin/meshecho bin/meshbench; do
 	[ -x "$prefix/$f" ] && ok "$f" || bad "$f missing"
 done
-for f in "$libdir/libmesh.so.0.1.0" "$prefix/include/mesh/mesh.h" "$libdir/pkgconfig/mesh.pc" \
+for f in "$libdir/libmesh.so.$version" "$prefix/include/mesh/mesh.h" "$libdir/pkgconfig/mesh.pc" \
 	"$libdir/cmake/rdmamesh/rdmamesh-config.cmake" "$libdir/cmake/rdmamesh/rdmamesh-config-version.cmake" \
 	"$libdir/cmake/rdmamesh/rdmamesh-targets.cmake" "$prefix/lib/sysusers.d/rdmamesh.conf" \
 	"$prefix/share/doc/rdmamesh/examples/mesh.conf"; do
 	[ -f "$f" ] && ok "${f#"$prefix"/}" || bad "${f#"$prefix"/} missing"
 done
-soname=$(readelf -d "$libdir/libmesh.so.0.1.0" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+soname=$(readelf -d "$libdir/libmesh.so.$version" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = libmesh.so.0 ] && ok "soname libmesh.so.0" || bad "soname '$soname', expected libmesh.so.0"
-[ "$(readlink "$libdir/libmesh.so.0")" = libmesh.so.0.1.0 ] && [ "$(readlink "$libdir/libmesh.so")" = libmesh.so.0 ] &&
-	ok "libmesh.so -> libmesh.so.0 -> libmesh.so.0.1.0" || bad "libmesh.so links wrong"
+[ "$(readlink "$libdir/libmesh.so.0")" = libmesh.so.$version ] && [ "$(readlink "$libdir/libmesh.so")" = libmesh.so.0 ] &&
+	ok "libmesh.so -> libmesh.so.0 -> libmesh.so.$version" || bad "libmesh.so links wrong"
 rpath=()
-for f in "$prefix"/bin/* "$libdir/libmesh.so.0.1.0"; do
+for f in "$prefix"/bin/* "$libdir/libmesh.so.$version"; do
 	readelf -d "$f" | grep -qE 'RPATH|RUNPATH' && rpath+=("${f#"$prefix"/}")
 done
 [ ${#rpath[@]} -eq 0 ] && ok "no RPATH in the installed programs and library" || bad "RPATH in ${rpath[*]}"

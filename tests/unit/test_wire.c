@@ -939,7 +939,18 @@ static void mesh_strerror__outside_ranges__unknown_error(void **state)
 	assert_string_equal(mesh_strerror(INT_MAX), "unknown error");
 }
 
+/* The library's version at run time is the one mesh.h names (the project's: CMakeLists.txt checks). */
+static void mesh_version__runtime__the_headers_major_and_minor(void **state)
+{
+	char want[32];
+
+	(void)state;
+	snprintf(want, sizeof(want), "%d.%d", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
+	assert_string_equal(mesh_version(), want);
+}
+
 static const struct CMUnitTest tests[] = {
+	cmocka_unit_test(mesh_version__runtime__the_headers_major_and_minor),
 	cmocka_unit_test(mesh_cm_wire__size__fits_rc_private_data),
 	cmocka_unit_test(mesh_cm_pdata_encode__all_fields__round_trip),
 	cmocka_unit_test(mesh_cm_pdata_encode__fields__big_endian_on_wire),

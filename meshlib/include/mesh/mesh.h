@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define MESH_VERSION_MAJOR 0
-#define MESH_VERSION_MINOR 1
+#define MESH_VERSION_MINOR 5
 
 /* Default path of meshd's local control socket; the MESH_SOCKET environment variable overrides it. */
 #define MESH_SOCKET_DEFAULT "/run/meshd/meshd.sock"
@@ -63,6 +63,11 @@ enum mesh_errno {
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */
 MESH_EXPORT const char *mesh_strerror(int err);
+
+/* The version of the libmesh the program runs with, "MAJOR.MINOR" (since 0.5): MESH_VERSION_MAJOR and
+ * MESH_VERSION_MINOR are the one it was compiled against. A newer libmesh of the same major version
+ * runs a program built against an older one (libmesh.so.0, symbol versions MESH_0.N). */
+MESH_EXPORT const char *mesh_version(void);
 
 #include <stddef.h>
 #include <stdint.h>
