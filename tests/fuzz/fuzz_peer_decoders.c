@@ -592,6 +592,10 @@ static bool ctl_req_in_range(const CtlRequest *r)
 	case CTL_OP__CTL_OP_CONNECT:
 		return r->node <= MESH_NODE_ID_MAX && r->port <= 65535 && r->qps <= MESH_QPS_PER_LINK_MAX &&
 		       (r->ring_size == 0 || mesh_ring_size_valid(r->ring_size));
+	case CTL_OP__CTL_OP_RELOAD:
+		return r->object == CTL_OBJECT__CTL_OBJECT_NODE;
+	case CTL_OP__CTL_OP_DRAIN:
+		return r->object == CTL_OBJECT__CTL_OBJECT_NODE && r->drain_ms <= MESH_DRAIN_MAX_MS;
 	default:
 		return false;
 	}
@@ -631,6 +635,7 @@ static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 	fresh.qps = r->qps;
 	fresh.has_numa = r->has_numa;
 	fresh.numa_node = r->numa_node;
+	fresh.drain_ms = r->drain_ms;
 	n1 = ctl_request__get_packed_size(&fresh);
 	FUZZ_CHECK(n1 <= MESH_CTL_REQ_MAX);
 	out1 = calloc(n1, 1);
@@ -640,7 +645,7 @@ static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 	FUZZ_CHECK(ret == 0);
 	FUZZ_CHECK(r2->version == r->version);
 	FUZZ_CHECK(r2->object == r->object && r2->op == r->op && r2->port == r->port && r2->node == r->node &&
-		   r2->ring_size == r->ring_size && r2->qps == r->qps);
+		   r2->ring_size == r->ring_size && r2->qps == r->qps && r2->drain_ms == r->drain_ms);
 	n2 = ctl_request__get_packed_size(r2);
 	FUZZ_CHECK(n2 == n1);
 	out2 = calloc(n2, 1);
