@@ -78,6 +78,35 @@ def wait_until(pred, timeout, step=0.1):
         time.sleep(step)
 
 
+def chan_test(build, sock, *args, enter=()):
+    """tests/integration/chan_test against the meshd at sock (enter: a command prefix, as
+    `ip netns exec NS`), its output read as text."""
+    return subprocess.Popen([*enter, os.path.join(build, "tests", "integration", "chan_test"), "-s", sock,
+                             *map(str, args)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def chan_receiver(build, sock, port, enter=()):
+    """chan_test recv on port, once it listens (its first line says so)."""
+    r = chan_test(build, sock, "recv", port, 1, enter=enter)
+    line = r.stdout.readline()
+    if "listening" not in line:
+        raise RuntimeError(f"chan_test recv at {sock} port {port}: {line.strip()}")
+    return r
+
+
+def finish(proc, timeout):
+    """A chan_test's exit status and output; ("hung", the end of its output) when it did not end within
+    timeout (it is killed)."""
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return "hung", proc.stdout.read().strip()[-2000:]
+    return rc, proc.stdout.read().strip()
+
+
 def meshctl_json(meshctl, sock, i, *what):
     """meshctl -j -L WHAT on node i's socket, decoded; None when it failed or did not answer. -L
     waits for the data path, and meshctl waits 5 s for each page: a machine busy with the sanitizer

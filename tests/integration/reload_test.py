@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixtures  # noqa: E402
-from fixtures import check, wait_until  # noqa: E402
+from fixtures import check, finish, wait_until  # noqa: E402
 
 
 def write_conf(c, ids, key="cluster.key", extra="", ports=None):
@@ -87,27 +87,11 @@ def log_text(c, i):
 
 
 def chan(c, i, *args):
-    return subprocess.Popen([os.path.join(c.a.build, "tests", "integration", "chan_test"), "-s", c.nodes[i]["sock"],
-                             *map(str, args)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return fixtures.chan_test(c.a.build, c.nodes[i]["sock"], *args)
 
 
 def receiver(c, i, port):
-    r = chan(c, i, "recv", port, 1)
-    line = r.stdout.readline()
-    if "listening" not in line:
-        raise RuntimeError(f"chan_test recv on node {i} port {port}: {line.strip()}")
-    return r
-
-
-def finish(p, timeout):
-    try:
-        rc = p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        return "hung", p.stdout.read().strip()[-1500:]
-    return rc, p.stdout.read().strip()[-1500:]
+    return fixtures.chan_receiver(c.a.build, c.nodes[i]["sock"], port)
 
 
 def link_12(c):

@@ -51,7 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixtures  # noqa: E402
-from fixtures import check, wait_until  # noqa: E402
+from fixtures import check, finish, wait_until  # noqa: E402
 import netns_test  # noqa: E402
 from netns_test import Interrupted, ip, on_signal, preflight  # noqa: E402
 
@@ -203,34 +203,21 @@ def app_writes(p, port):
                       and [c.get("peer_app_writes") for c in p.channels(2, port)] == [True], 10, 0.02)
 
 
-def chan_test(p, node, *args):
-    """chan_test against node's meshd, on its host (its network namespace): over tcp with
-    cluster.app_send the application's own connection goes from its host's address on the rail, and
-    loses the rail with it."""
+def ns_enter(p, node):
+    """The command prefix that runs a program on node's host (its network namespace), or none."""
     ns = p.nodes[node]["ns"]
-    enter = ["ip", "netns", "exec", ns] if ns else []
-    return subprocess.Popen(enter + [os.path.join(p.a.build, "tests", "integration", "chan_test"), "-s",
-                             p.nodes[node]["sock"], *map(str, args)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return ["ip", "netns", "exec", ns] if ns else ()
+
+
+def chan_test(p, node, *args):
+    """chan_test against node's meshd, on its host: over tcp with cluster.app_send the application's own
+    connection goes from its host's address on the rail, and loses the rail with it."""
+    return fixtures.chan_test(p.a.build, p.nodes[node]["sock"], *args, enter=ns_enter(p, node))
 
 
 def receiver(p, node, port):
     """chan_test recv on node, once it listens (its first line says so)."""
-    r = chan_test(p, node, "recv", port, 1)
-    line = r.stdout.readline()
-    if "listening" not in line:
-        raise RuntimeError(f"chan_test recv on node {node} port {port}: {line.strip()}")
-    return r
-
-
-def finish(proc, timeout):
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        return "hung", proc.stdout.read().strip()[-2000:]
-    return rc, proc.stdout.read().strip()
+    return fixtures.chan_receiver(p.a.build, p.nodes[node]["sock"], port, enter=ns_enter(p, node))
 
 
 def stacks(pid):
