@@ -188,7 +188,9 @@ void channel_aq_app(struct channel *ch)
 		channel_break(ch, -EPROTO, "application's own QP went from state %u to %u", ch->aq_app, st);
 		return;
 	}
-	if (ch->aq_app == MESH_AQ_NONE && st != MESH_AQ_IDLE) {
+	/* An offer made after the round was revoked (the link went while the application made its
+	 * QP) is not relayed: the QP stops at once, and the peer's application would connect to it. */
+	if (ch->aq_app == MESH_AQ_NONE && st != MESH_AQ_IDLE && !ch->aq_done) {
 		a.state = AQ_MSG_OFFER;
 		a.qpn = q->qpn;
 		a.psn = q->psn;
@@ -234,6 +236,11 @@ void channel_aq_app(struct channel *ch)
 		 * hears of before the hand-back. */
 		channel_aq_take(ch, false);
 		ch->aq_tell = false; /* could not go: the peer answers the hand-back from what it placed */
+		if (ch->aq_app == MESH_AQ_NONE && ch->aq_revoked && (ch->link->features & MESH_FEAT_APPQP_RENEW))
+			/* Its answer to a revocation that came before its offer (two resumes close
+			 * together, or the link lost while it made its first QP): channel_aq_revoke
+			 * could not know it would answer, and asks for a new round only now. */
+			ch->aq_renew = true;
 		log_debug("channel %u: the application is done with its own QP (%s, peer's writes %s)", ch->id,
 			  !ch->aq_granted ? "not granted" : ch->resuming ? "resuming" : "granted",
 			  ch->aq_peer_sends ? "its own" : "ours");

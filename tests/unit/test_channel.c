@@ -4186,6 +4186,82 @@ static void channel_app_send__peer_renews_after_a_hand_back__its_writes_followed
 	mt_finish(&c->t);
 }
 
+/* Two resumes close together (a rail's failover, then the whole link): the second revokes a round
+ * that the application had not answered yet (its new QP still being made, app_state NONE). It
+ * answers all the same (its QP offered, then stopped: IDLE), and that IDLE must bring the next
+ * round; a channel that waited for an answer it already had would stay meshd-posted for good (the
+ * VM's resilience test saw app_grants stop at 2 after its second outage). */
+static void channel_app_send__second_resume_before_the_application_answered__next_round_offered(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	aq_granted(c, h);
+	link_lost(c);
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	link_back(c, 5000);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	complete_sends(c);
+	assert_int_equal(atomic_load(&q->round), 1);
+	assert_int_equal(atomic_load(&q->app_state), MESH_AQ_NONE);
+	/* The link goes again before the application offers its round-1 QP. */
+	link_lost(c);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
+	link_back(c, 9000);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	complete_sends(c);
+	assert_string_equal(channel_state_name(chn(c, h)), "OPEN");
+	assert_int_equal(atomic_load(&q->round), 1); /* its answer is still to come */
+	/* The application, late: its round-1 QP offered (not relayed: it stops at once, and the peer's
+	 * application would connect to it), then stopped for the revocation. */
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN + 1);
+	assert_null(sent_msg(c, from, PEER_MSG__BODY_CHANNEL_APP_QP, 0));
+	complete_sends(c);
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN + 1);
+	complete_sends(c);
+	assert_int_equal(atomic_load(&q->round), 2);
+	assert_int_equal(atomic_load(&q->app_state), MESH_AQ_NONE);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* The same in the first round: the link goes while the application is still making its first QP
+ * (nothing offered yet); it stops that QP when it sees the revocation, and its IDLE brings round 1. */
+static void channel_app_send__resume_before_the_first_offer__application_offered_anew(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+
+	ct_init_resume(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	link_lost(c);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
+	link_back(c, 5000);
+	complete_sends(c);
+	peer_resume(c, h, 0, 0, 0, false);
+	complete_sends(c);
+	assert_int_equal(atomic_load(&q->round), 0);
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	complete_sends(c);
+	assert_int_equal(atomic_load(&q->round), 1);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
 /* A resume with an application that never took the offer (an older libmesh): no new round. */
 static void channel_app_send__offer_not_taken__no_new_round_after_a_resume(void **state)
 {
@@ -5229,6 +5305,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__resume_revoked_the_qp__new_round_offered_and_granted_again),
 	T(channel_app_send__resume_before_the_grant__application_stopped_and_offered_anew),
 	T(channel_app_send__peer_renews_after_a_hand_back__its_writes_followed_again),
+	T(channel_app_send__second_resume_before_the_application_answered__next_round_offered),
+	T(channel_app_send__resume_before_the_first_offer__application_offered_anew),
 	T(channel_app_send__offer_not_taken__no_new_round_after_a_resume),
 	T(channel_app_send__peer_writes_by_immediate__rx_follows_the_applications_rx_seen),
 	T(channel_app_send__provider_without_paths__nothing_offered),
