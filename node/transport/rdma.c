@@ -928,12 +928,11 @@ static enum xport_op wc_op(const struct ibv_wc *wc)
 	}
 }
 
-/* Drains the dirty CQs into evs[n..max); a CQ stays dirty while it may hold more than there was
- * room for. Returns the new count. */
-static int rdma_drain(struct rdma_xport *rx, struct xport_event *evs, int n, int max)
+/* Drains c's CQ into evs[n..max) (as much as there is room for: it stays dirty while it may hold
+ * more). Returns the new count. */
+static int rdma_drain_conn(struct rdma_conn *c, struct xport_event *evs, int n, int max)
 {
-	while (n < max && rx->dirty) {
-		struct rdma_conn *c = rx->dirty;
+	while (n < max) {
 		struct ibv_wc wc[16];
 		int want = MIN(max - n, (int)ARRAY_SIZE(wc));
 		int got = ibv_poll_cq(c->cq, want, wc);
@@ -963,9 +962,19 @@ static int rdma_drain(struct rdma_xport *rx, struct xport_event *evs, int n, int
 				ev->imm = ntohl(wc[i].imm_data);
 			}
 		}
-		if (got < want)
+		if (got < want) {
 			rdma_conn_undirty(c);
+			break;
+		}
 	}
+	return n;
+}
+
+/* Drains the dirty CQs into evs[n..max). Returns the new count. */
+static int rdma_drain(struct rdma_xport *rx, struct xport_event *evs, int n, int max)
+{
+	while (n < max && rx->dirty)
+		n = rdma_drain_conn(rx->dirty, evs, n, max);
 	return n;
 }
 
@@ -980,8 +989,18 @@ static int rdma_poll(xport_t *x, struct xport_event *evs, int max)
 
 	/* 1. connection events; each is copied and acked at once (rdma_destroy_id waits for acks) */
 	while (n < max && !rdma_get_cm_event(rx->ech, &cme)) {
-		struct rdma_conn *dead = NULL;
-		int r = rdma_cm_handle(rx, cme, &evs[n]);
+		struct rdma_conn *dead = NULL, *c = cme->id->context;
+		int r;
+
+		if (cme->event == RDMA_CM_EVENT_DISCONNECTED && c && cme->id->context != &rdma_parked_ctx && c->cq &&
+		    n < max - 1) {
+			/* What the peer sent before it hung up comes first, as a socket's last bytes are
+			 * read before its end of file: its Goodbye says why the link goes (a restart,
+			 * not a failure), and it is already in our CQ (the peer saw it acknowledged). */
+			rdma_conn_dirty(c);
+			n = rdma_drain_conn(c, evs, n, max - 1);
+		}
+		r = rdma_cm_handle(rx, cme, &evs[n]);
 
 		if (r < 0)
 			dead = cme->id->context;
