@@ -410,7 +410,7 @@ func TestCloseUnblocks(t *testing.T) {
 	}
 }
 
-// meshd dies (SIGKILL) under a Read and a Write that wait: both return ECONNRESET instead of waiting
+// meshd dies (SIGKILL) under a Read and a Write that wait: both return EMESHDGONE instead of waiting
 // for their deadline (the channel fd's lifeline turns readable; neither clears the fd, so the look
 // before each wait must ask whether meshd is still there). A mesh of its own: the shared one stays.
 func TestMeshdGoneUnblocks(t *testing.T) {
@@ -446,7 +446,7 @@ func TestMeshdGoneUnblocks(t *testing.T) {
 	rerr, werr := blockReadWrite(c.(*Conn))
 	time.Sleep(300 * time.Millisecond)
 	m.procs[0].Process.Kill() // node 1, this process's meshd
-	awaitUnblocked(t, syscall.ECONNRESET, 10*time.Second, "meshd's death", rerr, werr)
+	awaitUnblocked(t, EMESHDGONE, 10*time.Second, "meshd's death", rerr, werr)
 }
 
 // 1000 goroutines blocked in Read park in the runtime poller: the process stays under 64 OS threads.

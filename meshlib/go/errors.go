@@ -21,6 +21,8 @@ const (
 	EREFUSED     = syscall.Errno(C.MESH_EREFUSED)     // the peer refused; its log says why
 	EREMOVED     = syscall.Errno(C.MESH_EREMOVED)     // the peer node was removed from the configuration
 	EDRAINING    = syscall.Errno(C.MESH_EDRAINING)    // the node is draining for maintenance: no new channels
+	ERESTARTING  = syscall.Errno(C.MESH_ERESTARTING)  // the peer's meshd is restarting: channels wait for it
+	EMESHDGONE   = syscall.Errno(C.MESH_EMESHDGONE)   // the local meshd is gone and did not come back
 )
 
 // Error is a failure reported by libmesh or meshd. Code is the errno (a syscall.Errno, or one of

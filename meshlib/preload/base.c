@@ -170,8 +170,8 @@ int pl_app_errno(int err)
 {
 	int e = -err;
 
-	if (e > 0 && e < 4096)
-		return e;
+	if (e > 0 && e < MESH_ERRNO_BASE)
+		return e; /* a system errno as it is; the mesh's own codes are no errno a program knows */
 	pl_warn((unsigned)e, "mesh error %d (%s), reported to the application as ECONNRESET", e,
 		mesh_strerror(err));
 	return ECONNRESET;

@@ -469,7 +469,7 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 			return r;
 		}
 		if (c->meshd_gone)
-			return -ECONNRESET;
+			return -MESH_EMESHDGONE;
 		if (flags & MESH_NONBLOCK) {
 			/* The caller polls the channel fd: clear it before the last look, so that it is
 			 * readable again only for a change after that look. */
@@ -481,7 +481,7 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 			}
 			if (lifeline_gone(c)) {
 				r = step(c, arg);
-				return r != -EAGAIN ? r : -ECONNRESET;
+				return r != -EAGAIN ? r : -MESH_EMESHDGONE;
 			}
 			return -EAGAIN;
 		}
@@ -494,7 +494,7 @@ static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *a
 				return r;
 			}
 			if (c->meshd_gone)
-				return -ECONNRESET;
+				return -MESH_EMESHDGONE;
 		}
 		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
 		atomic_thread_fence(memory_order_seq_cst);
@@ -867,11 +867,13 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 		if (!st->error)
 			st->error = (int32_t)tx;
 	}
-	/* meshd gone: whatever would wait fails with -ECONNRESET (bytes in the ring come first). */
+	/* meshd gone (and no next meshd took the channel over: its store keeps the lifeline open
+	 * across a restart): whatever would wait fails with -MESH_EMESHDGONE (bytes in the ring come
+	 * first). */
 	if (c->meshd_gone) {
 		st->ready |= MESH_READY_RECV | MESH_READY_SEND | MESH_READY_ERROR;
 		if (!st->error)
-			st->error = -ECONNRESET;
+			st->error = -MESH_EMESHDGONE;
 	}
 	return 0;
 }

@@ -30,6 +30,8 @@ static const char *const mesh_errstr[MESH_ERRNO_LAST - MESH_ERRNO_BASE] = {
 	[MESH_EREFUSED - MESH_ERRNO_BASE] = "the peer refused the connection (its log says why)",
 	[MESH_EREMOVED - MESH_ERRNO_BASE] = "the peer node was removed from the cluster's configuration",
 	[MESH_EDRAINING - MESH_ERRNO_BASE] = "the node is draining for maintenance: no new channels (meshctl drain)",
+	[MESH_ERESTARTING - MESH_ERRNO_BASE] = "the peer's meshd is restarting; its channels wait for the new one",
+	[MESH_EMESHDGONE - MESH_ERRNO_BASE] = "the local meshd is gone and did not come back with the channel",
 };
 
 #define MESH_STR_(x) #x

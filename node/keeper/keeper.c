@@ -226,6 +226,10 @@ static int start(struct keeper *k)
 			unsetenv("LISTEN_PID");
 		}
 		setenv("NOTIFY_SOCKET", k->path, 1);
+		/* How many it keeps, as systemd 254 says FileDescriptorStoreMax= (meshd keeps channels
+		 * only where a store is kept). */
+		snprintf(num, sizeof(num), "%d", KEEP_FDS_MAX);
+		setenv("FDSTORE", num, 1);
 		execvp(k->argv[0], k->argv);
 		fprintf(stderr, "meshd-keeper: %s: %s\n", k->argv[0], strerror(errno));
 		_exit(127);

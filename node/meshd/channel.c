@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <mesh/mesh.h>
@@ -88,6 +89,32 @@ static int link_slot_alloc(struct link *l, struct channel *ch)
 		return 0;
 	}
 	return -EMFILE;
+}
+
+/* Slot `slot` of l for ch, as a restored channel's record names it (the peer knows it by it): its
+ * table grown to hold it; -EEXIST when another channel holds it. */
+static int link_slot_take(struct link *l, struct channel *ch, uint32_t slot)
+{
+	if (slot >= MESH_CHANNEL_SLOTS)
+		return -ERANGE;
+	if (slot >= l->ch_cap) {
+		uint32_t nc = l->ch_cap ? l->ch_cap : 16;
+		struct channel **s;
+
+		while (nc <= slot)
+			nc = MIN(nc * 2, MESH_CHANNEL_SLOTS);
+		s = realloc(l->ch_slots, nc * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		memset(s + l->ch_cap, 0, (nc - l->ch_cap) * sizeof(*s));
+		l->ch_slots = s;
+		l->ch_cap = nc;
+	}
+	if (l->ch_slots[slot])
+		return -EEXIST;
+	l->ch_slots[slot] = ch;
+	ch->slot = slot;
+	return 0;
 }
 
 /* A control message to the peer's meshd, or to ourselves for a local channel. */
@@ -225,6 +252,7 @@ void channel_free(struct channel *ch)
 		}
 	}
 	channel_rail_unlink(ch);
+	channel_store_drop(ch);
 	m->n_channels--;
 	if (ch->link && ch->link->ch_slots && link_channel(ch->link, ch->slot) == ch)
 		ch->link->ch_slots[ch->slot] = NULL;
@@ -302,15 +330,14 @@ static void channel_ring_init(struct channel *ch)
 			      memory_order_relaxed);
 }
 
-struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_t rail, int node, const char **why,
-				   int *errp)
+/* What a channel made anew and one restored (channel_restore) start with: meshd's record of it on
+ * link l, numbered id, in the mesh's lists, with its receive window (NULL: out of memory, nothing
+ * to free). */
+static struct channel *channel_alloc(struct link *l, uint64_t size, uint32_t qps, uint32_t rail, uint32_t id)
 {
 	struct mesh *m = l->mesh;
 	struct channel *ch = calloc(1, sizeof(*ch));
-	int sv[2];
 
-	*why = "out of memory";
-	*errp = -ENOMEM;
 	if (!ch)
 		return NULL;
 	ch->memfd = ch->kick_fd = ch->wake_fd = ch->life_fd = ch->app_life_fd = ch->reply_fd = -1;
@@ -329,7 +356,7 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 	ch->xp = l->xp;
 	ch->peer_node = l->peer->id;
 	ch->local = link_is_local(l);
-	ch->id = ++m->next_channel_id;
+	ch->id = id;
 	ch->next = m->channels;
 	m->channels = ch;
 	ch->id_next = m->ch_by_id[ch->id % MESH_CH_BUCKETS];
@@ -339,8 +366,24 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 	ch->rx_len = calloc(ch->rx_window, sizeof(*ch->rx_len));
 	if (!ch->rx_len) {
 		ch->link = NULL;
-		goto err;
+		channel_free(ch);
+		return NULL;
 	}
+	return ch;
+}
+
+struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_t rail, int node, const char **why,
+			    int *errp)
+{
+	struct mesh *m = l->mesh;
+	struct channel *ch = channel_alloc(l, size, qps, rail, m->next_channel_id + 1);
+	int sv[2];
+
+	*why = "out of memory";
+	*errp = -ENOMEM;
+	if (!ch)
+		return NULL;
+	m->next_channel_id++;
 	if (link_slot_alloc(l, ch)) {
 		*why = "no free channel slot on this link";
 		*errp = -EMFILE;
@@ -380,6 +423,150 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 err:
 	log_warn("channel to node %u: %s: %m", l->peer->id, *why);
 	channel_free(ch);
+	return NULL;
+}
+
+/* The application's ring as the last meshd left it (its memfd from the descriptor store): mapped
+ * here and checked against the record, which the application cannot write; the page it can. 0, or
+ * -errno with *why. */
+static int channel_map_kept(struct channel *ch, int memfd, const char **why)
+{
+	size_t len = MESH_RING_CTRL_SIZE + 2 * ch->size;
+	struct stat st;
+
+	ch->memfd = memfd;
+	if (fstat(memfd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != len) {
+		*why = "its ring descriptor is not a ring of the recorded size";
+		return -EINVAL;
+	}
+	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (ch->map == MAP_FAILED) {
+		ch->map = NULL;
+		*why = "mmap of the ring failed";
+		return -errno;
+	}
+	ch->map_len = len;
+	ch->ctrl = ch->map;
+	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
+	ch->rx = ch->tx + ch->size;
+	ch->numa_want = -1;
+	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ch->credit == MAP_FAILED) {
+		ch->credit = NULL;
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	/* Only meshd's own words are rewritten: the geometry the application's page must agree with. */
+	channel_ring_init(ch);
+	return 0;
+}
+
+/* Where the last meshd's halves stood, read off the page: the application published tx_prod and
+ * rx_cons, the last meshd tx_cons and rx_prod. The resume then rewinds each half to what the other
+ * side has; only a position that contradicts the ring is refused (-EPROTO): its writer can only be
+ * the application, and only its own channel fails. */
+static int channel_kept_positions(struct channel *ch, const char **why)
+{
+	struct mesh_ring_ctrl *c = ch->ctrl;
+	uint64_t tx_prod = atomic_load_explicit(&c->tx_prod, memory_order_acquire);
+	uint64_t tx_cons = atomic_load_explicit(&c->tx_cons, memory_order_acquire);
+	uint64_t rx_prod = atomic_load_explicit(&c->rx_prod, memory_order_acquire);
+	uint64_t rx_cons = atomic_load_explicit(&c->rx_cons, memory_order_acquire);
+	uint32_t st = atomic_load_explicit(&c->state, memory_order_acquire);
+
+	if (tx_prod < tx_cons || tx_prod - tx_cons > ch->size || rx_cons > rx_prod + ch->size ||
+	    (rx_cons < rx_prod && rx_prod - rx_cons > ch->size)) {
+		*why = "its ring's positions contradict each other";
+		return -EPROTO;
+	}
+	if (st & MESH_STATE_ERROR) {
+		*why = "it had failed before the restart";
+		return -ECONNRESET;
+	}
+	/* Sent: everything published (the peer's resume says what it has); placed by the peer: at
+	 * least what the application was allowed to reuse. */
+	ch->app_tx_prod = ch->tx_sent = ch->tx_done = tx_prod;
+	ch->peer_cons = ch->peer_placed = tx_cons;
+	/* Received: what was published, or what the reader took past it by a direct pair (the bytes
+	 * between are written again by the peer, the same bytes in the same place). */
+	ch->rx_bytes = MAX(rx_prod, rx_cons);
+	ch->app_rx_cons = ch->credit_sent = rx_cons;
+	if (st & MESH_STATE_PEER_EOF) {
+		ch->eof_known = true;
+		ch->eof_total = rx_prod;
+		ch->rx_bytes = rx_prod;
+	}
+	ch->published_state = st;
+	ch->published_tx = tx_cons;
+	ch->published_rx = rx_prod;
+	return 0;
+}
+
+/* Application-posted writes of a kept channel: whatever its application's own QP was doing, it is
+ * revoked as at a link's DOWN (it says IDLE, and gets a new round once the channel resumed). */
+static void channel_kept_aq(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	uint32_t st = atomic_load_explicit(&q->app_state, memory_order_acquire);
+	uint32_t grant = atomic_load_explicit(&q->grant, memory_order_acquire);
+
+	if (!q->path_valid || st > MESH_AQ_IDLE)
+		return; /* never offered, or a page we cannot read: meshd posts (an IDLE never comes) */
+	ch->aq_offered = true;
+	ch->aq_app = (uint8_t)st;
+	ch->aq_round = atomic_load_explicit(&q->round, memory_order_acquire);
+	ch->aq_take = q->caps & MESH_AQ_CAP_TAKE;
+	ch->aq_granted = grant == MESH_AQ_APP || grant == MESH_AQ_TAKEN;
+	ch->aq_untaken = grant == MESH_AQ_APP;
+	channel_aq_revoke(ch); /* the link is not UP: its features say nothing of a new round yet */
+	/* As after any resume, a new round once it is IDLE (channel_aq_renew asks the link then); one
+	 * that had not offered its QP yet asks by its IDLE (channel_aq_app). */
+	ch->aq_renew = st != MESH_AQ_NONE;
+}
+
+struct channel *channel_restore(struct link *l, const struct channel_record *r, int fds[4], const char **why,
+				int *errp)
+{
+	struct mesh *m = l->mesh;
+	struct channel *ch = channel_alloc(l, r->size, r->qps, 0, r->id);
+
+	*why = "out of memory";
+	*errp = -ENOMEM;
+	if (!ch)
+		return NULL;
+	m->next_channel_id = MAX(m->next_channel_id, r->id);
+	ch->peer_slot = r->peer_slot;
+	ch->local_port = r->local_port;
+	ch->peer_port = r->peer_port;
+	ch->owner_uid = r->uid;
+	ch->opener = r->opener;
+	ch->peer_boot = r->peer_boot;
+	ch->xp = r->xp;
+	ch->kick_fd = fds[CH_KEPT_KICK];
+	ch->wake_fd = fds[CH_KEPT_WAKE];
+	ch->life_fd = fds[CH_KEPT_LIFE];
+	*errp = link_slot_take(l, ch, r->slot);
+	if (*errp) {
+		*why = "its slot on the link is taken";
+		ch->link = NULL;
+		ch->memfd = fds[CH_KEPT_RING];
+		goto err;
+	}
+	*errp = channel_map_kept(ch, fds[CH_KEPT_RING], why);
+	if (!*errp)
+		*errp = channel_kept_positions(ch, why);
+	if (*errp)
+		goto err;
+	ch->state = CH_OPEN;
+	ch->resuming = true;
+	ch->resume_deadline_ms = now_ms() + m->cfg->resume_timeout_ms;
+	ch->pairs_told = -1;
+	channel_kept_aq(ch);
+	if (m->ch_ops.watch)
+		m->ch_ops.watch(m->ch_ops.ctx, ch, true);
+	return ch;
+err:
+	channel_free(ch); /* closes the descriptors it was given */
 	return NULL;
 }
 

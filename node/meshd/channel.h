@@ -138,6 +138,7 @@ struct channel {
 	uint64_t peer_boot; /* the peer meshd's boot epoch when the channel opened */
 	uint8_t xp;         /* the provider its rings are registered with (the link's when it opened) */
 	bool local;         /* to this node: its peer is another channel of this meshd (channel_local_run) */
+	bool kept;          /* its descriptors are in the service manager's store (channel_store.c) */
 	uint64_t resumes, rewritten_bytes;
 	uint64_t posted_chunks; /* data writes posted since the last resume: what Close counts */
 	uint64_t rail_moves;    /* times it moved off a failed rail */
@@ -237,6 +238,12 @@ void channel_client_gone(struct mesh *m, int client_fd);
  * mesh.c reaches channel.c: whoever sets the mesh up sets mesh->upper = &channel_upper. */
 struct mesh_upper;
 extern const struct mesh_upper channel_upper;
+
+/* The channels the last meshd kept in the service manager's store (channel_store.c): n descriptors
+ * and their names (sd_listen_fds_with_names), taken by the channels restored (RESUMING on their
+ * links) or dropped from the store and closed. Before the first link forms and after the channel
+ * ops are set. Returns how many were restored. */
+int channel_store_restore(struct mesh *m, const int *fds, char *const *names, size_t n);
 
 /* From meshd's loop: the application kicked, or its lifeline closed. A kick is taken by the
  * rail's thread under its rail's lock alone (the kick descriptor sits in the epoll set of the

@@ -261,9 +261,14 @@ int channel_hand_over(struct channel *ch, int fd)
 
 	if (ret)
 		return ret;
-	/* The application has its copies now; meshd keeps the mapping, the kick, wake and lifeline. */
-	close(ch->memfd);
-	ch->memfd = -1;
+	/* The application has its copies now; meshd keeps the mapping, the kick, wake and lifeline,
+	 * and, kept in the service manager's store for a restart, the ring's memfd (a rename keeps it
+	 * again). */
+	channel_store_keep(ch);
+	if (!ch->kept) {
+		close(ch->memfd);
+		ch->memfd = -1;
+	}
 	close(ch->app_life_fd);
 	ch->app_life_fd = -1;
 	return 0;

@@ -141,6 +141,26 @@ void channel_move(struct channel *ch, uint32_t k);
 void channel_link_up(struct link *l);
 void channel_on_resume(struct link *l, const ChannelResume *r);
 
+/* channel.c: a channel the last meshd kept (channel_store.c), from its record and its four
+ * descriptors (CH_KEPT_*, which it owns from now on, also on failure), RESUMING on l. */
+enum { CH_KEPT_RING, CH_KEPT_KICK, CH_KEPT_WAKE, CH_KEPT_LIFE, CH_KEPT_FDS };
+struct channel_record {
+	uint32_t id, peer_node, slot, peer_slot, uid, qps;
+	uint16_t local_port, peer_port;
+	bool opener;
+	uint8_t xp;
+	uint64_t size, peer_boot;
+};
+struct channel *channel_restore(struct link *l, const struct channel_record *r, int fds[CH_KEPT_FDS],
+				const char **why, int *errp);
+
+/* channel_store.c: the channel's descriptors into the store once it is OPEN and handed over (the
+ * ring's memfd is then kept open by meshd too), out when it is freed; renamed when the peer's meshd
+ * was succeeded by another (the record names the peer's boot epoch). */
+void channel_store_keep(struct channel *ch);
+void channel_store_drop(struct channel *ch);
+void channel_store_rename(struct channel *ch, uint64_t peer_boot);
+
 /* channel_aq.c */
 void channel_aq_offer(struct channel *ch);
 void channel_aq_renew(struct channel *ch);

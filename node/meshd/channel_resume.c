@@ -101,6 +101,12 @@ void channel_link_down(struct link *l, int err, bool may_resume)
 
 		if (!ch)
 			continue;
+		if (ch->kept && l->mesh->store.handover) {
+			/* Left to the next meshd as it stands: nothing is said to the application. */
+			l->ch_slots[i] = NULL;
+			ch->link = NULL;
+			continue;
+		}
 		if (may_resume && (ch->resuming || channel_resumable(ch))) {
 			/* Writes and credits in flight died with the QPs: the resume rewinds past them. */
 			if (!ch->resuming) {
@@ -257,6 +263,14 @@ void channel_link_up(struct link *l)
 			channel_detach(ch);
 			channel_break(ch, -ECONNRESET, "the link to node %u came back over %s", l->peer->id,
 				      link_transport(l));
+		} else if (l->peer_boot_epoch != ch->peer_boot && l->peer_pred_epoch && l->peer_pred_epoch == ch->peer_boot &&
+			   (l->features & MESH_FEAT_RESUME)) {
+			/* The peer's meshd restarted with its channels kept: the new one resumes this one
+			 * (or refuses our ChannelResume, if it could not restore it). */
+			log_info("channel %u (node %u port %u): node %u's meshd restarted with its channels kept; resuming",
+				 ch->id, l->peer->id, ch->peer_port, l->peer->id);
+			channel_store_rename(ch, l->peer_boot_epoch);
+			channel_reregister(ch);
 		} else if (l->peer_boot_epoch != ch->peer_boot) {
 			/* Another meshd process: whatever it had of this channel is gone. */
 			channel_detach(ch);
@@ -282,7 +296,9 @@ void channel_on_resume(struct link *l, const ChannelResume *r)
 		 * peer's channel fails with a Close; ours, if the slot holds another, is left alone. */
 		log_warn("node %u resumed channel slot %u (its slot %u), which is not its channel here; refusing it",
 			 l->peer->id, r->slot, r->peer_slot);
-		channel_refuse_resume(l, r->peer_slot, ch ? -EPROTO : -ECONNRESET);
+		/* After a restart whose handover did not bring the channel along, the peer hears that its
+		 * meshd restarted: the channel is gone here. */
+		channel_refuse_resume(l, r->peer_slot, ch ? -EPROTO : l->mesh->predecessor_epoch ? -MESH_EPEERRESTART : -ECONNRESET);
 		return;
 	}
 	if (r->rail != ch->rail && (l->features & MESH_FEAT_RAILS)) {

@@ -106,5 +106,6 @@ void notify(const char *state);
 void notify_status(struct daemon *d, const char *extra);
 void notify_tick(struct daemon *d, uint64_t now);
 uint64_t notify_watchdog_every_ms(void);
+void notify_store_take(struct mesh *m);
 
 #endif

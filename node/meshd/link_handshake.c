@@ -159,6 +159,7 @@ static int link_send_hello(struct link *l)
 	h.node_id = m->self->id;
 	h.cluster_hash = m->cluster_hash;
 	h.boot_epoch = m->boot_epoch;
+	h.predecessor_epoch = m->predecessor_epoch;
 	h.link_epoch = l->epoch;
 	h.features = MESH_FEAT_ALL;
 	h.qp_count = m->cfg->qps_per_link;
@@ -319,6 +320,7 @@ void link_on_hello(struct link *l, const Hello *h)
 	}
 	l->have_peer_hello = true;
 	l->peer_boot_epoch = h->boot_epoch;
+	l->peer_pred_epoch = h->predecessor_epoch;
 	l->features = h->features & MESH_FEAT_ALL;
 	l->peer_mb_addr = h->mailbox_addr;
 	l->peer_mb_len = h->mailbox_len;

@@ -77,7 +77,14 @@ static void stop_gracefully(struct daemon *d)
 	 * every CQ looked into (a completion from before the arm raises none). */
 	for (size_t i = 0; i < d->n_xports; i++)
 		xport_arm(d->xports[i]);
-	mesh_stop(&d->mesh);
+	/* Channels kept in the service manager's store are handed over to the next meshd: the peers
+	 * keep theirs waiting for it (whether one comes is the manager's to decide: a stop for good
+	 * empties the store, and the channels fail at both ends, at the peers after resume_timeout_ms). */
+	d->mesh.store.handover = d->mesh.store.n_kept > 0;
+	if (d->mesh.store.handover)
+		log_info("stopping: %u channel%s kept for the next meshd (peers wait up to %u ms)", d->mesh.store.n_kept,
+			 d->mesh.store.n_kept == 1 ? "" : "s", d->cfg.resume_timeout_ms);
+	mesh_stop(&d->mesh, d->mesh.store.handover ? MESH_ERESTARTING : MESH_ESHUTDOWN);
 	while (util_now_ms() < until) {
 		bool busy = false;
 		int got = 0;

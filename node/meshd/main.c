@@ -570,6 +570,9 @@ int main(int argc, char **argv)
 		goto out_dp;
 	if (serve_open(&d, self, a.sock))
 		goto out_serve;
+	/* The channels a last meshd kept (their kicks and lifelines join the loop: after dp_open and
+	 * the channel ops of serve_open), before the first link forms. */
+	notify_store_take(&d.mesh);
 	log_info("node %u of cluster \"%s\" listening on %s port %u (%s, %u QPs per link, %zu peers), control socket %s",
 		 self->id, d.cfg.cluster_name, self->addr, self->port, d.mesh.xport_names, d.cfg.qps_per_link, d.mesh.n_links,
 		 a.sock);

@@ -244,7 +244,8 @@ void link_fail(struct link *l, int err, const char *fmt, ...)
 	 * explains nothing: only an unexpected DOWN is a warning followed by the rails' state. */
 	if (was_up) {
 		/* ECANCELED: we ended it on purpose (a stop, or the peer moved in the configuration). */
-		bool expected = err == -MESH_ESHUTDOWN || err == -MESH_EREMOVED || err == -ECANCELED || m->stopping ||
+		bool expected = err == -MESH_ESHUTDOWN || err == -MESH_EREMOVED || err == -MESH_ERESTARTING ||
+				err == -ECANCELED || m->stopping ||
 				l->leave_ms;
 
 		log_at(expected ? LOG_LVL_INFO : LOG_LVL_WARN, "link to node %u DOWN: %s", l->peer->id, l->last_error);
@@ -616,6 +617,9 @@ static void link_on_goodbye(struct link *l, const Goodbye *g)
 {
 	if (g->reason == MESH_EREMOVED)
 		link_fail(l, -MESH_EREMOVED, "node %u removed this node from its configuration", l->peer->id);
+	else if (g->reason == MESH_ERESTARTING)
+		/* Its channels are kept for the next meshd: ours wait for it, as after any DOWN. */
+		link_fail(l, -MESH_ERESTARTING, "node %u's meshd is restarting with its channels kept", l->peer->id);
 	else
 		link_fail(l, -MESH_ESHUTDOWN, "node %u said goodbye", l->peer->id);
 }
@@ -1304,7 +1308,7 @@ void mesh_tick(struct mesh *m, uint64_t t)
 		m->upper->tick(m, t);
 }
 
-void mesh_stop(struct mesh *m)
+void mesh_stop(struct mesh *m, int reason)
 {
 	m->stopping = true;
 	for (size_t i = 0; i < m->n_links; i++) {
@@ -1314,7 +1318,7 @@ void mesh_stop(struct mesh *m)
 			Goodbye g = GOODBYE__INIT;
 			PeerMsg msg = PEER_MSG__INIT;
 
-			g.reason = MESH_ESHUTDOWN;
+			g.reason = (uint32_t)reason;
 			msg.body_case = PEER_MSG__BODY_GOODBYE;
 			msg.goodbye = &g;
 			mesh_link_send(l, &msg);

@@ -125,6 +125,8 @@ struct link {
 	/* The peer's Hello of this attempt. */
 	bool have_peer_hello;
 	uint64_t peer_boot_epoch;
+	/* The meshd the peer's succeeds with its channels kept (Hello.predecessor_epoch), 0 none. */
+	uint64_t peer_pred_epoch;
 	uint64_t features; /* agreed: ours & theirs */
 	uint64_t peer_mb_addr;
 	uint32_t peer_mb_len;
@@ -318,6 +320,19 @@ struct mesh {
 	uint32_t cluster_hash;
 	struct auth_keys keys; /* cluster.key_file; none: links are not authenticated */
 	uint64_t boot_epoch; /* wall clock us at start */
+	/* The meshd this one succeeds with the channels it kept (channel_store.c), 0: a fresh start;
+	 * said in every Hello so that peers resume those channels rather than fail them. */
+	uint64_t predecessor_epoch;
+	/* The service manager's descriptor store (sd_notify FDSTORE=1, channel_store.c): main.c sets
+	 * keep and drop when one is kept for meshd ($FDSTORE), else keep is NULL and nothing is kept.
+	 * A stop with channels kept is a handover: they are left as they are for the next meshd. */
+	struct {
+		int (*keep)(void *ctx, const char *name, const int *fds, size_t n);
+		void (*drop)(void *ctx, const char *name);
+		void *ctx;
+		uint32_t n_kept;
+		bool handover;
+	} store;
 	uint64_t scopes;     /* attempts' protection scopes handed out (link_begin) */
 	uint64_t fd_limit;   /* RLIMIT_NOFILE in force, 0 unknown (channel.c keeps a reserve of it) */
 	uint64_t start_ms;
@@ -423,7 +438,9 @@ bool mesh_fast_event(struct mesh *m, uint32_t rail, const struct xport_event *ev
 void mesh_reap(struct mesh *m);
 void mesh_tick(struct mesh *m, uint64_t now_ms);
 /* Clean shutdown: Goodbye on UP links, then disconnect everything. */
-void mesh_stop(struct mesh *m);
+/* The Goodbyes of a stop: reason MESH_ESHUTDOWN (channels end) or MESH_ERESTARTING (a restart with
+ * the channels kept: the peers keep theirs waiting for the next meshd). */
+void mesh_stop(struct mesh *m, int reason);
 
 struct link *mesh_link_find(struct mesh *m, uint32_t peer);
 /* Where a link to peer is, or would go, in m->links. */

@@ -679,7 +679,7 @@ static void mesh_stop__up_link__goodbye_sent(void **state)
 	tick(t);
 	drive_to_up(t, l);
 	from = t->fx->n_posts;
-	mesh_stop(&t->m);
+	mesh_stop(&t->m, MESH_ESHUTDOWN);
 	m = last_send(t, from, conn_id(l->conns[0]));
 	assert_int_equal(m->body_case, PEER_MSG__BODY_GOODBYE);
 	assert_int_equal(m->goodbye->reason, MESH_ESHUTDOWN);
@@ -1456,7 +1456,7 @@ static void mesh_accept__stopping__rejected_eshutdown(void **state)
 	struct mesh_cm_pdata pd;
 
 	mt_init(t, 1, ids0123, 4);
-	mesh_stop(&t->m);
+	mesh_stop(&t->m, MESH_ESHUTDOWN);
 	pd = request_pdata(t, 2, 0, EPOCH);
 	check_reject(t, &pd, -MESH_ESHUTDOWN);
 	mt_finish(t);

@@ -1960,7 +1960,7 @@ static void meshlib_send__blocking_full_ring__sleeps_until_space(void **state)
 	assert_int_equal(mesh_close(c), 0);
 }
 
-static void meshlib_recv__meshd_dies_while_blocked__econnreset(void **state)
+static void meshlib_recv__meshd_dies_while_blocked__meshd_gone(void **state)
 {
 	struct fake *f = *state;
 	mesh_channel_t *c = open_small(f);
@@ -1969,14 +1969,14 @@ static void meshlib_recv__meshd_dies_while_blocked__econnreset(void **state)
 	char b[16];
 
 	assert_int_equal(pthread_create(&t, NULL, act_later, &l), 0);
-	assert_int_equal(mesh_recv(c, b, sizeof(b), 0), -ECONNRESET);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), 0), -MESH_EMESHDGONE);
 	pthread_join(t, NULL);
 	assert_true(l.saw_waiting);
-	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -ECONNRESET);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -MESH_EMESHDGONE);
 	assert_int_equal(mesh_close(c), 0);
 }
 
-static void meshlib_send__meshd_dies_while_blocked__econnreset(void **state)
+static void meshlib_send__meshd_dies_while_blocked__meshd_gone(void **state)
 {
 	struct fake *f = *state;
 	mesh_channel_t *c = open_small(f);
@@ -1986,12 +1986,12 @@ static void meshlib_send__meshd_dies_while_blocked__econnreset(void **state)
 
 	assert_int_equal(mesh_send(c, in, sizeof(in), 0), SMALL_RING);
 	assert_int_equal(pthread_create(&t, NULL, act_later, &l), 0);
-	assert_int_equal(mesh_send(c, in, 1, 0), -ECONNRESET);
+	assert_int_equal(mesh_send(c, in, 1, 0), -MESH_EMESHDGONE);
 	pthread_join(t, NULL);
 	assert_int_equal(mesh_close(c), 0);
 }
 
-static void meshlib_recv__meshd_gone_nonblock__bytes_then_econnreset(void **state)
+static void meshlib_recv__meshd_gone_nonblock__bytes_then_meshd_gone(void **state)
 {
 	struct fake *f = *state;
 	mesh_channel_t *c = open_small(f);
@@ -2002,8 +2002,8 @@ static void meshlib_recv__meshd_gone_nonblock__bytes_then_econnreset(void **stat
 	close(ch->lifeline);
 	ch->lifeline = -1;
 	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), 4);
-	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -ECONNRESET);
-	assert_int_equal(mesh_recv(c, b, sizeof(b), 0), -ECONNRESET);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -MESH_EMESHDGONE);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), 0), -MESH_EMESHDGONE);
 	assert_int_equal(mesh_close(c), 0);
 }
 
@@ -2047,7 +2047,7 @@ static void meshlib_channel_fd__wake_and_hangup__readable_waiting_kept(void **st
 	close(ch->lifeline);
 	ch->lifeline = -1;
 	assert_true(fd_readable(fd, 1000));
-	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -ECONNRESET);
+	assert_int_equal(mesh_recv(c, b, sizeof(b), MESH_NONBLOCK), -MESH_EMESHDGONE);
 	assert_int_equal(mesh_close(c), 0);
 }
 
@@ -2168,7 +2168,7 @@ static void meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_w
 	assert_false(st.ready & MESH_READY_ERROR);
 	assert_int_equal(mesh_channel_status(c, MESH_STATUS_EDGE, &st), 0);
 	assert_true(st.ready & MESH_READY_ERROR);
-	assert_int_equal(st.error, -ECONNRESET);
+	assert_int_equal(st.error, -MESH_EMESHDGONE);
 	close(rd);
 	close(wr);
 	close(ep);
@@ -2584,9 +2584,9 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_recv__torn_stale_or_far_direct_pair__ignored),
 	T(meshlib_recv__blocking__sleeps_waiting_until_woken),
 	T(meshlib_send__blocking_full_ring__sleeps_until_space),
-	T(meshlib_recv__meshd_dies_while_blocked__econnreset),
-	T(meshlib_send__meshd_dies_while_blocked__econnreset),
-	T(meshlib_recv__meshd_gone_nonblock__bytes_then_econnreset),
+	T(meshlib_recv__meshd_dies_while_blocked__meshd_gone),
+	T(meshlib_send__meshd_dies_while_blocked__meshd_gone),
+	T(meshlib_recv__meshd_gone_nonblock__bytes_then_meshd_gone),
 	T(meshlib_channel_fd__wake_and_hangup__readable_waiting_kept),
 	T(meshlib_channel_fd__published_before_asked__readable_at_once),
 	T(meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_wake),

@@ -58,7 +58,9 @@ enum mesh_errno {
 	MESH_EREFUSED = 2020,     /* the peer refused the connection; its log says why */
 	MESH_EREMOVED = 2021,     /* the peer node was removed from the cluster's configuration (a reload) */
 	MESH_EDRAINING = 2022,    /* the node is draining for maintenance (meshctl drain): no new channels */
-	MESH_ERRNO_LAST = 2023
+	MESH_ERESTARTING = 2023,  /* the peer's meshd is restarting: its channels wait for the new one */
+	MESH_EMESHDGONE = 2024,   /* the local meshd is gone and did not come back with the channel */
+	MESH_ERRNO_LAST = 2025
 };
 
 /* Name of an error: mesh_strerror(-MESH_ECLUSTER) or mesh_strerror(-ENOENT). Never NULL. */
@@ -186,7 +188,9 @@ MESH_EXPORT void mesh_connect_cancel(mesh_connecting_t *p);
 
 /* Copies up to len bytes in or out; returns the count (> 0), 0 from mesh_recv at EOF, or a negative
  * errno: -EAGAIN (MESH_NONBLOCK and nothing possible now), -EPIPE (send after mesh_shutdown),
- * -ECONNRESET (the peer or the link failed), -EPROTO (the ring was corrupted). Partial counts like
+ * -ECONNRESET (the peer or the link failed), -EPROTO (the ring was corrupted), -MESH_EMESHDGONE (the
+ * local meshd is gone and no next meshd took the channel over), or the mesh's error the channel
+ * failed with (MESH_EPEERRESTART, MESH_ERESUMETIMEO...). Partial counts like
  * write(2)/read(2): a blocking call returns as soon as some bytes moved. */
 MESH_EXPORT ssize_t mesh_send(mesh_channel_t *c, const void *buf, size_t len, int flags);
 MESH_EXPORT ssize_t mesh_recv(mesh_channel_t *c, void *buf, size_t len, int flags);

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Restarting meshd with its channels kept (issue 40, docs/design.md "Restarting meshd with channels
+kept"): two meshd, each under meshd-keeper (the descriptor store systemd keeps for the unit), tcp on
+loopback or rdma in the Soft-RoCE VM with --addrs. Applications hold their channels through every
+restart; nothing is lost or written twice.
+
+What it asserts, with a paced stream from node 1 to node 2 and one from node 2 to node 1 running
+throughout (each receiver checks every byte):
+  1. Nodes 1 and 2 form their link; both streams start.
+  2. A planned restart of node 2's meshd (SIGUSR2 to its keeper: SIGTERM, then a new meshd): the old
+     one says how many channels it handed over and exits 0, node 1 hears the restart (its link DOWN
+     says so, without a warning), the new one restores both channels, node 1 resumes them (the link
+     UP again, the channels OPEN, resumed) and the streams go on.
+  3. A crash of node 1's meshd (SIGKILL; the keeper starts it again): the same, the peer seeing the
+     link go DOWN by itself.
+  4. Both streams end intact: every byte checked by the receivers, which exit 0, as the senders do.
+  5. A channel open while node 2's meshd stops for good (SIGTERM to its keeper, the store emptied):
+     its application there fails with "the local meshd is gone" (MESH_EMESHDGONE), not a reset by
+     the peer; node 1's end fails once resume_timeout_ms passed.
+Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
+from fixtures import check, finish, wait_until  # noqa: E402
+
+
+class KeptCluster(fixtures.Cluster):
+    """Each meshd under its own meshd-keeper."""
+
+    def start(self, i):
+        nd = self.nodes[i]
+        logf = open(nd["log"], "a")
+        nd["proc"] = subprocess.Popen([self.bin("meshd-keeper"), "--", self.bin("meshd"), "-c", self.conf, "-n", str(i),
+                                       "-s", nd["sock"]], stdout=logf, stderr=logf)
+        logf.close()
+
+    def meshd_pid(self, i):
+        """The keeper's child: the meshd running now, or None."""
+        keeper = self.nodes[i]["proc"].pid
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # pid (comm) state ppid ...: comm may hold spaces, so split after its last ')'
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 1 and int(fields[1]) == keeper and fields[0] != "Z":
+                return int(d)
+        return None
+
+
+def log_text(c, i):
+    with open(c.nodes[i]["log"]) as f:
+        return f.read()
+
+
+def chan_of(c, i, port):
+    cs = [ch for ch in (c.ctl(i, "channels") or {}).get("channels", []) if port in (ch.get("local_port"), ch.get("peer_port"))]
+    return cs[0] if cs else {}
+
+
+def link_state(c, i, peer):
+    return (c.links(i) or {}).get(peer, {}).get("state")
+
+
+def both_up(c):
+    return link_state(c, 1, 2) == "UP" and link_state(c, 2, 1) == "UP"
+
+
+def resumed(c, i, ports, at_least):
+    """Every channel of ports on node i OPEN again with at least `at_least` resumes."""
+    for p in ports:
+        ch = chan_of(c, i, p)
+        if ch.get("state") != "OPEN" or ch.get("resumes", 0) < at_least:
+            return False
+    return True
+
+
+def restart(c, args, node, how, ports):
+    """Restarts node's meshd (how: "planned" by SIGUSR2 to its keeper, "crash" by SIGKILL); checks
+    the channels came back at both ends: resumed once more at the peer, and once at the new meshd
+    (its counts start with it)."""
+    other = 3 - node
+    before = min(chan_of(c, other, p).get("resumes", 0) for p in ports)
+    old = c.meshd_pid(node)
+    t0 = time.monotonic()
+    if how == "planned":
+        c.nodes[node]["proc"].send_signal(signal.SIGUSR2)
+    else:
+        os.kill(old, signal.SIGKILL)
+    new = wait_until(lambda: (p := c.meshd_pid(node)) and p != old and p, 30, 0.05)
+    check(bool(new), f"{how} restart of node {node}'s meshd: its keeper starts another (pid {old} -> {new})")
+    back = wait_until(lambda: both_up(c) and resumed(c, node, ports, 1) and resumed(c, other, ports, before + 1),
+                      args.resume_ms / 1000 + 20, 0.1)
+    took = time.monotonic() - t0
+    check(back, f"{how} restart of node {node}: the link is UP again and both channels are OPEN at both ends, "
+                f"resumed ({took:.2f} s from the signal)",
+          f"node {node}: {[chan_of(c, node, p) for p in ports]}; node {other}: {[chan_of(c, other, p) for p in ports]}")
+    text = log_text(c, node)
+    check(re.search(r"restored 2 channels kept by the meshd started at \d+", text) is not None,
+          f"node {node}'s new meshd says it restored both channels", text[-1500:])
+    return took
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--addrs", default="127.0.0.1", help="one address (2 ports) or 2 addresses")
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--qps", type=int, default=2)
+    ap.add_argument("--base-port", type=int, default=17880)
+    ap.add_argument("--ka-interval", type=int, default=300)
+    ap.add_argument("--ka-timeout", type=int, default=3000)
+    ap.add_argument("--resume-ms", type=int, default=30000)
+    ap.add_argument("--bytes", type=int, default=24 << 20, help="each stream")
+    ap.add_argument("--rate", type=int, default=1 << 20, help="its bytes per second")
+    ap.add_argument("--up-timeout", type=float, default=60)
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    args.nodes = 2
+    args.cluster_extra = f"  resume_timeout_ms = {args.resume_ms};\n"
+
+    workdir = tempfile.mkdtemp(prefix="mesh-restart-")
+    c = KeptCluster(args, workdir)
+    print(f"# two meshd under meshd-keeper; transport {args.transport}, addresses {args.addrs}; streams of "
+          f"{args.bytes} bytes at {args.rate} B/s both ways; resume_timeout {args.resume_ms} ms", flush=True)
+    procs = []
+    try:
+        # 1. the link and two streams
+        c.start(1)
+        c.start(2)
+        if not check(wait_until(lambda: both_up(c), args.up_timeout, 0.1), "nodes 1 and 2 form their link"):
+            raise RuntimeError("no link")
+        rx2 = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], 7101)
+        rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], 7102)
+        tx1 = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, 7101, args.bytes, "-R", args.rate)
+        tx2 = fixtures.chan_test(args.build, c.nodes[2]["sock"], "send", 1, 7102, args.bytes, "-R", args.rate)
+        procs = [rx1, rx2, tx1, tx2]
+        ports = (7101, 7102)
+        check(wait_until(lambda: all(chan_of(c, i, p).get("state") == "OPEN" for i in (1, 2) for p in ports), 20),
+              "two paced streams run, node 1 to node 2 and node 2 to node 1")
+        time.sleep(2)
+
+        # 2. planned restart of node 2 (the dialler)
+        restart(c, args, 2, "planned", ports)
+        text = log_text(c, 2)
+        check("2 channels kept for the next meshd" in text, "the old meshd 2 said it handed both channels over",
+              text[-1500:])
+        l12 = (c.links(1) or {}).get(2, {})
+        check("restarting with its channels kept" in l12.get("down_error", "") or
+              "restarting with its channels kept" in log_text(c, 1),
+              "node 1 heard node 2's meshd restart with its channels kept (its Goodbye)", str(l12))
+        text1 = log_text(c, 1)
+        check(not re.search(r"warn: .*link to node 2 DOWN", text1), "node 1 logged the planned restart without a warning",
+              "\n".join(l for l in text1.splitlines() if "warn" in l)[-1500:])
+        time.sleep(2)
+
+        # 3. crash of node 1 (the acceptor)
+        restart(c, args, 1, "crash", ports)
+
+        # 4. the streams end intact
+        for name, p in (("node 1's sender", tx1), ("node 2's sender", tx2)):
+            rc, out = finish(p, args.bytes / args.rate + 120)
+            check(rc == 0, f"{name} finished: every byte acknowledged across both restarts", f"exit {rc}: {out[-800:]}")
+        for name, p in (("node 2's receiver", rx2), ("node 1's receiver", rx1)):
+            rc, out = finish(p, 30)
+            check(rc == 0, f"{name} got every byte intact, none lost or written twice", f"exit {rc}: {out[-800:]}")
+        procs = []
+
+        # 5. a stop for good: the application on that node hears its meshd is gone
+        rx = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], 7103)
+        tx = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, 7103, 1 << 40, "-R", 1 << 20)
+        procs = [rx, tx]
+        check(wait_until(lambda: chan_of(c, 2, 7103).get("state") == "OPEN", 20), "a third channel is OPEN")
+        t0 = time.monotonic()
+        c.nodes[2]["proc"].send_signal(signal.SIGTERM)
+        rc, out = finish(rx, 30)
+        check(rc not in (0, "hung") and "local meshd is gone" in out,
+              f"node 2's keeper stopped for good: its application fails with 'the local meshd is gone' "
+              f"({time.monotonic() - t0:.1f} s)", f"exit {rc}: {out[-500:]}")
+        rc, out = finish(tx, args.resume_ms / 1000 + 30)
+        check(rc not in (0, "hung"), f"node 1's end fails once the peer stayed away ({time.monotonic() - t0:.1f} s)",
+              f"exit {rc}: {out[-500:]}")
+        procs = []
+        try:
+            krc = c.nodes[2]["proc"].wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            krc = None
+        check(krc == 0, f"node 2's keeper and meshd stopped cleanly (exit {krc})")
+        c.nodes[2]["proc"] = None
+    except Exception as e:  # pylint: disable=broad-except
+        check(False, "test aborted", repr(e))
+    finally:
+        for p in procs:
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
+        c.stop_all()
+        if fixtures.failed:
+            c.dump_logs()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+    return 1 if fixtures.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
