@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -629,26 +631,42 @@ static int ctl_connect(const char *path)
 	return fd;
 }
 
-/* One request on a connected socket, one reply back (decoded; free with ctl_reply__free_unpacked). */
-static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **out)
+/* Set by SIGINT and SIGTERM during ping and --watch: stop, say what there is. */
+static volatile sig_atomic_t interrupted;
+
+/* One request on a connected socket. */
+static int ctl_send(int fd, const char *path, const CtlRequest *req)
 {
-	uint8_t qbuf[64], *rbuf;
-	ssize_t n;
+	uint8_t qbuf[96];
 	size_t qlen;
-	int ret;
 
 	qlen = ctl_request__pack(req, qbuf);
 	/* (meshd may have refused us before we asked, and hung up: its reason is the reply below.) */
 	if (send(fd, qbuf, qlen, MSG_NOSIGNAL) != (ssize_t)qlen && errno != EPIPE && errno != ECONNRESET) {
-		ret = -errno;
+		int ret = -errno;
+
 		fprintf(stderr, "meshctl: send to %s: %s\n", path, strerror(errno));
 		return ret;
 	}
+	return 0;
+}
+
+/* One reply (decoded; free with ctl_reply__free_unpacked). -EINTR, unsaid, when interrupted. */
+static int ctl_recv(int fd, const char *path, CtlReply **out)
+{
+	uint8_t *rbuf;
+	ssize_t n;
+	int ret;
+
 	rbuf = malloc(MESH_CTL_REPLY_MAX);
 	if (!rbuf)
 		return -ENOMEM;
 	n = recv(fd, rbuf, MESH_CTL_REPLY_MAX, MSG_TRUNC);
 	ret = -errno;
+	if (n < 0 && ret == -EINTR && interrupted) {
+		free(rbuf);
+		return ret;
+	}
 	if (n <= 0 || n > (ssize_t)MESH_CTL_REPLY_MAX) {
 		if (n == 0 || n > (ssize_t)MESH_CTL_REPLY_MAX)
 			ret = -EPROTO;
@@ -664,6 +682,14 @@ static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **
 		return -EBADMSG;
 	}
 	return 0;
+}
+
+/* One request on a connected socket, one reply back (decoded; free with ctl_reply__free_unpacked). */
+static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **out)
+{
+	int ret = ctl_send(fd, path, req);
+
+	return ret ? ret : ctl_recv(fd, path, out);
 }
 
 /* One listing: every reply (meshd pages lists: CtlReply.total), and a view of the first whose lists
@@ -918,6 +944,313 @@ static int drain(const char *path, struct out *o, uint32_t deadline_ms, bool wai
 	return status;
 }
 
+/* ---- ping ---- */
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+/* SIGINT and SIGTERM end a ping or a watch (their blocking calls return EINTR), not the process. */
+static void catch_interrupts(void)
+{
+	struct sigaction sa = {.sa_handler = on_interrupt}; /* no SA_RESTART */
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+struct ping_args {
+	uint32_t node, count, interval_ms;
+	int rail; /* -1: every UP rail */
+};
+
+/* Per rail, as ping(8) sums them up. */
+struct ping_stats {
+	uint32_t sent, received;
+	uint64_t min_us, max_us;
+	double sum_us, sum2_us;
+};
+
+static void ping_summary(struct out *o, uint32_t rail, const struct ping_stats *s)
+{
+	double avg = s->received ? s->sum_us / s->received : 0;
+	double var = s->received ? s->sum2_us / s->received - avg * avg : 0;
+	double mdev = var > 0 ? sqrt(var) : 0;
+	double loss = s->sent ? 100.0 * (s->sent - s->received) / s->sent : 0;
+
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "rail");
+		printf("%" PRIu32, rail);
+		json_key(o, "sent");
+		printf("%" PRIu32, s->sent);
+		json_key(o, "received");
+		printf("%" PRIu32, s->received);
+		json_key(o, "loss_pct");
+		printf("%.1f", loss);
+		json_key(o, "min_us");
+		printf("%" PRIu64, s->received ? s->min_us : 0);
+		json_key(o, "avg_us");
+		printf("%.1f", avg);
+		json_key(o, "max_us");
+		printf("%" PRIu64, s->max_us);
+		json_key(o, "mdev_us");
+		printf("%.1f", mdev);
+		json_close(o, '}');
+		return;
+	}
+	printf("rail %" PRIu32 ": %" PRIu32 " probe%s sent, %" PRIu32 " received, %.0f%% loss", rail, s->sent,
+	       s->sent == 1 ? "" : "s", s->received, loss);
+	if (s->received)
+		printf(", rtt min/avg/max/mdev = %.3f/%.3f/%.3f/%.3f ms", (s->received ? s->min_us : 0) / 1000.0,
+		       avg / 1000.0, s->max_us / 1000.0, mdev / 1000.0);
+	putchar('\n');
+}
+
+/* One answer of the stream: a line of text, or a member of the JSON "replies" array. */
+static void ping_line(struct out *o, uint32_t node, const PingReply *p)
+{
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "rail");
+		printf("%" PRIu32, p->rail);
+		json_key(o, "seq");
+		printf("%" PRIu32, p->seq);
+		json_key(o, "status");
+		printf("%" PRId32, p->status);
+		json_key(o, "rtt_us");
+		printf("%" PRIu64, p->status ? 0 : p->rtt_us);
+		json_key(o, "error");
+		json_str(p->status ? (p->error && *p->error ? p->error : mesh_strerror(p->status)) : "");
+		json_close(o, '}');
+		return;
+	}
+	if (!p->status)
+		printf("reply from node %" PRIu32 ": rail=%" PRIu32 " seq=%" PRIu32 " time=%.3f ms\n", node, p->rail, p->seq,
+		       p->rtt_us / 1000.0);
+	else
+		printf("no reply from node %" PRIu32 ": rail=%" PRIu32 " seq=%" PRIu32 ": %s\n", node, p->rail, p->seq,
+		       p->error && *p->error ? p->error : mesh_strerror(p->status));
+	fflush(stdout);
+}
+
+/* `meshctl ping NODE`: meshd probes each rail of the link (CTL_OP_PING) and streams the answers.
+ * Returns 0 when an answer came, 1 when none did (or meshd refused: the node is unknown, its link
+ * DOWN), 2 when meshd cannot be reached or broke off. */
+static int ping(const char *path, struct out *o, const struct ping_args *pa)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	struct ping_stats st[MESH_RAILS_MAX] = {{0}};
+	uint32_t rails = 0, received = 0;
+	struct timeval tv;
+	int fd, status = 0, ret;
+	bool done = false;
+	CtlReply *r;
+
+	fd = ctl_connect(path);
+	if (fd < 0)
+		return 2;
+	/* An answer comes at least every interval (a probe's, or its timeout's) */
+	tv.tv_sec = (pa->interval_ms + MESH_PING_TIMEOUT_DEFAULT_MS) / 1000 + REPLY_TIMEOUT_S;
+	tv.tv_usec = 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	catch_interrupts();
+	req.version = MESH_CTL_VERSION;
+	req.op = CTL_OP__CTL_OP_PING;
+	req.node = pa->node;
+	req.count = pa->count;
+	req.interval_ms = pa->interval_ms;
+	req.has_rail = pa->rail >= 0;
+	req.rail = pa->rail >= 0 ? (uint32_t)pa->rail : 0;
+	ret = ctl_call(fd, path, &req, &r);
+	if (ret) {
+		close(fd);
+		return ret == -EINTR ? 1 : 2;
+	}
+	if (r->status || !r->ping) {
+		fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
+			r->status ? (r->error && *r->error ? r->error : mesh_strerror(r->status))
+				  : "meshd does not know ping (an older version?)");
+		ctl_reply__free_unpacked(r, NULL);
+		close(fd);
+		return 1;
+	}
+	rails = r->ping->rails;
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "node");
+		printf("%" PRIu32, r->node ? r->node->id : 0);
+		json_key(o, "peer");
+		printf("%" PRIu32, pa->node);
+		json_key(o, "peer_addr");
+		json_str(r->ping->peer_addr ? r->ping->peer_addr : "");
+		json_key(o, "transport");
+		json_str(r->ping->transport ? r->ping->transport : "");
+		json_open(o, "replies", '[');
+	} else {
+		uint32_t n = (uint32_t)__builtin_popcount(rails);
+
+		printf("PING node %" PRIu32 " (%s, %s): %s", pa->node, r->ping->peer_addr, r->ping->transport,
+		       n == 1 ? "rail" : "rails");
+		for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
+			if (rails & (1u << k))
+				printf(" %" PRIu32, k);
+		printf(", %" PRIu32 " probe%s each, every %.3f s\n", pa->count, pa->count == 1 ? "" : "s",
+		       pa->interval_ms / 1000.0);
+		fflush(stdout);
+	}
+	ctl_reply__free_unpacked(r, NULL);
+	while (!done && !interrupted) {
+		const PingReply *p;
+
+		ret = ctl_recv(fd, path, &r);
+		if (ret) {
+			status = ret == -EINTR ? 0 : 2;
+			break;
+		}
+		p = r->ping;
+		if (r->status || !p) {
+			fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
+				r->error && *r->error ? r->error : "meshd answered without a ping");
+			status = 2;
+		} else if (p->done) {
+			done = true;
+		} else if (p->rail < MESH_RAILS_MAX && (rails & (1u << p->rail))) {
+			struct ping_stats *s = &st[p->rail];
+
+			s->sent++;
+			if (!p->status) {
+				if (!s->received++ || p->rtt_us < s->min_us)
+					s->min_us = p->rtt_us;
+				s->max_us = p->rtt_us > s->max_us ? p->rtt_us : s->max_us;
+				s->sum_us += (double)p->rtt_us;
+				s->sum2_us += (double)p->rtt_us * (double)p->rtt_us;
+				received++;
+			}
+			ping_line(o, pa->node, p);
+		}
+		ctl_reply__free_unpacked(r, NULL);
+		if (status)
+			break;
+	}
+	close(fd); /* interrupted: meshd stops the ping */
+	if (o->json) {
+		json_close(o, ']');
+		json_open(o, "rails", '[');
+	} else {
+		printf("--- node %" PRIu32 " ping statistics ---\n", pa->node);
+	}
+	for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
+		if (rails & (1u << k))
+			ping_summary(o, k, &st[k]);
+	if (o->json) {
+		json_close(o, ']');
+		json_close(o, '}');
+		putchar('\n');
+	}
+	fflush(stdout);
+	return status ? status : received ? 0 : 1;
+}
+
+/* ---- show, once or every few seconds ---- */
+
+struct object {
+	const char *name;
+	CtlObject obj;
+	void (*print)(struct out *, const CtlReply *);
+};
+
+/* One look at an object: 0, or 2 when meshd cannot be reached or refused (said). */
+static int show(const char *path, struct out *o, const struct object *ob, bool live)
+{
+	struct listing ls;
+	CtlReply *r;
+
+	if (request(path, ob->obj, live, &ls))
+		return 2;
+	r = &ls.view;
+	if (r->status) {
+		fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
+			mesh_strerror(r->status));
+		listing_free(&ls);
+		return 2;
+	}
+	/* meshd answered from what its data path last published (admin.h): say how old it is. */
+	if (r->node && r->node->from_snapshot)
+		fprintf(stderr, "meshctl: meshd's data path is busy (link work): its state of %" PRIu64 " ms ago\n",
+			r->node->snapshot_age_ms);
+	o->first = true;
+	o->depth = 0;
+	ob->print(o, r);
+	listing_free(&ls);
+	return 0;
+}
+
+/* `meshctl -w SEC OBJECT`: as watch(1), the object again every SEC seconds until interrupted (exit 0),
+ * under a header with the time; the screen cleared first on a terminal, one look after the other
+ * otherwise (a log); with -j one JSON document per look, no header. meshd unreachable for a while
+ * is said on stderr and looked at again. */
+static int watch(const char *path, struct out *o, const struct object *ob, bool live, uint32_t every_ms,
+		 const char *what)
+{
+	bool tty = isatty(STDOUT_FILENO);
+
+	catch_interrupts();
+	while (!interrupted) {
+		struct timespec ts = {.tv_sec = every_ms / 1000, .tv_nsec = (long)(every_ms % 1000) * 1000000L};
+		char when[32];
+		time_t now = time(NULL);
+		struct tm tm;
+
+		if (tty && !o->json)
+			fputs("\033[H\033[2J", stdout);
+		if (!o->json) {
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S%z", localtime_r(&now, &tm) ? &tm : gmtime_r(&now, &tm));
+			printf("Every %.1fs: meshctl %s    %s\n\n", every_ms / 1000.0, what, when);
+		}
+		show(path, o, ob, live);
+		if (!tty && !o->json)
+			putchar('\n');
+		fflush(stdout);
+		while (!interrupted && nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
+	return 0;
+}
+
+/* A number argument within lo..hi: 0, or 1 said. */
+static int arg_number(const char *opt, const char *s, double lo, double hi, double *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtod(s, &end);
+	if (errno || !*s || *end || !(*v >= lo && *v <= hi)) {
+		fprintf(stderr, "meshctl: %s %s: expected a number in %g..%g\n", opt, s, lo, hi);
+		return 1;
+	}
+	return 0;
+}
+
+/* A whole number within lo..hi: 0, or 1 said. */
+static int arg_uint(const char *opt, const char *s, unsigned long lo, unsigned long hi, uint32_t *v)
+{
+	unsigned long n;
+	char *end;
+
+	errno = 0;
+	n = strtoul(s, &end, 10);
+	if (errno || *s < '0' || *s > '9' || *end || n < lo || n > hi) {
+		fprintf(stderr, "meshctl: %s %s: expected a whole number in %lu..%lu\n", opt, s, lo, hi);
+		return 1;
+	}
+	*v = (uint32_t)n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -926,13 +1259,11 @@ int main(int argc, char **argv)
 		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},    {"deadline", required_argument, NULL, 'D'},
 		{"wait", no_argument, NULL, 'W'},    {"output", required_argument, NULL, 'o'},
+		{"watch", optional_argument, NULL, 'w'}, {"count", required_argument, NULL, 'c'},
+		{"interval", required_argument, NULL, 'i'}, {"rail", required_argument, NULL, 'r'},
 		{NULL, 0, NULL, 0},
 	};
-	static const struct {
-		const char *name;
-		CtlObject obj;
-		void (*print)(struct out *, const CtlReply *);
-	} objects[] = {
+	static const struct object objects[] = {
 		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
 		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
 		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
@@ -940,17 +1271,44 @@ int main(int argc, char **argv)
 	};
 	struct out o = {.first = true, .peer = -1};
 	const char *sock = getenv(MESH_SOCKET_ENV);
-	struct listing ls;
-	CtlReply *r = NULL;
+	struct ping_args pa = {.count = 5, .interval_ms = MESH_PING_INTERVAL_DEFAULT_MS, .rail = -1};
+	bool ping_opts = false;
+	uint32_t watch_ms = 0;
 	size_t obj = 0;
 	bool live = false, wait = false;
 	long deadline_s = 0;
+	double v;
 	int c, ret;
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
-	while ((c = getopt_long(argc, argv, "jpLs:o:Vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jpLs:o:w:c:i:r:Vh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'w':
+			if (optarg && arg_number("--watch", optarg, 0.1, 86400, &v))
+				return 1;
+			watch_ms = optarg ? (uint32_t)(v * 1000 + 0.5) : 2000;
+			break;
+		case 'c':
+			if (arg_uint("-c", optarg, 1, MESH_PING_COUNT_MAX, &pa.count))
+				return 1;
+			ping_opts = true;
+			break;
+		case 'i':
+			if (arg_number("-i", optarg, MESH_PING_INTERVAL_MIN_MS / 1000.0, MESH_PING_INTERVAL_MAX_MS / 1000.0, &v))
+				return 1;
+			pa.interval_ms = (uint32_t)(v * 1000 + 0.5);
+			ping_opts = true;
+			break;
+		case 'r': {
+			uint32_t rail;
+
+			if (arg_uint("-r", optarg, 0, MESH_RAILS_MAX - 1, &rail))
+				return 1;
+			pa.rail = (int)rail;
+			ping_opts = true;
+			break;
+		}
 		case 'o':
 			if (strcmp(optarg, "wide")) {
 				fprintf(stderr, "meshctl: -o %s: expected wide\n", optarg);
@@ -1007,6 +1365,28 @@ int main(int argc, char **argv)
 				hit = hit ? "" : shown[i];
 		if (hit && *hit)
 			argv[optind] = (char *)hit;
+	}
+	if (ping_opts && !(optind < argc && !strcmp(argv[optind], "ping"))) {
+		fprintf(stderr, "meshctl: -c, -i and -r are options of ping\n");
+		return 1;
+	}
+	if (watch_ms && optind < argc &&
+	    (!strcmp(argv[optind], "metrics") || !strcmp(argv[optind], "ping") || !strcmp(argv[optind], "reload") ||
+	     !strcmp(argv[optind], "drain") || !strcmp(argv[optind], "keygen"))) {
+		fprintf(stderr, "meshctl: --watch is for links, node, channels and ports, not %s\n", argv[optind]);
+		return 1;
+	}
+	if (optind < argc && !strcmp(argv[optind], "ping")) {
+		if (optind + 1 >= argc || arg_uint("ping", argv[optind + 1], 0, MESH_NODE_ID_MAX, &pa.node)) {
+			if (optind + 1 >= argc)
+				fprintf(stderr, "meshctl: ping: which node? (meshctl ping NODE [-c COUNT] [-i SEC] [-r RAIL])\n");
+			return 1;
+		}
+		if (optind + 2 < argc) {
+			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 2]);
+			return 1;
+		}
+		return ping(sock, &o, &pa);
 	}
 	if (optind < argc && !strcmp(argv[optind], "metrics")) {
 		/* Prometheus text, not a table: there is no JSON of it. */
@@ -1071,7 +1451,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, reload, drain, keygen)\n",
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, ping, reload, drain, keygen)\n",
 				argv[optind]);
 			return 1;
 		}
@@ -1103,21 +1483,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind]);
 		return 1;
 	}
-	ret = request(sock, objects[obj].obj, live, &ls);
-	if (ret)
-		return 2;
-	r = &ls.view;
-	if (r->status) {
-		fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
-			mesh_strerror(r->status));
-		listing_free(&ls);
-		return 2;
+	if (watch_ms) {
+		char what[32];
+
+		if (o.peer >= 0)
+			snprintf(what, sizeof(what), "%s %ld", objects[obj].name, o.peer);
+		else
+			snprintf(what, sizeof(what), "%s", objects[obj].name);
+		return watch(sock, &o, &objects[obj], live, watch_ms, what);
 	}
-	/* meshd answered from what its data path last published (admin.h): say how old it is. */
-	if (r->node && r->node->from_snapshot)
-		fprintf(stderr, "meshctl: meshd's data path is busy (link work): its state of %" PRIu64 " ms ago\n",
-			r->node->snapshot_age_ms);
-	objects[obj].print(&o, r);
-	listing_free(&ls);
-	return 0;
+	return show(sock, &o, &objects[obj], live);
 }
