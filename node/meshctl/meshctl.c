@@ -29,7 +29,8 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: meshctl [-j] [-p] [-L] [-o wide] [-s SOCKET] [OBJECT [show] [PEER]]\n"
+		"Usage: meshctl [-j] [-p] [-L] [-o wide] [-w SEC] [-s SOCKET] [OBJECT [show] [PEER]]\n"
+		"       meshctl [-j] [-s SOCKET] ping NODE [-c COUNT] [-i SEC] [-W SEC] [-r RAIL]\n"
 		"       meshctl [-j] [-s SOCKET] reload\n"
 		"       meshctl [-j] [-s SOCKET] [--deadline SEC] [--wait] drain\n"
 		"       meshctl keygen\n"
@@ -43,6 +44,14 @@ static void usage(FILE *out)
 		"          the last rail_error, rail_failovers, ctl_rail)\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
+		"  ping    round trips to NODE's meshd through the mesh, on every UP rail of the link (-r:\n"
+		"          one): a probe message on the rail's first QP, answered by the peer's meshd on the\n"
+		"          same QP; a line per answer, then per rail as ping(8): probes sent, received, loss,\n"
+		"          rtt min/avg/max/mdev. -c COUNT probes per rail (default 5, at most 10000), -i SEC\n"
+		"          apart (default 1; at least 0.2 for users other than root and meshd's, 0.01 for\n"
+		"          them), each lost after -W SEC (default 2). Exit 0 when an answer came, 1 when none\n"
+		"          did or meshd refused (node unknown, link DOWN: said on stderr). Ctrl-C: the\n"
+		"          summary so far. meshd runs 8 pings at once, 2 of one user (root's excepted)\n"
 		"  reload  meshd reads its configuration file again and applies what changed (as\n"
 		"          SIGHUP): nodes added and removed, a node moved, limits, timeouts, log level,\n"
 		"          metrics address, key file; links and channels the change is not about are\n"
@@ -75,6 +84,9 @@ static void usage(FILE *out)
 		"  -p, --pretty        indent the JSON\n"
 		"  -o, --output wide   tables with every column (epoch, mailbox and provider of links; uid, device,\n"
 		"                      chunks, writes in flight, bytes written again, NUMA node of channels)\n"
+		"  -w, --watch[=SEC]   links, node, channels, ports: again every SEC seconds (default 2) until\n"
+		"                      interrupted, as watch(1), under a header with the time; the screen is\n"
+		"                      cleared on a terminal only; with -j one JSON document per look\n"
 		"  -L, --live          node, links: wait for meshd's data path, however busy, rather than\n"
 		"                      take the state it last published (exact counters after an event)\n"
 		"      --deadline SEC  drain: stop at the latest SEC seconds from now (default 300)\n"
@@ -963,7 +975,7 @@ static void catch_interrupts(void)
 }
 
 struct ping_args {
-	uint32_t node, count, interval_ms;
+	uint32_t node, count, interval_ms, timeout_ms;
 	int rail; /* -1: every UP rail */
 };
 
@@ -1054,7 +1066,7 @@ static int ping(const char *path, struct out *o, const struct ping_args *pa)
 	if (fd < 0)
 		return 2;
 	/* An answer comes at least every interval (a probe's, or its timeout's) */
-	tv.tv_sec = (pa->interval_ms + MESH_PING_TIMEOUT_DEFAULT_MS) / 1000 + REPLY_TIMEOUT_S;
+	tv.tv_sec = (pa->interval_ms + pa->timeout_ms) / 1000 + REPLY_TIMEOUT_S;
 	tv.tv_usec = 0;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	catch_interrupts();
@@ -1063,6 +1075,7 @@ static int ping(const char *path, struct out *o, const struct ping_args *pa)
 	req.node = pa->node;
 	req.count = pa->count;
 	req.interval_ms = pa->interval_ms;
+	req.timeout_ms = pa->timeout_ms;
 	req.has_rail = pa->rail >= 0;
 	req.rail = pa->rail >= 0 ? (uint32_t)pa->rail : 0;
 	ret = ctl_call(fd, path, &req, &r);
@@ -1258,9 +1271,10 @@ int main(int argc, char **argv)
 		{"live", no_argument, NULL, 'L'},
 		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},    {"deadline", required_argument, NULL, 'D'},
-		{"wait", no_argument, NULL, 'W'},    {"output", required_argument, NULL, 'o'},
+		{"wait", no_argument, NULL, 'A'},    {"output", required_argument, NULL, 'o'},
 		{"watch", optional_argument, NULL, 'w'}, {"count", required_argument, NULL, 'c'},
 		{"interval", required_argument, NULL, 'i'}, {"rail", required_argument, NULL, 'r'},
+		{"timeout", required_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0},
 	};
 	static const struct object objects[] = {
@@ -1271,7 +1285,8 @@ int main(int argc, char **argv)
 	};
 	struct out o = {.first = true, .peer = -1};
 	const char *sock = getenv(MESH_SOCKET_ENV);
-	struct ping_args pa = {.count = 5, .interval_ms = MESH_PING_INTERVAL_DEFAULT_MS, .rail = -1};
+	struct ping_args pa = {.count = 5, .interval_ms = MESH_PING_INTERVAL_DEFAULT_MS,
+			       .timeout_ms = MESH_PING_TIMEOUT_DEFAULT_MS, .rail = -1};
 	bool ping_opts = false;
 	uint32_t watch_ms = 0;
 	size_t obj = 0;
@@ -1282,7 +1297,7 @@ int main(int argc, char **argv)
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
-	while ((c = getopt_long(argc, argv, "jpLs:o:w:c:i:r:Vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jpLs:o:w:c:i:r:W:Vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'w':
 			if (optarg && arg_number("--watch", optarg, 0.1, 86400, &v))
@@ -1292,6 +1307,12 @@ int main(int argc, char **argv)
 		case 'c':
 			if (arg_uint("-c", optarg, 1, MESH_PING_COUNT_MAX, &pa.count))
 				return 1;
+			ping_opts = true;
+			break;
+		case 'W':
+			if (arg_number("-W", optarg, 0.001, MESH_PING_TIMEOUT_MAX_MS / 1000.0, &v))
+				return 1;
+			pa.timeout_ms = (uint32_t)(v * 1000 + 0.5);
 			ping_opts = true;
 			break;
 		case 'i':
@@ -1331,7 +1352,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
-		case 'W':
+		case 'A':
 			wait = true;
 			break;
 		case 'j':
@@ -1367,7 +1388,7 @@ int main(int argc, char **argv)
 			argv[optind] = (char *)hit;
 	}
 	if (ping_opts && !(optind < argc && !strcmp(argv[optind], "ping"))) {
-		fprintf(stderr, "meshctl: -c, -i and -r are options of ping\n");
+		fprintf(stderr, "meshctl: -c, -i, -r and -W are options of ping\n");
 		return 1;
 	}
 	if (watch_ms && optind < argc &&
@@ -1379,7 +1400,7 @@ int main(int argc, char **argv)
 	if (optind < argc && !strcmp(argv[optind], "ping")) {
 		if (optind + 1 >= argc || arg_uint("ping", argv[optind + 1], 0, MESH_NODE_ID_MAX, &pa.node)) {
 			if (optind + 1 >= argc)
-				fprintf(stderr, "meshctl: ping: which node? (meshctl ping NODE [-c COUNT] [-i SEC] [-r RAIL])\n");
+				fprintf(stderr, "meshctl: ping: which node? (meshctl ping NODE [-c COUNT] [-i SEC] [-W SEC] [-r RAIL])\n");
 			return 1;
 		}
 		if (optind + 2 < argc) {
