@@ -39,9 +39,10 @@ static void usage(FILE *out)
 		"\n"
 		"Objects (any unambiguous beginning will do, as with ip: meshctl l, meshctl ch; links and\n"
 		"channels take a peer's node id to show that peer's rows only: meshctl links 2):\n"
-		"  links   (default) one row per configured peer: state, QPs, rails up, epoch, RTT,\n"
-		"          mailbox key, last error (JSON also: down_error, why it last went DOWN from UP;\n"
-		"          the last rail_error, rail_failovers, ctl_rail)\n"
+		"  links   (default) one row per configured peer: state, dialer, QPs, rails up, RTT, time\n"
+		"          in its state, last error; -o wide: epoch, mailbox key, transport (JSON also:\n"
+		"          down_error, why it last went DOWN from UP; the last rail_error, rail_failovers,\n"
+		"          ctl_rail)\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
 		"  ping    round trips to NODE's meshd through the mesh, on every UP rail of the link (-r:\n"
@@ -67,10 +68,10 @@ static void usage(FILE *out)
 		"          Root or meshd's own user only\n"
 		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
 		"          cluster.key_file: meshctl keygen > /etc/rdmamesh/cluster.key; chmod 600 it\n"
-		"  channels  one row per open channel: ports, role, its user (the uid it counts against),\n"
-		"            QPs, rail and device, ring, bytes and chunks\n"
-		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
-		"            again, NUMA node of the ring pages (JSON also: rail_moves, writer: who posts\n"
+		"  channels  one row per open channel: ports, opener, state, rail, bytes each way, error;\n"
+		"            -o wide: its user (the uid it counts against), QPs, device, ring, chunks each\n"
+		"            way, writes in flight, credit stalls, resumes and the bytes they wrote again,\n"
+		"            NUMA node of the ring pages (JSON also: rail_moves, writer: who posts\n"
 		"            this side's writes, meshd or app, cluster.app_send, or offered: granted and\n"
 		"            not taken yet; app_grants: times the application took them, again after\n"
 		"            each resume; app_withdrawn: grants withdrawn before it took them)\n"
@@ -82,8 +83,7 @@ static void usage(FILE *out)
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
 		"  -p, --pretty        indent the JSON\n"
-		"  -o, --output wide   tables with every column (epoch, mailbox and provider of links; uid, device,\n"
-		"                      chunks, writes in flight, bytes written again, NUMA node of channels)\n"
+		"  -o, --output wide   tables with every column (the default ones fit 100 columns)\n"
 		"  -w, --watch[=SEC]   links, node, channels, ports: again every SEC seconds (default 2) until\n"
 		"                      interrupted, as watch(1), under a header with the time; the screen is\n"
 		"                      cleared on a terminal only; with -j one JSON document per look\n"
@@ -95,9 +95,11 @@ static void usage(FILE *out)
 		"  -V, --version       print the version\n"
 		"  -h, --help          this help\n"
 		"\n"
+		"A table's column is headed by its JSON key in capitals (STATE_MS: state_ms), durations\n"
+		"written as 850ms, 12.3s, 4m05s, 2h03m or 3d04h (JSON: milliseconds).\n"
 		"Link states: UP (all QPs connected, keys exchanged and proven), CONNECTING (the peer\n"
 		"answered, handshake in progress), DOWN (no connection; the higher id re-dials). An UP\n"
-		"link with several rails stays UP while one is; RAILS counts those UP (a lost rail is\n"
+		"link with several rails stays UP while one is; RAILS_UP counts those UP (a lost rail is\n"
 		"dialled again and rejoins), and the channels of a lost rail move to another.\n"
 		"Channel states: OPENING, OPEN, HALF_CLOSED (one side shut), RESUMING (its link is DOWN\n"
 		"or its rail is lost: it waits up to cluster.resume_timeout_ms and resumes where it stood),\n"
@@ -182,8 +184,6 @@ enum field_kind {
 	F_BOOL,
 	F_STATE,
 	F_MAILBOX,
-	F_ROLE,
-	F_OPENER,
 	F_NODE, /* a NUMA node: JSON the number; table "-" for -1 (none/unknown), "spread" for -2 */
 	F_WALL_US, /* wall clock in us: JSON the number; table UTC time, "-" for 0 */
 	F_DURATION_MS, /* milliseconds: JSON the number; table 850ms, 12.3s, 4m05s, 2h03m, 3d04h */
@@ -191,81 +191,81 @@ enum field_kind {
 
 struct field {
 	const char *key;   /* JSON member */
-	const char *head;  /* table header; NULL = JSON only */
+	bool table;        /* a table column, headed by the JSON key in capitals; false: JSON only */
 	int width;         /* table column width, negative = left aligned */
 	enum field_kind kind;
 	size_t off;
 	bool wide; /* a table column only with -o wide (the default table fits 100 columns) */
 };
 
-#define LF(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member), false}
-#define LW(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member), true}
+#define LF(key, table, width, kind, member) {key, table, width, kind, offsetof(LinkInfo, member), false}
+#define LW(key, table, width, kind, member) {key, table, width, kind, offsetof(LinkInfo, member), true}
 static const struct field link_fields[] = {
-	LF("peer", "PEER", 5, F_U32, peer),
-	LF("addr", "ADDRESS", -15, F_STR, peer_addr),
-	LF("port", "PORT", 5, F_U32, peer_port),
-	LF("state", "STATE", -10, F_STATE, state),
-	LF("dialer", "ROLE", -6, F_ROLE, dialer),
-	LF("qps", "QPS", 3, F_U32, qps),
-	LF("qps_configured", NULL, 0, F_U32, qps_configured),
-	LF("rails_up", "RAILS", 5, F_U32, rails_up),
-	LF("rails", NULL, 0, F_U32, rails),
-	LF("rail_failovers", NULL, 0, F_U64, rail_failovers),
-	LF("ctl_rail", NULL, 0, F_U32, ctl_rail),
-	LF("rail_error", NULL, 0, F_STR, rail_error),
-	LW("epoch", "EPOCH", 16, F_U64, epoch),
-	LF("rtt_us", "RTT_US", 6, F_U64, rtt_us),
-	LW("mailbox", "MAILBOX(ADDR:LEN:RKEY)", -30, F_MAILBOX, mailbox),
-	LW("transport", "XPORT", -5, F_STR, transport),
-	LF("state_ms", "FOR", 6, F_DURATION_MS, state_ms),
-	LF("ups", "UPS", 4, F_U32, ups),
-	LF("attempts", NULL, 0, F_U32, attempts),
-	LF("peer_boot_epoch", NULL, 0, F_U64, peer_boot_epoch),
-	LF("tx_msgs", NULL, 0, F_U64, tx_msgs),
-	LF("rx_msgs", NULL, 0, F_U64, rx_msgs),
-	LF("down_error", NULL, 0, F_STR, down_error),
-	LF("last_error", "LAST_ERROR", -1, F_STR, last_error),
+	LF("peer", true, 5, F_U32, peer),
+	LF("addr", true, -15, F_STR, peer_addr),
+	LF("port", true, 5, F_U32, peer_port),
+	LF("state", true, -10, F_STATE, state),
+	LF("dialer", true, -6, F_BOOL, dialer),
+	LF("qps", true, 3, F_U32, qps),
+	LF("qps_configured", false, 0, F_U32, qps_configured),
+	LF("rails_up", true, 8, F_U32, rails_up),
+	LF("rails", false, 0, F_U32, rails),
+	LF("rail_failovers", false, 0, F_U64, rail_failovers),
+	LF("ctl_rail", false, 0, F_U32, ctl_rail),
+	LF("rail_error", false, 0, F_STR, rail_error),
+	LW("epoch", true, 16, F_U64, epoch),
+	LF("rtt_us", true, 6, F_U64, rtt_us),
+	LW("mailbox", true, -30, F_MAILBOX, mailbox),
+	LW("transport", true, -9, F_STR, transport),
+	LF("state_ms", true, 8, F_DURATION_MS, state_ms),
+	LF("ups", true, 4, F_U32, ups),
+	LF("attempts", false, 0, F_U32, attempts),
+	LF("peer_boot_epoch", false, 0, F_U64, peer_boot_epoch),
+	LF("tx_msgs", false, 0, F_U64, tx_msgs),
+	LF("rx_msgs", false, 0, F_U64, rx_msgs),
+	LF("down_error", false, 0, F_STR, down_error),
+	LF("last_error", true, -1, F_STR, last_error),
 };
 
-#define CF(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member), false}
-#define CW(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member), true}
+#define CF(key, table, width, kind, member) {key, table, width, kind, offsetof(ChannelInfo, member), false}
+#define CW(key, table, width, kind, member) {key, table, width, kind, offsetof(ChannelInfo, member), true}
 static const struct field channel_fields[] = {
-	CF("id", "ID", 5, F_U32, id),
-	CF("local_node", NULL, 0, F_U32, local_node),
-	CF("local_port", "LPORT", 5, F_U32, local_port),
-	CF("peer_node", "PEER", 5, F_U32, peer_node),
-	CF("peer_port", "PPORT", 5, F_U32, peer_port),
-	CF("opener", "ROLE", -6, F_OPENER, opener),
-	CW("owner_uid", "UID", 5, F_U32, owner_uid),
-	CF("state", "STATE", -11, F_STR, state),
-	CF("qps", "QPS", 3, F_U32, qps),
-	CF("rail", "RAIL", 4, F_U32, rail),
-	CW("device", "DEVICE", -8, F_STR, device),
-	CF("ring_size", "RING", 9, F_U64, ring_size),
-	CF("tx_bytes", "TX_BYTES", 12, F_U64, tx_bytes),
-	CF("rx_bytes", "RX_BYTES", 12, F_U64, rx_bytes),
-	CW("tx_chunks", "TX_CHUNKS", 9, F_U64, tx_chunks),
-	CW("rx_chunks", "RX_CHUNKS", 9, F_U64, rx_chunks),
-	CW("in_flight", "INFL", 4, F_U32, in_flight),
-	CF("credit_stalls", "STALLS", 6, F_U64, credit_stalls),
-	CF("resumes", "RESUMES", 7, F_U64, resumes),
-	CW("rewritten_bytes", "REWRITTEN", 10, F_U64, rewritten_bytes),
-	CF("rail_moves", NULL, 0, F_U64, rail_moves),
-	CF("direct_writes", NULL, 0, F_U64, direct_writes),
-	CF("direct_paused", NULL, 0, F_BOOL, direct_paused),
-	CF("pair_hints", NULL, 0, F_U64, pair_hints),
-	CF("writer", NULL, 0, F_STR, writer),
-	CF("peer_app_writes", NULL, 0, F_BOOL, peer_app_writes),
-	CF("app_grants", NULL, 0, F_U64, app_grants),
-	CF("app_withdrawn", NULL, 0, F_U64, app_withdrawn),
-	CW("numa_node", "NUMA", 6, F_NODE, numa_node),
-	CF("numa_want", NULL, 0, F_NODE, numa_want),
-	CF("tx_pending", NULL, 0, F_U64, tx_pending),
-	CF("rx_unread", NULL, 0, F_U64, rx_unread),
-	CF("error", "ERROR", -1, F_STR, error),
+	CF("id", true, 5, F_U32, id),
+	CF("local_node", false, 0, F_U32, local_node),
+	CF("local_port", true, 10, F_U32, local_port),
+	CF("peer_node", true, 9, F_U32, peer_node),
+	CF("peer_port", true, 9, F_U32, peer_port),
+	CF("opener", true, -6, F_BOOL, opener),
+	CW("owner_uid", true, 9, F_U32, owner_uid),
+	CF("state", true, -11, F_STR, state),
+	CW("qps", true, 3, F_U32, qps),
+	CF("rail", true, 4, F_U32, rail),
+	CW("device", true, -8, F_STR, device),
+	CW("ring_size", true, 9, F_U64, ring_size),
+	CF("tx_bytes", true, 10, F_U64, tx_bytes),
+	CF("rx_bytes", true, 10, F_U64, rx_bytes),
+	CW("tx_chunks", true, 9, F_U64, tx_chunks),
+	CW("rx_chunks", true, 9, F_U64, rx_chunks),
+	CW("in_flight", true, 9, F_U32, in_flight),
+	CW("credit_stalls", true, 13, F_U64, credit_stalls),
+	CW("resumes", true, 7, F_U64, resumes),
+	CW("rewritten_bytes", true, 15, F_U64, rewritten_bytes),
+	CF("rail_moves", false, 0, F_U64, rail_moves),
+	CF("direct_writes", false, 0, F_U64, direct_writes),
+	CF("direct_paused", false, 0, F_BOOL, direct_paused),
+	CF("pair_hints", false, 0, F_U64, pair_hints),
+	CF("writer", false, 0, F_STR, writer),
+	CF("peer_app_writes", false, 0, F_BOOL, peer_app_writes),
+	CF("app_grants", false, 0, F_U64, app_grants),
+	CF("app_withdrawn", false, 0, F_U64, app_withdrawn),
+	CW("numa_node", true, 9, F_NODE, numa_node),
+	CF("numa_want", false, 0, F_NODE, numa_want),
+	CF("tx_pending", false, 0, F_U64, tx_pending),
+	CF("rx_unread", false, 0, F_U64, rx_unread),
+	CF("error", true, -1, F_STR, error),
 };
 
-#define NF(key, kind, member) {key, key, 0, kind, offsetof(NodeInfo, member), false}
+#define NF(key, kind, member) {key, true, 0, kind, offsetof(NodeInfo, member), false}
 static const struct field node_fields[] = {
 	NF("id", F_U32, id),
 	NF("cluster", F_STR, cluster),
@@ -313,31 +313,32 @@ static const struct field node_fields[] = {
 	NF("channels", F_U32, channels),
 };
 
-#define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member), false}
+#define DF(key, table, width, kind, member) {key, table, width, kind, offsetof(NumaDevice, member), false}
 static const struct field device_fields[] = {
-	DF("name", "DEVICE", -10, F_STR, name),
-	DF("provider", "XPORT", -5, F_STR, provider),
-	DF("rail", "RAIL", 4, F_U32, rail),
-	DF("address", "ADDRESS", -16, F_STR, address),
-	DF("numa_node", "NUMA", 4, F_NODE, numa_node),
-	DF("cpus", "CPUS", -12, F_STR, cpus),
-	DF("netdev", "NETDEV", -1, F_STR, netdev),
+	DF("name", true, -10, F_STR, name),
+	DF("provider", true, -8, F_STR, provider),
+	DF("rail", true, 4, F_U32, rail),
+	DF("address", true, -16, F_STR, address),
+	DF("numa_node", true, 9, F_NODE, numa_node),
+	DF("cpus", true, -12, F_STR, cpus),
+	DF("netdev", true, -1, F_STR, netdev),
 };
 
-#define TF(key, head, width, kind, member) {key, head, width, kind, offsetof(DataPathThread, member), false}
+#define TF(key, table, width, kind, member) {key, table, width, kind, offsetof(DataPathThread, member), false}
+#define TW(key, table, width, kind, member) {key, table, width, kind, offsetof(DataPathThread, member), true}
 static const struct field thread_fields[] = {
-	TF("name", "THREAD", -15, F_STR, name),
-	TF("tid", "TID", 7, F_U32, tid),
-	TF("rail", "RAIL", 4, F_U32, rail),
-	TF("devices", "DEVICES", -10, F_STR, devices),
-	TF("numa_node", "NUMA", 4, F_NODE, numa_node),
-	TF("cpus", "CPUS", -12, F_STR, cpus),
-	TF("polling", "POLLING", -8, F_STR, polling),
-	TF("poll_budget_us", "BUDGET_US", 9, F_U32, poll_budget_us),
-	TF("fast_events", "FAST_EV", 10, F_U64, fast_events),
-	TF("deferred_events", "DEFERRED", 9, F_U64, deferred_events),
-	TF("slow_sections", "ALL_LOCKS", 9, F_U64, slow_sections),
-	TF("kicks", "KICKS", -1, F_U64, kicks),
+	TF("name", true, -15, F_STR, name),
+	TF("tid", true, 7, F_U32, tid),
+	TF("rail", true, 4, F_U32, rail),
+	TF("devices", true, -10, F_STR, devices),
+	TF("numa_node", true, 9, F_NODE, numa_node),
+	TF("cpus", true, -12, F_STR, cpus),
+	TF("polling", true, -8, F_STR, polling),
+	TW("poll_budget_us", true, 14, F_U32, poll_budget_us),
+	TF("fast_events", true, 11, F_U64, fast_events),
+	TW("deferred_events", true, 15, F_U64, deferred_events),
+	TW("slow_sections", true, 13, F_U64, slow_sections),
+	TF("kicks", true, -1, F_U64, kicks),
 };
 
 static const char *state_name(int s)
@@ -412,20 +413,6 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 			snprintf(buf, sizeof(buf), "%" PRId32, v);
 		break;
 	}
-	case F_OPENER:
-		if (!table) {
-			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
-			break;
-		}
-		s = *(const protobuf_c_boolean *)p ? "open" : "accept";
-		break;
-	case F_ROLE:
-		if (!table) {
-			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
-			break;
-		}
-		s = *(const protobuf_c_boolean *)p ? "dial" : "accept";
-		break;
 	case F_STR:
 		s = *(char *const *)p ? *(char *const *)p : "";
 		quote = true;
@@ -472,6 +459,18 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 		fputs(s, stdout);
 }
 
+/* A column's header: its JSON key in capitals, so that a table and its JSON name a value alike. */
+static void print_head(const struct field *f, bool more)
+{
+	char head[64];
+	size_t i;
+
+	for (i = 0; f->key[i] && i + 1 < sizeof(head); i++)
+		head[i] = (char)(f->key[i] >= 'a' && f->key[i] <= 'z' ? f->key[i] - 'a' + 'A' : f->key[i]);
+	head[i] = '\0';
+	printf("%*s%s", f->width == -1 ? 0 : f->width, head, more ? "  " : "");
+}
+
 /* A table or a JSON array of objects, from a field table. */
 static void print_rows(struct out *o, const char *key, const struct field *fields, size_t nf, void *const *rows,
 		       size_t n)
@@ -488,12 +487,12 @@ static void print_rows(struct out *o, const char *key, const struct field *field
 		return;
 	}
 	for (size_t f = 0; f < nf; f++)
-		if (fields[f].head && (o->wide || !fields[f].wide))
-			printf("%*s%s", fields[f].width == -1 ? 0 : fields[f].width, fields[f].head, f + 1 < nf ? "  " : "");
+		if (fields[f].table && (o->wide || !fields[f].wide))
+			print_head(&fields[f], f + 1 < nf);
 	putchar('\n');
 	for (size_t i = 0; i < n; i++) {
 		for (size_t f = 0; f < nf; f++) {
-			if (!fields[f].head || (fields[f].wide && !o->wide))
+			if (!fields[f].table || (fields[f].wide && !o->wide))
 				continue;
 			field_print(o, &fields[f], rows[i], true);
 			if (f + 1 < nf)
@@ -548,20 +547,20 @@ static void print_channels(struct out *o, const CtlReply *r)
 	print_list(o, r, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels, n, title);
 }
 
-#define PF(key, head, width, kind, member) {key, head, width, kind, offsetof(PortInfo, member), false}
+#define PF(key, table, width, kind, member) {key, table, width, kind, offsetof(PortInfo, member), false}
 static const struct field port_fields[] = {
-	PF("port", "PORT", 5, F_U32, port),
-	PF("owner_uid", "UID", 5, F_U32, owner_uid),
-	PF("owner_pid", "PID", 7, F_I32, owner_pid),
-	PF("channels", "CHANNELS", 8, F_U32, channels),
+	PF("port", true, 5, F_U32, port),
+	PF("owner_uid", true, 9, F_U32, owner_uid),
+	PF("owner_pid", true, 9, F_I32, owner_pid),
+	PF("channels", true, 8, F_U32, channels),
 };
 
 static void print_ports(struct out *o, const CtlReply *r)
 {
 	char title[160];
 
-	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu listening ports", r->node ? r->node->id : 0,
-		 r->node ? r->node->cluster : "", r->n_ports);
+	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu listening port%s", r->node ? r->node->id : 0,
+		 r->node ? r->node->cluster : "", r->n_ports, r->n_ports == 1 ? "" : "s");
 	print_list(o, r, "ports", port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports, title);
 }
 
@@ -895,8 +894,9 @@ static int reload(const char *path, struct out *o)
 		json_close(o, '}');
 		putchar('\n');
 	} else if (r->node && !r->status) {
-		printf("reloaded %s: generation %" PRIu64 " (%" PRIu64 " reloads, %" PRIu64 " refused)\n",
-		       r->node->config_path, r->node->config_generation, r->node->config_reloads, r->node->config_refused);
+		printf("reloaded %s: generation %" PRIu64 " (%" PRIu64 " reload%s, %" PRIu64 " refused)\n",
+		       r->node->config_path, r->node->config_generation, r->node->config_reloads,
+		       r->node->config_reloads == 1 ? "" : "s", r->node->config_refused);
 	}
 	ctl_reply__free_unpacked(r, NULL);
 	return status;

@@ -91,6 +91,32 @@ PING_SUMMARY = re.compile(r"rail (\d+): (\d+) probes? sent, (\d+) received, (\d+
                           r"rtt min/avg/max/mdev = ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
 
 
+def table_names_check(c):
+    """Every table column of meshctl is headed by a key of its -j rows, in capitals (issue 41: ROLE
+    against dialer, FOR_MS against state_ms)."""
+    ctl, sock = c.bin("meshctl"), c.nodes[1]["sock"]
+
+    def heads(*what):
+        out = subprocess.run([ctl, "-s", sock, *what], capture_output=True, text=True, timeout=60).stdout
+        return out.splitlines()
+
+    j = c.ctl(1, "links")
+    link_keys = set(j["links"][0]) if j and j["links"] else set()
+    wrong = []
+    for wide in ([], ["-o", "wide"]):
+        lines = heads(*wide, "links")
+        cols = lines[1].split() if len(lines) > 1 else ["?"]
+        wrong += [h for h in cols if h.lower() not in link_keys]
+    node = c.ctl(1, "node") or {}
+    lines = heads("-o", "wide", "node")
+    for key in ("devices", "threads"):
+        keys = set(node[key][0]) if node.get(key) else set()
+        head = next((x for x in lines if x.startswith("NAME ") and (("TID" in x) == (key == "threads"))), "?")
+        wrong += [f"{key}:{h}" for h in head.split() if h.lower() not in keys]
+    check(link_keys and not wrong, "meshctl tables (links, -o wide links, node's devices and threads) head each "
+          "column with its JSON key in capitals", str(wrong))
+
+
 def ping_checks(c, args):
     """meshctl ping and its bounds, from node 1 to every other node (3b)."""
     ctl, sock1 = c.bin("meshctl"), c.nodes[1]["sock"]
@@ -316,8 +342,9 @@ def main():
         check(node is not None and node["ctl_errors"] >= 4 and c.all_up([1]),
               "meshd keeps serving after garbage on its control socket", json.dumps(node))
 
-        # 3b. meshctl ping, its bounds, meshctl --watch
+        # 3b. meshctl ping, its bounds, meshctl --watch; the tables' names
         ping_checks(c, args)
+        table_names_check(c)
 
         # 4a. a frozen peer (SIGSTOP) keeps its QPs but stops answering: only keepalives notice
         mid = 2 if args.nodes > 2 else 1
