@@ -147,7 +147,7 @@ void ping_client_gone(struct mesh *m, int fd)
 }
 
 /* A probe on rail r: 0 and in flight, or why it did not go. */
-static int ping_probe(struct ping *p, struct link *l, uint32_t r, uint32_t seq)
+static int ping_probe(struct ping *p, struct link *l, uint32_t r, uint32_t seq, uint64_t now_ms)
 {
 	uint32_t qp = r * l->mesh->cfg->qps_per_link;
 	Keepalive k = KEEPALIVE__INIT;
@@ -170,6 +170,7 @@ static int ping_probe(struct ping *p, struct link *l, uint32_t r, uint32_t seq)
 		return ret;
 	p->flight[r][p->n_flight[r]].seq = seq;
 	p->flight[r][p->n_flight[r]].sent_us = t;
+	p->flight[r][p->n_flight[r]].sent_ms = now_ms;
 	p->n_flight[r]++;
 	return 0;
 }
@@ -189,7 +190,7 @@ static bool ping_round(struct mesh *m, struct ping *p, uint64_t now)
 
 		if (!(p->rails & (1u << r)))
 			continue;
-		ret = l ? ping_probe(p, l, r, seq) : -ENETDOWN;
+		ret = l ? ping_probe(p, l, r, seq, now) : -ENETDOWN;
 		if (ret && !ping_report(m, p, r, seq, ret == -ENOTCONN ? -ENETDOWN : ret, 0, false))
 			return false;
 	}
@@ -198,10 +199,10 @@ static bool ping_round(struct mesh *m, struct ping *p, uint64_t now)
 }
 
 /* Probes unanswered for the ping's timeout are lost; false when the ping is gone. */
-static bool ping_expire(struct mesh *m, struct ping *p, uint64_t now_us)
+static bool ping_expire(struct mesh *m, struct ping *p, uint64_t now_ms)
 {
 	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++) {
-		while (p->n_flight[r] && now_us - p->flight[r][0].sent_us >= (uint64_t)p->timeout_ms * 1000) {
+		while (p->n_flight[r] && now_ms >= p->flight[r][0].sent_ms + p->timeout_ms) {
 			uint32_t seq = p->flight[r][0].seq;
 
 			memmove(&p->flight[r][0], &p->flight[r][1], --p->n_flight[r] * sizeof(p->flight[r][0]));
@@ -214,12 +215,10 @@ static bool ping_expire(struct mesh *m, struct ping *p, uint64_t now_us)
 
 void ping_tick(struct mesh *m, uint64_t now_ms)
 {
-	uint64_t now_us = util_now_us();
-
 	for (uint32_t i = 0; i < MESH_PING_MAX; i++) {
 		struct ping *p = &m->pings.p[i];
 
-		if (p->fd < 0 || !ping_expire(m, p, now_us))
+		if (p->fd < 0 || !ping_expire(m, p, now_ms))
 			continue;
 		if (p->sent < p->count && now_ms >= p->next_ms && !ping_round(m, p, now_ms))
 			continue;

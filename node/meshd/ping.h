@@ -45,7 +45,8 @@ struct ping {
 	uint32_t n_flight[MESH_RAILS_MAX];
 	struct ping_probe {
 		uint32_t seq;
-		uint64_t sent_us;
+		uint64_t sent_us; /* the clock at the post: the round trip's start */
+		uint64_t sent_ms; /* the tick's time at the post: its timeout's start */
 	} flight[MESH_RAILS_MAX][PING_WINDOW];
 };
 
