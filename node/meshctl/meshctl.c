@@ -1087,9 +1087,12 @@ static int ping(const char *path, struct out *o, const struct ping_args *pa)
 		return ret == -EINTR ? 1 : 2;
 	}
 	if (r->status || !r->ping) {
+		/* An older meshd's decoder knows no CTL_OP_PING: "unknown op". */
+		bool old = !r->status || (r->status == -EPROTO && r->error && !strcmp(r->error, "unknown op"));
+
 		fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
-			r->status ? (r->error && *r->error ? r->error : mesh_strerror(r->status))
-				  : "meshd does not know ping (an older version?)");
+			old ? "the meshd at this socket does not know ping (an older version: upgrade it)"
+			    : r->error && *r->error ? r->error : mesh_strerror(r->status));
 		ctl_reply__free_unpacked(r, NULL);
 		close(fd);
 		return 1;
