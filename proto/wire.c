@@ -265,6 +265,10 @@ void mesh_peer_msg_free(PeerMsg *msg)
 		peer_msg__free_unpacked(msg, NULL);
 }
 
+_Static_assert(MESH_PING_COUNT_MAX == 10000 && MESH_PING_INTERVAL_MIN_MS == 10 && MESH_PING_INTERVAL_MAX_MS == 60000 &&
+		       MESH_PING_TIMEOUT_MAX_MS == 60000 && MESH_RAILS_MAX == 4,
+	       "ctl_req_check's messages name the ping bounds");
+
 static const char *ctl_req_check(const CtlRequest *r)
 {
 	switch (r->op) {
@@ -282,6 +286,18 @@ static const char *ctl_req_check(const CtlRequest *r)
 		if (r->object != CTL_OBJECT__CTL_OBJECT_NODE)
 			return "drain: object must be NODE";
 		return r->drain_ms > MESH_DRAIN_MAX_MS ? "drain: drain_ms over a day" : NULL;
+	case CTL_OP__CTL_OP_PING:
+		if (r->node > MESH_NODE_ID_MAX)
+			return "ping: node out of range 0..65535";
+		if (!r->count || r->count > MESH_PING_COUNT_MAX)
+			return "ping: count out of range 1..10000";
+		if (r->interval_ms && (r->interval_ms < MESH_PING_INTERVAL_MIN_MS || r->interval_ms > MESH_PING_INTERVAL_MAX_MS))
+			return "ping: interval_ms out of range 10..60000";
+		if (r->timeout_ms > MESH_PING_TIMEOUT_MAX_MS)
+			return "ping: timeout_ms out of range 1..60000";
+		if (r->has_rail && r->rail >= MESH_RAILS_MAX)
+			return "ping: rail out of range 0..3";
+		return NULL;
 	case CTL_OP__CTL_OP_CONNECT:
 		if (r->node > MESH_NODE_ID_MAX)
 			return "node out of range 0..65535";

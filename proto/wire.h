@@ -34,6 +34,24 @@
 /* `meshctl drain`: its deadline when none is given, and at most (CtlRequest.drain_ms). */
 #define MESH_DRAIN_DEFAULT_MS 300000u
 #define MESH_DRAIN_MAX_MS 86400000u
+/* `meshctl ping` (CtlRequest count, interval_ms, timeout_ms): the bounds meshd holds a client to.
+ * A probe is a Keepalive message whose seq has MESH_PING_TAG set, the ping's id in bits 62..32 and
+ * the probe's number in bits 31..0: every meshd that agreed MESH_FEAT_KEEPALIVE echoes it untouched
+ * in its KeepaliveAck, on the rail it came by, so a peer needs nothing new to be pinged, and our own
+ * keepalives (numbered from 1) never carry the tag. */
+#define MESH_PING_COUNT_MAX 10000u
+#define MESH_PING_INTERVAL_DEFAULT_MS 1000u
+#define MESH_PING_INTERVAL_MIN_MS 10u
+#define MESH_PING_INTERVAL_USER_MS 200u
+#define MESH_PING_INTERVAL_MAX_MS 60000u
+#define MESH_PING_TIMEOUT_DEFAULT_MS 2000u
+#define MESH_PING_TIMEOUT_MAX_MS 60000u
+#define MESH_PING_MAX 8u     /* pings meshd runs at once */
+#define MESH_PING_PER_UID 2u /* of them, for one user other than root and meshd's */
+#define MESH_PING_TAG (1ull << 63)
+#define MESH_PING_SEQ(id, seq) (MESH_PING_TAG | ((uint64_t)((id) & 0x7fffffffu) << 32) | (uint32_t)(seq))
+#define MESH_PING_SEQ_ID(s) ((uint32_t)((s) >> 32) & 0x7fffffffu)
+#define MESH_PING_SEQ_N(s) ((uint32_t)(s))
 
 /* Feature bits of Hello. A message kind is sent only if both sides announced its bit. */
 #define MESH_FEAT_KEEPALIVE (1ull << 0)

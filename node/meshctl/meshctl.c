@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,8 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: meshctl [-j] [-p] [-L] [-o wide] [-s SOCKET] [OBJECT [show] [PEER]]\n"
+		"Usage: meshctl [-j] [-p] [-L] [-o wide] [-w SEC] [-s SOCKET] [OBJECT [show] [PEER]]\n"
+		"       meshctl [-j] [-s SOCKET] ping NODE [-c COUNT] [-i SEC] [-W SEC] [-r RAIL]\n"
 		"       meshctl [-j] [-s SOCKET] reload\n"
 		"       meshctl [-j] [-s SOCKET] [--deadline SEC] [--wait] drain\n"
 		"       meshctl keygen\n"
@@ -36,11 +39,18 @@ static void usage(FILE *out)
 		"\n"
 		"Objects (any unambiguous beginning will do, as with ip: meshctl l, meshctl ch; links and\n"
 		"channels take a peer's node id to show that peer's rows only: meshctl links 2):\n"
-		"  links   (default) one row per configured peer: state, QPs, rails up, epoch, RTT,\n"
-		"          mailbox key, last error (JSON also: down_error, why it last went DOWN from UP;\n"
-		"          the last rail_error, rail_failovers, ctl_rail)\n"
+		"  links   (default) one row per configured peer: state, dialer, QPs, rails up, RTT, time\n"
+		"          in its state, last error; -o wide: epoch, mailbox key, transport (JSON also:\n"
+		"          down_error, why it last went DOWN from UP; the last rail_error, rail_failovers,\n"
+		"          ctl_rail)\n"
 		"  node    this node: id, cluster, address, transport, uptime, counters, NUMA placement,\n"
 		"          its devices (one per rail) with their nodes, the data-path threads and their CPUs\n"
+		"  ping    round trips to NODE's meshd through the mesh, on every UP rail of the link (-r:\n"
+		"          one): a probe message on the rail's first QP, answered by the peer's meshd on the\n"
+		"          same QP; a line per answer, then per rail as ping(8): probes sent, received, loss,\n"
+		"          rtt min/avg/max/mdev. Exit 0 when an answer came, 1 when none did or meshd\n"
+		"          refused (node unknown, link DOWN: said on stderr). Ctrl-C: the summary so far.\n"
+		"          meshd runs 8 pings at once, 2 of one user (root's and meshd's excepted)\n"
 		"  reload  meshd reads its configuration file again and applies what changed (as\n"
 		"          SIGHUP): nodes added and removed, a node moved, limits, timeouts, log level,\n"
 		"          metrics address, key file; links and channels the change is not about are\n"
@@ -56,10 +66,10 @@ static void usage(FILE *out)
 		"          Root or meshd's own user only\n"
 		"  keygen  print a fresh cluster key (32 bytes from getrandom, base64) in the format of\n"
 		"          cluster.key_file: meshctl keygen > /etc/rdmamesh/cluster.key; chmod 600 it\n"
-		"  channels  one row per open channel: ports, role, its user (the uid it counts against),\n"
-		"            QPs, rail and device, ring, bytes and chunks\n"
-		"            each way, writes in flight, credit stalls, resumes and the bytes they wrote\n"
-		"            again, NUMA node of the ring pages (JSON also: rail_moves, writer: who posts\n"
+		"  channels  one row per open channel: ports, opener, state, rail, bytes each way, error;\n"
+		"            -o wide: its user (the uid it counts against), QPs, device, ring, chunks each\n"
+		"            way, writes in flight, credit stalls, resumes and the bytes they wrote again,\n"
+		"            NUMA node of the ring pages (JSON also: rail_moves, writer: who posts\n"
 		"            this side's writes, meshd or app, cluster.app_send, or offered: granted and\n"
 		"            not taken yet; app_grants: times the application took them, again after\n"
 		"            each resume; app_withdrawn: grants withdrawn before it took them)\n"
@@ -71,19 +81,28 @@ static void usage(FILE *out)
 		"Options:\n"
 		"  -j, --json          print JSON (the links JSON is a stable interface)\n"
 		"  -p, --pretty        indent the JSON\n"
-		"  -o, --output wide   tables with every column (epoch, mailbox and provider of links; uid, device,\n"
-		"                      chunks, writes in flight, bytes written again, NUMA node of channels)\n"
+		"  -o, --output wide   tables with every column (the default ones fit 100 columns)\n"
+		"  -w, --watch[=SEC]   links, node, channels, ports: again every SEC seconds (default 2) until\n"
+		"                      interrupted, as watch(1), under a header with the time; the screen is\n"
+		"                      cleared on a terminal only; with -j one JSON document per look\n"
 		"  -L, --live          node, links: wait for meshd's data path, however busy, rather than\n"
 		"                      take the state it last published (exact counters after an event)\n"
+		"  -c, --count N       ping: probes per rail, 1..10000 (default 5)\n"
+		"  -i, --interval SEC  ping: between probes, 0.01..60 (default 1; users other than root and\n"
+		"                      meshd's: at least 0.2)\n"
+		"  -W, --timeout SEC   ping: a probe unanswered this long is lost, up to 60 (default 2)\n"
+		"  -r, --rail R        ping: that rail only (default: every UP rail of the link)\n"
 		"      --deadline SEC  drain: stop at the latest SEC seconds from now (default 300)\n"
 		"      --wait          drain: return once meshd has stopped\n"
 		"  -s, --socket PATH   meshd's control socket (default $%s, else %s)\n"
 		"  -V, --version       print the version\n"
 		"  -h, --help          this help\n"
 		"\n"
+		"A table's column is headed by its JSON key in capitals (STATE_MS: state_ms), durations\n"
+		"written as 850ms, 12.3s, 4m05s, 2h03m or 3d04h (JSON: milliseconds).\n"
 		"Link states: UP (all QPs connected, keys exchanged and proven), CONNECTING (the peer\n"
 		"answered, handshake in progress), DOWN (no connection; the higher id re-dials). An UP\n"
-		"link with several rails stays UP while one is; RAILS counts those UP (a lost rail is\n"
+		"link with several rails stays UP while one is; RAILS_UP counts those UP (a lost rail is\n"
 		"dialled again and rejoins), and the channels of a lost rail move to another.\n"
 		"Channel states: OPENING, OPEN, HALF_CLOSED (one side shut), RESUMING (its link is DOWN\n"
 		"or its rail is lost: it waits up to cluster.resume_timeout_ms and resumes where it stood),\n"
@@ -168,8 +187,6 @@ enum field_kind {
 	F_BOOL,
 	F_STATE,
 	F_MAILBOX,
-	F_ROLE,
-	F_OPENER,
 	F_NODE, /* a NUMA node: JSON the number; table "-" for -1 (none/unknown), "spread" for -2 */
 	F_WALL_US, /* wall clock in us: JSON the number; table UTC time, "-" for 0 */
 	F_DURATION_MS, /* milliseconds: JSON the number; table 850ms, 12.3s, 4m05s, 2h03m, 3d04h */
@@ -177,81 +194,81 @@ enum field_kind {
 
 struct field {
 	const char *key;   /* JSON member */
-	const char *head;  /* table header; NULL = JSON only */
+	bool table;        /* a table column, headed by the JSON key in capitals; false: JSON only */
 	int width;         /* table column width, negative = left aligned */
 	enum field_kind kind;
 	size_t off;
 	bool wide; /* a table column only with -o wide (the default table fits 100 columns) */
 };
 
-#define LF(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member), false}
-#define LW(key, head, width, kind, member) {key, head, width, kind, offsetof(LinkInfo, member), true}
+#define LF(key, table, width, kind, member) {key, table, width, kind, offsetof(LinkInfo, member), false}
+#define LW(key, table, width, kind, member) {key, table, width, kind, offsetof(LinkInfo, member), true}
 static const struct field link_fields[] = {
-	LF("peer", "PEER", 5, F_U32, peer),
-	LF("addr", "ADDRESS", -15, F_STR, peer_addr),
-	LF("port", "PORT", 5, F_U32, peer_port),
-	LF("state", "STATE", -10, F_STATE, state),
-	LF("dialer", "ROLE", -6, F_ROLE, dialer),
-	LF("qps", "QPS", 3, F_U32, qps),
-	LF("qps_configured", NULL, 0, F_U32, qps_configured),
-	LF("rails_up", "RAILS", 5, F_U32, rails_up),
-	LF("rails", NULL, 0, F_U32, rails),
-	LF("rail_failovers", NULL, 0, F_U64, rail_failovers),
-	LF("ctl_rail", NULL, 0, F_U32, ctl_rail),
-	LF("rail_error", NULL, 0, F_STR, rail_error),
-	LW("epoch", "EPOCH", 16, F_U64, epoch),
-	LF("rtt_us", "RTT_US", 6, F_U64, rtt_us),
-	LW("mailbox", "MAILBOX(ADDR:LEN:RKEY)", -30, F_MAILBOX, mailbox),
-	LW("transport", "XPORT", -5, F_STR, transport),
-	LF("state_ms", "FOR", 6, F_DURATION_MS, state_ms),
-	LF("ups", "UPS", 4, F_U32, ups),
-	LF("attempts", NULL, 0, F_U32, attempts),
-	LF("peer_boot_epoch", NULL, 0, F_U64, peer_boot_epoch),
-	LF("tx_msgs", NULL, 0, F_U64, tx_msgs),
-	LF("rx_msgs", NULL, 0, F_U64, rx_msgs),
-	LF("down_error", NULL, 0, F_STR, down_error),
-	LF("last_error", "LAST_ERROR", -1, F_STR, last_error),
+	LF("peer", true, 5, F_U32, peer),
+	LF("addr", true, -15, F_STR, peer_addr),
+	LF("port", true, 5, F_U32, peer_port),
+	LF("state", true, -10, F_STATE, state),
+	LF("dialer", true, -6, F_BOOL, dialer),
+	LF("qps", true, 3, F_U32, qps),
+	LF("qps_configured", false, 0, F_U32, qps_configured),
+	LF("rails_up", true, 8, F_U32, rails_up),
+	LF("rails", false, 0, F_U32, rails),
+	LF("rail_failovers", false, 0, F_U64, rail_failovers),
+	LF("ctl_rail", false, 0, F_U32, ctl_rail),
+	LF("rail_error", false, 0, F_STR, rail_error),
+	LW("epoch", true, 16, F_U64, epoch),
+	LF("rtt_us", true, 6, F_U64, rtt_us),
+	LW("mailbox", true, -30, F_MAILBOX, mailbox),
+	LW("transport", true, -9, F_STR, transport),
+	LF("state_ms", true, 8, F_DURATION_MS, state_ms),
+	LF("ups", true, 4, F_U32, ups),
+	LF("attempts", false, 0, F_U32, attempts),
+	LF("peer_boot_epoch", false, 0, F_U64, peer_boot_epoch),
+	LF("tx_msgs", false, 0, F_U64, tx_msgs),
+	LF("rx_msgs", false, 0, F_U64, rx_msgs),
+	LF("down_error", false, 0, F_STR, down_error),
+	LF("last_error", true, -1, F_STR, last_error),
 };
 
-#define CF(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member), false}
-#define CW(key, head, width, kind, member) {key, head, width, kind, offsetof(ChannelInfo, member), true}
+#define CF(key, table, width, kind, member) {key, table, width, kind, offsetof(ChannelInfo, member), false}
+#define CW(key, table, width, kind, member) {key, table, width, kind, offsetof(ChannelInfo, member), true}
 static const struct field channel_fields[] = {
-	CF("id", "ID", 5, F_U32, id),
-	CF("local_node", NULL, 0, F_U32, local_node),
-	CF("local_port", "LPORT", 5, F_U32, local_port),
-	CF("peer_node", "PEER", 5, F_U32, peer_node),
-	CF("peer_port", "PPORT", 5, F_U32, peer_port),
-	CF("opener", "ROLE", -6, F_OPENER, opener),
-	CW("owner_uid", "UID", 5, F_U32, owner_uid),
-	CF("state", "STATE", -11, F_STR, state),
-	CF("qps", "QPS", 3, F_U32, qps),
-	CF("rail", "RAIL", 4, F_U32, rail),
-	CW("device", "DEVICE", -8, F_STR, device),
-	CF("ring_size", "RING", 9, F_U64, ring_size),
-	CF("tx_bytes", "TX_BYTES", 12, F_U64, tx_bytes),
-	CF("rx_bytes", "RX_BYTES", 12, F_U64, rx_bytes),
-	CW("tx_chunks", "TX_CHUNKS", 9, F_U64, tx_chunks),
-	CW("rx_chunks", "RX_CHUNKS", 9, F_U64, rx_chunks),
-	CW("in_flight", "INFL", 4, F_U32, in_flight),
-	CF("credit_stalls", "STALLS", 6, F_U64, credit_stalls),
-	CF("resumes", "RESUMES", 7, F_U64, resumes),
-	CW("rewritten_bytes", "REWRITTEN", 10, F_U64, rewritten_bytes),
-	CF("rail_moves", NULL, 0, F_U64, rail_moves),
-	CF("direct_writes", NULL, 0, F_U64, direct_writes),
-	CF("direct_paused", NULL, 0, F_BOOL, direct_paused),
-	CF("pair_hints", NULL, 0, F_U64, pair_hints),
-	CF("writer", NULL, 0, F_STR, writer),
-	CF("peer_app_writes", NULL, 0, F_BOOL, peer_app_writes),
-	CF("app_grants", NULL, 0, F_U64, app_grants),
-	CF("app_withdrawn", NULL, 0, F_U64, app_withdrawn),
-	CW("numa_node", "NUMA", 6, F_NODE, numa_node),
-	CF("numa_want", NULL, 0, F_NODE, numa_want),
-	CF("tx_pending", NULL, 0, F_U64, tx_pending),
-	CF("rx_unread", NULL, 0, F_U64, rx_unread),
-	CF("error", "ERROR", -1, F_STR, error),
+	CF("id", true, 5, F_U32, id),
+	CF("local_node", false, 0, F_U32, local_node),
+	CF("local_port", true, 10, F_U32, local_port),
+	CF("peer_node", true, 9, F_U32, peer_node),
+	CF("peer_port", true, 9, F_U32, peer_port),
+	CF("opener", true, -6, F_BOOL, opener),
+	CW("owner_uid", true, 9, F_U32, owner_uid),
+	CF("state", true, -11, F_STR, state),
+	CW("qps", true, 3, F_U32, qps),
+	CF("rail", true, 4, F_U32, rail),
+	CW("device", true, -8, F_STR, device),
+	CW("ring_size", true, 9, F_U64, ring_size),
+	CF("tx_bytes", true, 10, F_U64, tx_bytes),
+	CF("rx_bytes", true, 10, F_U64, rx_bytes),
+	CW("tx_chunks", true, 9, F_U64, tx_chunks),
+	CW("rx_chunks", true, 9, F_U64, rx_chunks),
+	CW("in_flight", true, 9, F_U32, in_flight),
+	CW("credit_stalls", true, 13, F_U64, credit_stalls),
+	CW("resumes", true, 7, F_U64, resumes),
+	CW("rewritten_bytes", true, 15, F_U64, rewritten_bytes),
+	CF("rail_moves", false, 0, F_U64, rail_moves),
+	CF("direct_writes", false, 0, F_U64, direct_writes),
+	CF("direct_paused", false, 0, F_BOOL, direct_paused),
+	CF("pair_hints", false, 0, F_U64, pair_hints),
+	CF("writer", false, 0, F_STR, writer),
+	CF("peer_app_writes", false, 0, F_BOOL, peer_app_writes),
+	CF("app_grants", false, 0, F_U64, app_grants),
+	CF("app_withdrawn", false, 0, F_U64, app_withdrawn),
+	CW("numa_node", true, 9, F_NODE, numa_node),
+	CF("numa_want", false, 0, F_NODE, numa_want),
+	CF("tx_pending", false, 0, F_U64, tx_pending),
+	CF("rx_unread", false, 0, F_U64, rx_unread),
+	CF("error", true, -1, F_STR, error),
 };
 
-#define NF(key, kind, member) {key, key, 0, kind, offsetof(NodeInfo, member), false}
+#define NF(key, kind, member) {key, true, 0, kind, offsetof(NodeInfo, member), false}
 static const struct field node_fields[] = {
 	NF("id", F_U32, id),
 	NF("cluster", F_STR, cluster),
@@ -299,31 +316,32 @@ static const struct field node_fields[] = {
 	NF("channels", F_U32, channels),
 };
 
-#define DF(key, head, width, kind, member) {key, head, width, kind, offsetof(NumaDevice, member), false}
+#define DF(key, table, width, kind, member) {key, table, width, kind, offsetof(NumaDevice, member), false}
 static const struct field device_fields[] = {
-	DF("name", "DEVICE", -10, F_STR, name),
-	DF("provider", "XPORT", -5, F_STR, provider),
-	DF("rail", "RAIL", 4, F_U32, rail),
-	DF("address", "ADDRESS", -16, F_STR, address),
-	DF("numa_node", "NUMA", 4, F_NODE, numa_node),
-	DF("cpus", "CPUS", -12, F_STR, cpus),
-	DF("netdev", "NETDEV", -1, F_STR, netdev),
+	DF("name", true, -10, F_STR, name),
+	DF("provider", true, -8, F_STR, provider),
+	DF("rail", true, 4, F_U32, rail),
+	DF("address", true, -16, F_STR, address),
+	DF("numa_node", true, 9, F_NODE, numa_node),
+	DF("cpus", true, -12, F_STR, cpus),
+	DF("netdev", true, -1, F_STR, netdev),
 };
 
-#define TF(key, head, width, kind, member) {key, head, width, kind, offsetof(DataPathThread, member), false}
+#define TF(key, table, width, kind, member) {key, table, width, kind, offsetof(DataPathThread, member), false}
+#define TW(key, table, width, kind, member) {key, table, width, kind, offsetof(DataPathThread, member), true}
 static const struct field thread_fields[] = {
-	TF("name", "THREAD", -15, F_STR, name),
-	TF("tid", "TID", 7, F_U32, tid),
-	TF("rail", "RAIL", 4, F_U32, rail),
-	TF("devices", "DEVICES", -10, F_STR, devices),
-	TF("numa_node", "NUMA", 4, F_NODE, numa_node),
-	TF("cpus", "CPUS", -12, F_STR, cpus),
-	TF("polling", "POLLING", -8, F_STR, polling),
-	TF("poll_budget_us", "BUDGET_US", 9, F_U32, poll_budget_us),
-	TF("fast_events", "FAST_EV", 10, F_U64, fast_events),
-	TF("deferred_events", "DEFERRED", 9, F_U64, deferred_events),
-	TF("slow_sections", "ALL_LOCKS", 9, F_U64, slow_sections),
-	TF("kicks", "KICKS", -1, F_U64, kicks),
+	TF("name", true, -15, F_STR, name),
+	TF("tid", true, 7, F_U32, tid),
+	TF("rail", true, 4, F_U32, rail),
+	TF("devices", true, -10, F_STR, devices),
+	TF("numa_node", true, 9, F_NODE, numa_node),
+	TF("cpus", true, -12, F_STR, cpus),
+	TF("polling", true, -8, F_STR, polling),
+	TW("poll_budget_us", true, 14, F_U32, poll_budget_us),
+	TF("fast_events", true, 11, F_U64, fast_events),
+	TW("deferred_events", true, 15, F_U64, deferred_events),
+	TW("slow_sections", true, 13, F_U64, slow_sections),
+	TF("kicks", true, -1, F_U64, kicks),
 };
 
 static const char *state_name(int s)
@@ -398,20 +416,6 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 			snprintf(buf, sizeof(buf), "%" PRId32, v);
 		break;
 	}
-	case F_OPENER:
-		if (!table) {
-			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
-			break;
-		}
-		s = *(const protobuf_c_boolean *)p ? "open" : "accept";
-		break;
-	case F_ROLE:
-		if (!table) {
-			snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
-			break;
-		}
-		s = *(const protobuf_c_boolean *)p ? "dial" : "accept";
-		break;
 	case F_STR:
 		s = *(char *const *)p ? *(char *const *)p : "";
 		quote = true;
@@ -458,6 +462,18 @@ static void field_print(struct out *o, const struct field *f, const void *obj, b
 		fputs(s, stdout);
 }
 
+/* A column's header: its JSON key in capitals, so that a table and its JSON name a value alike. */
+static void print_head(const struct field *f, bool more)
+{
+	char head[64];
+	size_t i;
+
+	for (i = 0; f->key[i] && i + 1 < sizeof(head); i++)
+		head[i] = (char)(f->key[i] >= 'a' && f->key[i] <= 'z' ? f->key[i] - 'a' + 'A' : f->key[i]);
+	head[i] = '\0';
+	printf("%*s%s", f->width == -1 ? 0 : f->width, head, more ? "  " : "");
+}
+
 /* A table or a JSON array of objects, from a field table. */
 static void print_rows(struct out *o, const char *key, const struct field *fields, size_t nf, void *const *rows,
 		       size_t n)
@@ -474,12 +490,12 @@ static void print_rows(struct out *o, const char *key, const struct field *field
 		return;
 	}
 	for (size_t f = 0; f < nf; f++)
-		if (fields[f].head && (o->wide || !fields[f].wide))
-			printf("%*s%s", fields[f].width == -1 ? 0 : fields[f].width, fields[f].head, f + 1 < nf ? "  " : "");
+		if (fields[f].table && (o->wide || !fields[f].wide))
+			print_head(&fields[f], f + 1 < nf);
 	putchar('\n');
 	for (size_t i = 0; i < n; i++) {
 		for (size_t f = 0; f < nf; f++) {
-			if (!fields[f].head || (fields[f].wide && !o->wide))
+			if (!fields[f].table || (fields[f].wide && !o->wide))
 				continue;
 			field_print(o, &fields[f], rows[i], true);
 			if (f + 1 < nf)
@@ -534,20 +550,20 @@ static void print_channels(struct out *o, const CtlReply *r)
 	print_list(o, r, "channels", channel_fields, ARRAY_SIZE(channel_fields), (void *const *)r->channels, n, title);
 }
 
-#define PF(key, head, width, kind, member) {key, head, width, kind, offsetof(PortInfo, member), false}
+#define PF(key, table, width, kind, member) {key, table, width, kind, offsetof(PortInfo, member), false}
 static const struct field port_fields[] = {
-	PF("port", "PORT", 5, F_U32, port),
-	PF("owner_uid", "UID", 5, F_U32, owner_uid),
-	PF("owner_pid", "PID", 7, F_I32, owner_pid),
-	PF("channels", "CHANNELS", 8, F_U32, channels),
+	PF("port", true, 5, F_U32, port),
+	PF("owner_uid", true, 9, F_U32, owner_uid),
+	PF("owner_pid", true, 9, F_I32, owner_pid),
+	PF("channels", true, 8, F_U32, channels),
 };
 
 static void print_ports(struct out *o, const CtlReply *r)
 {
 	char title[160];
 
-	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu listening ports", r->node ? r->node->id : 0,
-		 r->node ? r->node->cluster : "", r->n_ports);
+	snprintf(title, sizeof(title), "node %" PRIu32 " (%s): %zu listening port%s", r->node ? r->node->id : 0,
+		 r->node ? r->node->cluster : "", r->n_ports, r->n_ports == 1 ? "" : "s");
 	print_list(o, r, "ports", port_fields, ARRAY_SIZE(port_fields), (void *const *)r->ports, r->n_ports, title);
 }
 
@@ -629,26 +645,42 @@ static int ctl_connect(const char *path)
 	return fd;
 }
 
-/* One request on a connected socket, one reply back (decoded; free with ctl_reply__free_unpacked). */
-static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **out)
+/* Set by SIGINT and SIGTERM during ping and --watch: stop, say what there is. */
+static volatile sig_atomic_t interrupted;
+
+/* One request on a connected socket. */
+static int ctl_send(int fd, const char *path, const CtlRequest *req)
 {
-	uint8_t qbuf[64], *rbuf;
-	ssize_t n;
+	uint8_t qbuf[96];
 	size_t qlen;
-	int ret;
 
 	qlen = ctl_request__pack(req, qbuf);
 	/* (meshd may have refused us before we asked, and hung up: its reason is the reply below.) */
 	if (send(fd, qbuf, qlen, MSG_NOSIGNAL) != (ssize_t)qlen && errno != EPIPE && errno != ECONNRESET) {
-		ret = -errno;
+		int ret = -errno;
+
 		fprintf(stderr, "meshctl: send to %s: %s\n", path, strerror(errno));
 		return ret;
 	}
+	return 0;
+}
+
+/* One reply (decoded; free with ctl_reply__free_unpacked). -EINTR, unsaid, when interrupted. */
+static int ctl_recv(int fd, const char *path, CtlReply **out)
+{
+	uint8_t *rbuf;
+	ssize_t n;
+	int ret;
+
 	rbuf = malloc(MESH_CTL_REPLY_MAX);
 	if (!rbuf)
 		return -ENOMEM;
 	n = recv(fd, rbuf, MESH_CTL_REPLY_MAX, MSG_TRUNC);
 	ret = -errno;
+	if (n < 0 && ret == -EINTR && interrupted) {
+		free(rbuf);
+		return ret;
+	}
 	if (n <= 0 || n > (ssize_t)MESH_CTL_REPLY_MAX) {
 		if (n == 0 || n > (ssize_t)MESH_CTL_REPLY_MAX)
 			ret = -EPROTO;
@@ -664,6 +696,14 @@ static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **
 		return -EBADMSG;
 	}
 	return 0;
+}
+
+/* One request on a connected socket, one reply back (decoded; free with ctl_reply__free_unpacked). */
+static int ctl_call(int fd, const char *path, const CtlRequest *req, CtlReply **out)
+{
+	int ret = ctl_send(fd, path, req);
+
+	return ret ? ret : ctl_recv(fd, path, out);
 }
 
 /* One listing: every reply (meshd pages lists: CtlReply.total), and a view of the first whose lists
@@ -857,8 +897,9 @@ static int reload(const char *path, struct out *o)
 		json_close(o, '}');
 		putchar('\n');
 	} else if (r->node && !r->status) {
-		printf("reloaded %s: generation %" PRIu64 " (%" PRIu64 " reloads, %" PRIu64 " refused)\n",
-		       r->node->config_path, r->node->config_generation, r->node->config_reloads, r->node->config_refused);
+		printf("reloaded %s: generation %" PRIu64 " (%" PRIu64 " reload%s, %" PRIu64 " refused)\n",
+		       r->node->config_path, r->node->config_generation, r->node->config_reloads,
+		       r->node->config_reloads == 1 ? "" : "s", r->node->config_refused);
 	}
 	ctl_reply__free_unpacked(r, NULL);
 	return status;
@@ -918,6 +959,317 @@ static int drain(const char *path, struct out *o, uint32_t deadline_ms, bool wai
 	return status;
 }
 
+/* ---- ping ---- */
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+/* SIGINT and SIGTERM end a ping or a watch (their blocking calls return EINTR), not the process. */
+static void catch_interrupts(void)
+{
+	struct sigaction sa = {.sa_handler = on_interrupt}; /* no SA_RESTART */
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+struct ping_args {
+	uint32_t node, count, interval_ms, timeout_ms;
+	int rail; /* -1: every UP rail */
+};
+
+/* Per rail, as ping(8) sums them up. */
+struct ping_stats {
+	uint32_t sent, received;
+	uint64_t min_us, max_us;
+	double sum_us, sum2_us;
+};
+
+static void ping_summary(struct out *o, uint32_t rail, const struct ping_stats *s)
+{
+	double avg = s->received ? s->sum_us / s->received : 0;
+	double var = s->received ? s->sum2_us / s->received - avg * avg : 0;
+	double mdev = var > 0 ? sqrt(var) : 0;
+	double loss = s->sent ? 100.0 * (s->sent - s->received) / s->sent : 0;
+
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "rail");
+		printf("%" PRIu32, rail);
+		json_key(o, "sent");
+		printf("%" PRIu32, s->sent);
+		json_key(o, "received");
+		printf("%" PRIu32, s->received);
+		json_key(o, "loss_pct");
+		printf("%.1f", loss);
+		json_key(o, "min_us");
+		printf("%" PRIu64, s->received ? s->min_us : 0);
+		json_key(o, "avg_us");
+		printf("%.1f", avg);
+		json_key(o, "max_us");
+		printf("%" PRIu64, s->max_us);
+		json_key(o, "mdev_us");
+		printf("%.1f", mdev);
+		json_close(o, '}');
+		return;
+	}
+	printf("rail %" PRIu32 ": %" PRIu32 " probe%s sent, %" PRIu32 " received, %.0f%% loss", rail, s->sent,
+	       s->sent == 1 ? "" : "s", s->received, loss);
+	if (s->received)
+		printf(", rtt min/avg/max/mdev = %.3f/%.3f/%.3f/%.3f ms", (s->received ? s->min_us : 0) / 1000.0,
+		       avg / 1000.0, s->max_us / 1000.0, mdev / 1000.0);
+	putchar('\n');
+}
+
+/* One answer of the stream: a line of text, or a member of the JSON "replies" array. */
+static void ping_line(struct out *o, uint32_t node, const PingReply *p)
+{
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "rail");
+		printf("%" PRIu32, p->rail);
+		json_key(o, "seq");
+		printf("%" PRIu32, p->seq);
+		json_key(o, "status");
+		printf("%" PRId32, p->status);
+		json_key(o, "rtt_us");
+		printf("%" PRIu64, p->status ? 0 : p->rtt_us);
+		json_key(o, "error");
+		json_str(p->status ? (p->error && *p->error ? p->error : mesh_strerror(p->status)) : "");
+		json_close(o, '}');
+		return;
+	}
+	if (!p->status)
+		printf("reply from node %" PRIu32 ": rail=%" PRIu32 " seq=%" PRIu32 " time=%.3f ms\n", node, p->rail, p->seq,
+		       p->rtt_us / 1000.0);
+	else
+		printf("no reply from node %" PRIu32 ": rail=%" PRIu32 " seq=%" PRIu32 ": %s\n", node, p->rail, p->seq,
+		       p->error && *p->error ? p->error : mesh_strerror(p->status));
+	fflush(stdout);
+}
+
+/* `meshctl ping NODE`: meshd probes each rail of the link (CTL_OP_PING) and streams the answers.
+ * Returns 0 when an answer came, 1 when none did (or meshd refused: the node is unknown, its link
+ * DOWN), 2 when meshd cannot be reached or broke off. */
+static int ping(const char *path, struct out *o, const struct ping_args *pa)
+{
+	CtlRequest req = CTL_REQUEST__INIT;
+	struct ping_stats st[MESH_RAILS_MAX] = {{0}};
+	uint32_t rails = 0, received = 0;
+	struct timeval tv;
+	int fd, status = 0, ret;
+	bool done = false;
+	CtlReply *r;
+
+	fd = ctl_connect(path);
+	if (fd < 0)
+		return 2;
+	/* An answer comes at least every interval (a probe's, or its timeout's) */
+	tv.tv_sec = (pa->interval_ms + pa->timeout_ms) / 1000 + REPLY_TIMEOUT_S;
+	tv.tv_usec = 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	catch_interrupts();
+	req.version = MESH_CTL_VERSION;
+	req.op = CTL_OP__CTL_OP_PING;
+	req.node = pa->node;
+	req.count = pa->count;
+	req.interval_ms = pa->interval_ms;
+	req.timeout_ms = pa->timeout_ms;
+	req.has_rail = pa->rail >= 0;
+	req.rail = pa->rail >= 0 ? (uint32_t)pa->rail : 0;
+	ret = ctl_call(fd, path, &req, &r);
+	if (ret) {
+		close(fd);
+		return ret == -EINTR ? 1 : 2;
+	}
+	if (r->status || !r->ping) {
+		/* An older meshd's decoder knows no CTL_OP_PING: "unknown op". */
+		bool old = !r->status || (r->status == -EPROTO && r->error && !strcmp(r->error, "unknown op"));
+
+		fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
+			old ? "the meshd at this socket does not know ping (an older version: upgrade it)"
+			    : r->error && *r->error ? r->error : mesh_strerror(r->status));
+		ctl_reply__free_unpacked(r, NULL);
+		close(fd);
+		return 1;
+	}
+	rails = r->ping->rails;
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "node");
+		printf("%" PRIu32, r->node ? r->node->id : 0);
+		json_key(o, "peer");
+		printf("%" PRIu32, pa->node);
+		json_key(o, "peer_addr");
+		json_str(r->ping->peer_addr ? r->ping->peer_addr : "");
+		json_key(o, "transport");
+		json_str(r->ping->transport ? r->ping->transport : "");
+		json_open(o, "replies", '[');
+	} else {
+		uint32_t n = (uint32_t)__builtin_popcount(rails);
+
+		printf("PING node %" PRIu32 " (%s, %s): %s", pa->node, r->ping->peer_addr, r->ping->transport,
+		       n == 1 ? "rail" : "rails");
+		for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
+			if (rails & (1u << k))
+				printf(" %" PRIu32, k);
+		printf(", %" PRIu32 " probe%s each, every %.3f s\n", pa->count, pa->count == 1 ? "" : "s",
+		       pa->interval_ms / 1000.0);
+		fflush(stdout);
+	}
+	ctl_reply__free_unpacked(r, NULL);
+	while (!done && !interrupted) {
+		const PingReply *p;
+
+		ret = ctl_recv(fd, path, &r);
+		if (ret) {
+			status = ret == -EINTR ? 0 : 2;
+			break;
+		}
+		p = r->ping;
+		if (r->status || !p) {
+			fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
+				r->error && *r->error ? r->error : "meshd answered without a ping");
+			status = 2;
+		} else if (p->done) {
+			done = true;
+		} else if (p->rail < MESH_RAILS_MAX && (rails & (1u << p->rail))) {
+			struct ping_stats *s = &st[p->rail];
+
+			s->sent++;
+			if (!p->status) {
+				if (!s->received++ || p->rtt_us < s->min_us)
+					s->min_us = p->rtt_us;
+				s->max_us = p->rtt_us > s->max_us ? p->rtt_us : s->max_us;
+				s->sum_us += (double)p->rtt_us;
+				s->sum2_us += (double)p->rtt_us * (double)p->rtt_us;
+				received++;
+			}
+			ping_line(o, pa->node, p);
+		}
+		ctl_reply__free_unpacked(r, NULL);
+		if (status)
+			break;
+	}
+	close(fd); /* interrupted: meshd stops the ping */
+	if (o->json) {
+		json_close(o, ']');
+		json_open(o, "rails", '[');
+	} else {
+		printf("--- node %" PRIu32 " ping statistics ---\n", pa->node);
+	}
+	for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
+		if (rails & (1u << k))
+			ping_summary(o, k, &st[k]);
+	if (o->json) {
+		json_close(o, ']');
+		json_close(o, '}');
+		putchar('\n');
+	}
+	fflush(stdout);
+	return status ? status : received ? 0 : 1;
+}
+
+/* ---- show, once or every few seconds ---- */
+
+struct object {
+	const char *name;
+	CtlObject obj;
+	void (*print)(struct out *, const CtlReply *);
+};
+
+/* One look at an object: 0, or 2 when meshd cannot be reached or refused (said). */
+static int show(const char *path, struct out *o, const struct object *ob, bool live)
+{
+	struct listing ls;
+	CtlReply *r;
+
+	if (request(path, ob->obj, live, &ls))
+		return 2;
+	r = &ls.view;
+	if (r->status) {
+		fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
+			mesh_strerror(r->status));
+		listing_free(&ls);
+		return 2;
+	}
+	/* meshd answered from what its data path last published (admin.h): say how old it is. */
+	if (r->node && r->node->from_snapshot)
+		fprintf(stderr, "meshctl: meshd's data path is busy (link work): its state of %" PRIu64 " ms ago\n",
+			r->node->snapshot_age_ms);
+	o->first = true;
+	o->depth = 0;
+	ob->print(o, r);
+	listing_free(&ls);
+	return 0;
+}
+
+/* `meshctl -w SEC OBJECT`: as watch(1), the object again every SEC seconds until interrupted (exit 0),
+ * under a header with the time; the screen cleared first on a terminal, one look after the other
+ * otherwise (a log); with -j one JSON document per look, no header. meshd unreachable for a while
+ * is said on stderr and looked at again. */
+static int watch(const char *path, struct out *o, const struct object *ob, bool live, uint32_t every_ms,
+		 const char *what)
+{
+	bool tty = isatty(STDOUT_FILENO);
+
+	catch_interrupts();
+	while (!interrupted) {
+		struct timespec ts = {.tv_sec = every_ms / 1000, .tv_nsec = (long)(every_ms % 1000) * 1000000L};
+		char when[32];
+		time_t now = time(NULL);
+		struct tm tm;
+
+		if (tty && !o->json)
+			fputs("\033[H\033[2J", stdout);
+		if (!o->json) {
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S%z", localtime_r(&now, &tm) ? &tm : gmtime_r(&now, &tm));
+			printf("Every %.1fs: meshctl %s    %s\n\n", every_ms / 1000.0, what, when);
+		}
+		show(path, o, ob, live);
+		if (!tty && !o->json)
+			putchar('\n');
+		fflush(stdout);
+		while (!interrupted && nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
+	return 0;
+}
+
+/* A number argument within lo..hi: 0, or 1 said. */
+static int arg_number(const char *opt, const char *s, double lo, double hi, double *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtod(s, &end);
+	if (errno || !*s || *end || !(*v >= lo && *v <= hi)) {
+		fprintf(stderr, "meshctl: %s %s: expected a number in %g..%g\n", opt, s, lo, hi);
+		return 1;
+	}
+	return 0;
+}
+
+/* A whole number within lo..hi: 0, or 1 said. */
+static int arg_uint(const char *opt, const char *s, unsigned long lo, unsigned long hi, uint32_t *v)
+{
+	unsigned long n;
+	char *end;
+
+	errno = 0;
+	n = strtoul(s, &end, 10);
+	if (errno || *s < '0' || *s > '9' || *end || n < lo || n > hi) {
+		fprintf(stderr, "meshctl: %s %s: expected a whole number in %lu..%lu\n", opt, s, lo, hi);
+		return 1;
+	}
+	*v = (uint32_t)n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -925,14 +1277,13 @@ int main(int argc, char **argv)
 		{"live", no_argument, NULL, 'L'},
 		{"socket", required_argument, NULL, 's'}, {"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},    {"deadline", required_argument, NULL, 'D'},
-		{"wait", no_argument, NULL, 'W'},    {"output", required_argument, NULL, 'o'},
+		{"wait", no_argument, NULL, 'A'},    {"output", required_argument, NULL, 'o'},
+		{"watch", optional_argument, NULL, 'w'}, {"count", required_argument, NULL, 'c'},
+		{"interval", required_argument, NULL, 'i'}, {"rail", required_argument, NULL, 'r'},
+		{"timeout", required_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0},
 	};
-	static const struct {
-		const char *name;
-		CtlObject obj;
-		void (*print)(struct out *, const CtlReply *);
-	} objects[] = {
+	static const struct object objects[] = {
 		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
 		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
 		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
@@ -940,17 +1291,51 @@ int main(int argc, char **argv)
 	};
 	struct out o = {.first = true, .peer = -1};
 	const char *sock = getenv(MESH_SOCKET_ENV);
-	struct listing ls;
-	CtlReply *r = NULL;
+	struct ping_args pa = {.count = 5, .interval_ms = MESH_PING_INTERVAL_DEFAULT_MS,
+			       .timeout_ms = MESH_PING_TIMEOUT_DEFAULT_MS, .rail = -1};
+	bool ping_opts = false;
+	uint32_t watch_ms = 0;
 	size_t obj = 0;
 	bool live = false, wait = false;
 	long deadline_s = 0;
+	double v;
 	int c, ret;
 
 	if (!sock || !*sock)
 		sock = MESH_SOCKET_DEFAULT;
-	while ((c = getopt_long(argc, argv, "jpLs:o:Vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jpLs:o:w:c:i:r:W:Vh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'w':
+			if (optarg && arg_number("--watch", optarg, 0.1, 86400, &v))
+				return 1;
+			watch_ms = optarg ? (uint32_t)(v * 1000 + 0.5) : 2000;
+			break;
+		case 'c':
+			if (arg_uint("-c", optarg, 1, MESH_PING_COUNT_MAX, &pa.count))
+				return 1;
+			ping_opts = true;
+			break;
+		case 'W':
+			if (arg_number("-W", optarg, 0.001, MESH_PING_TIMEOUT_MAX_MS / 1000.0, &v))
+				return 1;
+			pa.timeout_ms = (uint32_t)(v * 1000 + 0.5);
+			ping_opts = true;
+			break;
+		case 'i':
+			if (arg_number("-i", optarg, MESH_PING_INTERVAL_MIN_MS / 1000.0, MESH_PING_INTERVAL_MAX_MS / 1000.0, &v))
+				return 1;
+			pa.interval_ms = (uint32_t)(v * 1000 + 0.5);
+			ping_opts = true;
+			break;
+		case 'r': {
+			uint32_t rail;
+
+			if (arg_uint("-r", optarg, 0, MESH_RAILS_MAX - 1, &rail))
+				return 1;
+			pa.rail = (int)rail;
+			ping_opts = true;
+			break;
+		}
 		case 'o':
 			if (strcmp(optarg, "wide")) {
 				fprintf(stderr, "meshctl: -o %s: expected wide\n", optarg);
@@ -973,7 +1358,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
-		case 'W':
+		case 'A':
 			wait = true;
 			break;
 		case 'j':
@@ -1007,6 +1392,28 @@ int main(int argc, char **argv)
 				hit = hit ? "" : shown[i];
 		if (hit && *hit)
 			argv[optind] = (char *)hit;
+	}
+	if (ping_opts && !(optind < argc && !strcmp(argv[optind], "ping"))) {
+		fprintf(stderr, "meshctl: -c, -i, -r and -W are options of ping\n");
+		return 1;
+	}
+	if (watch_ms && optind < argc &&
+	    (!strcmp(argv[optind], "metrics") || !strcmp(argv[optind], "ping") || !strcmp(argv[optind], "reload") ||
+	     !strcmp(argv[optind], "drain") || !strcmp(argv[optind], "keygen"))) {
+		fprintf(stderr, "meshctl: --watch is for links, node, channels and ports, not %s\n", argv[optind]);
+		return 1;
+	}
+	if (optind < argc && !strcmp(argv[optind], "ping")) {
+		if (optind + 1 >= argc || arg_uint("ping", argv[optind + 1], 0, MESH_NODE_ID_MAX, &pa.node)) {
+			if (optind + 1 >= argc)
+				fprintf(stderr, "meshctl: ping: which node? (meshctl ping NODE [-c COUNT] [-i SEC] [-W SEC] [-r RAIL])\n");
+			return 1;
+		}
+		if (optind + 2 < argc) {
+			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 2]);
+			return 1;
+		}
+		return ping(sock, &o, &pa);
 	}
 	if (optind < argc && !strcmp(argv[optind], "metrics")) {
 		/* Prometheus text, not a table: there is no JSON of it. */
@@ -1071,7 +1478,7 @@ int main(int argc, char **argv)
 		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
-			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, reload, drain, keygen)\n",
+			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, ping, reload, drain, keygen)\n",
 				argv[optind]);
 			return 1;
 		}
@@ -1103,21 +1510,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind]);
 		return 1;
 	}
-	ret = request(sock, objects[obj].obj, live, &ls);
-	if (ret)
-		return 2;
-	r = &ls.view;
-	if (r->status) {
-		fprintf(stderr, "meshctl: meshd: %s (%s)\n", r->error && *r->error ? r->error : "error",
-			mesh_strerror(r->status));
-		listing_free(&ls);
-		return 2;
+	if (watch_ms) {
+		char what[32];
+
+		if (o.peer >= 0)
+			snprintf(what, sizeof(what), "%s %ld", objects[obj].name, o.peer);
+		else
+			snprintf(what, sizeof(what), "%s", objects[obj].name);
+		return watch(sock, &o, &objects[obj], live, watch_ms, what);
 	}
-	/* meshd answered from what its data path last published (admin.h): say how old it is. */
-	if (r->node && r->node->from_snapshot)
-		fprintf(stderr, "meshctl: meshd's data path is busy (link work): its state of %" PRIu64 " ms ago\n",
-			r->node->snapshot_age_ms);
-	objects[obj].print(&o, r);
-	listing_free(&ls);
-	return 0;
+	return show(sock, &o, &objects[obj], live);
 }

@@ -79,6 +79,7 @@ static int admin_watch_fd(int epfd, int fd, uint64_t tag)
 
 static int admin_listen(struct admin *a, const char *path);
 static void *admin_main(void *arg);
+static int admin_ping_report(void *ctx, int fd, const struct ping_result *res);
 
 int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, struct mesh *m,
 	       struct mesh_locks *locks)
@@ -90,6 +91,8 @@ int admin_open(struct admin *a, const char *path, int epfd, uint64_t tag_work, s
 	a->epfd = epfd;
 	a->mesh = m;
 	a->locks = locks;
+	m->pings.ops.report = admin_ping_report;
+	m->pings.ops.ctx = a;
 	util_mutex_init_pi(&a->lock);
 	util_mutex_init_pi(&a->snap_lock);
 	util_mutex_init_pi(&a->log_lock);
@@ -220,6 +223,7 @@ static void admin_drop(struct admin *a, int slot)
 		return;
 	admin_metrics_forget(a, slot);
 	channel_client_gone(a->mesh, fd);
+	ping_client_gone(a->mesh, fd);
 	pthread_mutex_lock(&a->lock);
 	epoll_ctl(a->ctl_epfd, EPOLL_CTL_DEL, fd, NULL);
 	close(fd);
@@ -929,6 +933,86 @@ static int admin_drain(struct admin *a, int slot, int fd, const CtlRequest *req)
 	return admin_send_reply(fd, &r);
 }
 
+/* A reply of a ping's stream (CTL_OP_PING), named by the node as every reply is. */
+static int admin_ping_send(struct admin *a, int fd, PingReply *p)
+{
+	CtlReply r = CTL_REPLY__INIT;
+	NodeInfo node = NODE_INFO__INIT;
+
+	node.id = a->mesh->self->id;
+	node.cluster = (char *)a->mesh->cfg->cluster_name;
+	r.node = &node;
+	r.ping = p;
+	return admin_send_reply(fd, &r);
+}
+
+/* ping_ops.report: one result to the client of fd, if it is still there. */
+static int admin_ping_report(void *ctx, int fd, const struct ping_result *res)
+{
+	struct admin *a = ctx;
+	PingReply p = PING_REPLY__INIT;
+
+	if (admin_slot_of(a, fd) < 0)
+		return -ENOTCONN;
+	p.done = res->done;
+	if (!res->done) {
+		p.rail = res->rail;
+		p.seq = res->seq;
+		p.status = res->status;
+		p.rtt_us = res->rtt_us;
+		p.error = (char *)ping_status_text(res->status);
+	}
+	return admin_ping_send(a, fd, &p);
+}
+
+/* `meshctl ping`: bounded for everyone (wire.c: count, interval, timeout; ping.h: pings at once),
+ * and the interval of ping(8) for users other than root and meshd's. The first reply says what is
+ * probed; the link layer reports the rest (admin_ping_report). */
+static int admin_ping(struct admin *a, int slot, int fd, const CtlRequest *req)
+{
+	uint32_t uid = a->client_uid[slot];
+	struct ping_request rq = {
+		.peer = req->node,
+		.rail = req->has_rail ? (int)req->rail : -1,
+		.count = req->count,
+		.interval_ms = req->interval_ms ? req->interval_ms : MESH_PING_INTERVAL_DEFAULT_MS,
+		.timeout_ms = req->timeout_ms ? req->timeout_ms : MESH_PING_TIMEOUT_DEFAULT_MS,
+		.uid = uid,
+		.privileged = !uid || uid == (uint32_t)geteuid(),
+	};
+	PingReply p = PING_REPLY__INIT;
+	struct link *l = mesh_link_find(a->mesh, req->node);
+	const char *why = NULL;
+	char buf[128];
+	uint32_t rails;
+	int ret;
+
+	if (!rq.privileged && rq.interval_ms < MESH_PING_INTERVAL_USER_MS) {
+		snprintf(buf, sizeof(buf), "interval %u ms: below %u ms only root (or meshd's own user) may ping", rq.interval_ms,
+			 MESH_PING_INTERVAL_USER_MS);
+		return admin_reply_error(a, slot, fd, -EPERM, buf);
+	}
+	ret = ping_start(a->mesh, fd, &rq, &rails, &why);
+	if (ret) {
+		/* A fair question (a node DOWN, every ping taken): answered, not counted as a bad request. */
+		CtlReply r = CTL_REPLY__INIT;
+
+		r.status = ret;
+		r.error = (char *)why;
+		return admin_send_reply(fd, &r);
+	}
+	p.rails = rails;
+	p.transport = (char *)link_transport(l);
+	p.peer_addr = (char *)l->peer->addr;
+	ret = admin_ping_send(a, fd, &p);
+	if (ret) {
+		ping_client_gone(a->mesh, fd);
+		return ret;
+	}
+	ping_tick(a->mesh, util_now_ms()); /* its first round now */
+	return 0;
+}
+
 /* `meshctl reload`: root's or meshd's own user's alone (a reload may close links and channels of
  * every user); the reply carries the node as it is afterwards, and why nothing changed if so. */
 static int admin_reload(struct admin *a, int slot, int fd)
@@ -1069,6 +1153,8 @@ static int admin_handle(struct admin *a, int slot, int fd, const CtlRequest *req
 		return admin_reload(a, slot, fd);
 	case CTL_OP__CTL_OP_DRAIN:
 		return admin_drain(a, slot, fd, req);
+	case CTL_OP__CTL_OP_PING:
+		return admin_ping(a, slot, fd, req);
 	default:
 		break;
 	}

@@ -603,7 +603,13 @@ static void link_on_keepalive_ack(struct link *l, uint32_t qp, const KeepaliveAc
 {
 	uint64_t t = util_now_us(), sent = a->sent_us;
 	uint32_t r = link_qp_rail(l, qp);
-	bool ours = link_metrics_ka_acked(&l->metrics, r, a->seq);
+	bool ours;
+
+	if (a->seq & MESH_PING_TAG) {
+		ping_on_ack(l, r, a->seq);
+		return;
+	}
+	ours = link_metrics_ka_acked(&l->metrics, r, a->seq);
 
 	if (qp == link_ctl_qp(l) && sent <= t)
 		l->rtt_us = t - sent;
@@ -1304,6 +1310,7 @@ void mesh_tick(struct mesh *m, uint64_t t)
 		link_tick(m->links[i], t);
 	mesh_leaving_tick(m, t, false);
 	mesh_admit(m, t);
+	ping_tick(m, t);
 	if (m->upper)
 		m->upper->tick(m, t);
 }
@@ -1399,6 +1406,7 @@ int mesh_init(struct mesh *m, const struct mesh_config *cfg, const struct config
 	      size_t n_xports)
 {
 	memset(m, 0, sizeof(*m));
+	ping_init(m);
 	m->numa.home = -1; /* unplaced until main.c learns the topology */
 	for (size_t r = 0; r < MESH_RAILS_MAX; r++)
 		m->numa.rail_node[r] = -1;

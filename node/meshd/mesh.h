@@ -21,6 +21,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "numa_topo.h"
+#include "ping.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -406,6 +407,7 @@ struct mesh {
 	bool rail_slow[MESH_RAILS_MAX];
 	bool rail_deferring[MESH_RAILS_MAX];
 	struct mesh_numa numa;
+	struct mesh_pings pings; /* meshctl ping (ping.h); pings.ops set by the owner of the clients */
 };
 
 /* What a reload changed of the links (mesh_reconfigure). */

@@ -596,6 +596,11 @@ static bool ctl_req_in_range(const CtlRequest *r)
 		return r->object == CTL_OBJECT__CTL_OBJECT_NODE;
 	case CTL_OP__CTL_OP_DRAIN:
 		return r->object == CTL_OBJECT__CTL_OBJECT_NODE && r->drain_ms <= MESH_DRAIN_MAX_MS;
+	case CTL_OP__CTL_OP_PING:
+		return r->node <= MESH_NODE_ID_MAX && r->count >= 1 && r->count <= MESH_PING_COUNT_MAX &&
+		       (!r->interval_ms ||
+			(r->interval_ms >= MESH_PING_INTERVAL_MIN_MS && r->interval_ms <= MESH_PING_INTERVAL_MAX_MS)) &&
+		       r->timeout_ms <= MESH_PING_TIMEOUT_MAX_MS && (!r->has_rail || r->rail < MESH_RAILS_MAX);
 	default:
 		return false;
 	}
@@ -636,6 +641,11 @@ static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 	fresh.has_numa = r->has_numa;
 	fresh.numa_node = r->numa_node;
 	fresh.drain_ms = r->drain_ms;
+	fresh.count = r->count;
+	fresh.interval_ms = r->interval_ms;
+	fresh.timeout_ms = r->timeout_ms;
+	fresh.has_rail = r->has_rail;
+	fresh.rail = r->rail;
 	n1 = ctl_request__get_packed_size(&fresh);
 	FUZZ_CHECK(n1 <= MESH_CTL_REQ_MAX);
 	out1 = calloc(n1, 1);
@@ -645,7 +655,9 @@ static void fuzz_ctl_req(const uint8_t *buf, size_t len)
 	FUZZ_CHECK(ret == 0);
 	FUZZ_CHECK(r2->version == r->version);
 	FUZZ_CHECK(r2->object == r->object && r2->op == r->op && r2->port == r->port && r2->node == r->node &&
-		   r2->ring_size == r->ring_size && r2->qps == r->qps && r2->drain_ms == r->drain_ms);
+		   r2->ring_size == r->ring_size && r2->qps == r->qps && r2->drain_ms == r->drain_ms &&
+		   r2->count == r->count && r2->interval_ms == r->interval_ms && r2->timeout_ms == r->timeout_ms &&
+		   r2->has_rail == r->has_rail && r2->rail == r->rail);
 	n2 = ctl_request__get_packed_size(r2);
 	FUZZ_CHECK(n2 == n1);
 	out2 = calloc(n2, 1);

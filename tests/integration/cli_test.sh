@@ -243,8 +243,19 @@ kill "$hold_pid"
 wait "$hold_pid" 2>/dev/null
 
 expect 0 "Usage: meshctl" "meshctl --help" -- "$MESHCTL" --help
-expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, reload, drain, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
+expect 1 "unknown object 'linkz' \(expected: links, node, channels, ports, metrics, ping, reload, drain, keygen\)" "meshctl unknown object" -- "$MESHCTL" -s "$T/s" linkz
 expect 1 "unexpected argument .now." "meshctl reload takes no argument" -- "$MESHCTL" -s "$T/s" reload now
+# ping and --watch: what meshctl refuses before it asks meshd (meshd's own bounds: mesh_test.py)
+expect 1 "ping: which node\?" "meshctl ping without a node" -- "$MESHCTL" -s "$T/s" ping
+expect 1 "-c 0: expected a whole number in 1..10000" "meshctl ping -c 0" -- "$MESHCTL" -s "$T/s" ping 2 -c 0
+expect 1 "-c 20000: expected a whole number in 1..10000" "meshctl ping -c past meshd's bound" -- "$MESHCTL" -s "$T/s" ping 2 -c 20000
+expect 1 "-i 0.001: expected a number in 0.01..60" "meshctl ping -i below 10 ms" -- "$MESHCTL" -s "$T/s" ping 2 -i 0.001
+expect 1 "-r 4: expected a whole number in 0..3" "meshctl ping -r past the rails" -- "$MESHCTL" -s "$T/s" ping 2 -r 4
+expect 1 "ping 70000: expected a whole number in 0..65535" "meshctl ping to a node id out of range" -- "$MESHCTL" -s "$T/s" ping 70000
+expect 1 "-c, -i, -r and -W are options of ping" "meshctl -c without ping" -- "$MESHCTL" -s "$T/s" -c 3 links
+expect 1 "--watch is for links, node, channels and ports, not ping" "meshctl -w ping" -- "$MESHCTL" -s "$T/s" -w 1 ping 2
+expect 1 "--watch 0: expected a number in 0.1..86400" "meshctl -w 0" -- "$MESHCTL" -s "$T/s" -w 0 links
+expect 2 "meshd is not running at $T/nosock" "meshctl ping without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" ping 2
 expect 2 "meshd is not running at $T/nosock \(no such socket\)" "meshctl reload without a daemon: named, exit 2" -- "$MESHCTL" -s "$T/nosock" reload
 expect 1 "unknown command 'drop' for links" "meshctl unknown command" -- "$MESHCTL" -s "$T/s" links drop
 expect 1 "metrics is Prometheus text: -j does not apply" "meshctl -j metrics: an error, not the text" -- \

@@ -11,10 +11,15 @@ What it asserts, in order:
      A whole rogue meshd with another key claims the top node from its own address while the real
      one runs: never UP, the real links keep their epoch and UP count (both providers; rdma in the VM).
   3. Garbage on the local control socket gets an error reply; meshd keeps serving.
+     meshctl ping: round trips on every link's rails, in text and JSON, summary numbers that parse,
+     no loss; an unknown node refused at once (exit 1); requests beyond meshd's bounds (a huge count,
+     a second ping on one connection, more pings at once than meshd runs) refused with what was
+     wrong, and meshd pings again once those clients are gone. meshctl -w redraws until interrupted.
   4. SIGSTOP of a node: its peers take their links DOWN by keepalive timeout; SIGCONT heals.
      A node paused past its own (shorter) keepalive timeout, while its peers kept sending, keeps
      every link on thaw: what arrived is read before its timers judge the links.
-     SIGKILL of the highest node: its peers show the link DOWN within the keepalive timeout.
+     SIGKILL of the highest node: its peers show the link DOWN within the keepalive timeout, and
+     meshctl ping to it says so at once (exit 1).
   5. Restart it: all links UP again, each with a new, larger epoch.
   6. SIGTERM: every meshd exits 0.
 Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
@@ -51,6 +56,146 @@ def probe(c, node, expect, *extra):
            "--expect", expect, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+def varint(v):
+    out = b""
+    while True:
+        b, v = v & 0x7f, v >> 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+
+
+def ping_request(node, count, interval_ms=1000):
+    """A CtlRequest (proto/ctl.proto) of op PING by hand, as a client that is not meshctl would send
+    it: version 1, op 5, node, count (field 17), interval_ms (field 18)."""
+    return (b"\x08\x01" + b"\x18\x05" + b"\x28" + varint(node) + varint(17 << 3) + varint(count)
+            + varint(18 << 3) + varint(interval_ms))
+
+
+def ctl_raw(sock, payload, timeout=10):
+    """A connection to meshd's control socket with payload sent and its first reply read (b"" none)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(timeout)
+    s.connect(sock)
+    s.send(payload)
+    try:
+        reply = s.recv(65536)
+    except OSError:
+        reply = b""
+    return s, reply
+
+
+PING_SUMMARY = re.compile(r"rail (\d+): (\d+) probes? sent, (\d+) received, (\d+)% loss, "
+                          r"rtt min/avg/max/mdev = ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+
+
+def table_names_check(c):
+    """Every table column of meshctl is headed by a key of its -j rows, in capitals (issue 41: ROLE
+    against dialer, FOR_MS against state_ms)."""
+    ctl, sock = c.bin("meshctl"), c.nodes[1]["sock"]
+
+    def heads(*what):
+        out = subprocess.run([ctl, "-s", sock, *what], capture_output=True, text=True, timeout=60).stdout
+        return out.splitlines()
+
+    j = c.ctl(1, "links")
+    link_keys = set(j["links"][0]) if j and j["links"] else set()
+    wrong = []
+    for wide in ([], ["-o", "wide"]):
+        lines = heads(*wide, "links")
+        cols = lines[1].split() if len(lines) > 1 else ["?"]
+        wrong += [h for h in cols if h.lower() not in link_keys]
+    node = c.ctl(1, "node") or {}
+    lines = heads("-o", "wide", "node")
+    for key in ("devices", "threads"):
+        keys = set(node[key][0]) if node.get(key) else set()
+        head = next((x for x in lines if x.startswith("NAME ") and (("TID" in x) == (key == "threads"))), "?")
+        wrong += [f"{key}:{h}" for h in head.split() if h.lower() not in keys]
+    check(link_keys and not wrong, "meshctl tables (links, -o wide links, node's devices and threads) head each "
+          "column with its JSON key in capitals", str(wrong))
+
+
+def ping_checks(c, args):
+    """meshctl ping and its bounds, from node 1 to every other node (3b)."""
+    ctl, sock1 = c.bin("meshctl"), c.nodes[1]["sock"]
+    # -W 20: a probe lost on a busy machine would be a figure, not what is asserted here.
+    for peer in (2, args.nodes):
+        r = subprocess.run([ctl, "-j", "-s", sock1, "ping", str(peer), "-c", "5", "-i", "0.2", "-W", "20"],
+                           capture_output=True, text=True, timeout=120)
+        try:
+            j = json.loads(r.stdout)
+        except ValueError:
+            j = {}
+        rails = j.get("rails", [])
+        replies = j.get("replies", [])
+        ok = (r.returncode == 0 and j.get("peer") == peer and j.get("transport") == c.links(1)[peer]["transport"]
+              and len(rails) == 1 and len(replies) == 5 * len(rails)
+              and all(x["status"] == 0 and x["rtt_us"] > 0 for x in replies)
+              and sorted(x["seq"] for x in replies) == [1, 2, 3, 4, 5]
+              and all(s["sent"] == 5 and s["received"] == 5 and s["loss_pct"] == 0
+                      and 0 < s["min_us"] <= s["avg_us"] <= s["max_us"] for s in rails))
+        check(ok, f"meshctl -j ping {peer} -c 5: five answers on its rail over {j.get('transport')}, 0% loss, "
+              f"min <= avg <= max (exit {r.returncode})", r.stdout[-600:] + r.stderr[-300:])
+    r = subprocess.run([ctl, "-s", sock1, "ping", "2", "-c", "3", "-i", "0.2", "-W", "20"],
+                       capture_output=True, text=True, timeout=120)
+    lines = [x for x in r.stdout.splitlines() if x.startswith("reply from node 2: rail=0 seq=")]
+    m = PING_SUMMARY.search(r.stdout)
+    ok = r.returncode == 0 and len(lines) == 3 and m is not None and m.group(2, 3, 4) == ("3", "3", "0") \
+        and float(m.group(5)) <= float(m.group(6)) <= float(m.group(7))
+    check(ok, "meshctl ping 2 -c 3: a line per answer, and ping(8)'s summary with numbers that parse",
+          r.stdout[-600:] + r.stderr[-300:])
+    print("".join("#   " + x + "\n" for x in r.stdout.splitlines()), end="")
+
+    r = subprocess.run([ctl, "-s", sock1, "ping", "999"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "not in the configuration" in r.stderr,
+          "meshctl ping to an unknown node: refused at once, exit 1", f"exit {r.returncode}: {r.stderr}")
+
+    # Hostile requests, past meshctl's own checks: meshd holds every client to its bounds.
+    s, reply = ctl_raw(sock1, ping_request(2, 10 ** 6))
+    s.close()
+    check(b"count out of range 1..10000" in reply, "a ping of a million probes is refused: count out of range",
+          repr(reply[:200]))
+    held = []
+    try:
+        s, first = ctl_raw(sock1, ping_request(2, 100))
+        held.append(s)
+        s.send(ping_request(2, 100))
+        again = b""
+        for _ in range(5):  # the first ping's answers may come before the refusal
+            again = s.recv(65536)
+            if b"already" in again:
+                break
+        check(b"a ping runs on this connection already" in again,
+              "a second ping on the same connection is refused", repr(again[:200]))
+        refused = b""
+        for _ in range(9):
+            s, first = ctl_raw(sock1, ping_request(2, 100))
+            held.append(s)
+            if b"pings run already" in first:
+                refused = first
+                break
+        check(refused and len(held) == 9, "the ninth ping at once is refused: 8 pings run already",
+              f"{len(held)} connections, {refused[:200]!r}")
+    finally:
+        for s in held:
+            s.close()
+    ok = wait_until(lambda: subprocess.run([ctl, "-s", sock1, "ping", "2", "-c", "1", "-W", "20"],
+                                           capture_output=True, text=True, timeout=60).returncode == 0, 30, 0.5)
+    check(ok and c.all_up([1, 2]), "the clients gone, their pings end: meshd pings again, every link still UP")
+
+    # meshctl --watch: redraws until interrupted, each look under a header with the time (not a tty).
+    w = subprocess.run(["timeout", "--preserve-status", "-s", "INT", "4", ctl, "-s", sock1, "-w", "0.2", "links"],
+                       capture_output=True, text=True, timeout=60)
+    looks = w.stdout.count("Every 0.2s: meshctl links")
+    check(w.returncode == 0 and looks >= 2 and w.stdout.count("links: ") >= 2,
+          f"meshctl -w 0.2 links redraws until interrupted ({looks} looks, exit {w.returncode})", w.stderr[-300:])
+    w = subprocess.run(["timeout", "--preserve-status", "-s", "INT", "4", ctl, "-j", "-s", sock1, "--watch=0.2",
+                        "node"], capture_output=True, text=True, timeout=60)
+    docs = [json.loads(x) for x in w.stdout.splitlines() if x.startswith("{")]
+    check(w.returncode == 0 and len(docs) >= 2 and all(d.get("id") == 1 for d in docs),
+          f"meshctl -j --watch=0.2 node: one JSON document per look ({len(docs)})", w.stdout[-300:])
 
 
 def main():
@@ -197,6 +342,10 @@ def main():
         check(node is not None and node["ctl_errors"] >= 4 and c.all_up([1]),
               "meshd keeps serving after garbage on its control socket", json.dumps(node))
 
+        # 3b. meshctl ping, its bounds, meshctl --watch; the tables' names
+        ping_checks(c, args)
+        table_names_check(c)
+
         # 4a. a frozen peer (SIGSTOP) keeps its QPs but stops answering: only keepalives notice
         mid = 2 if args.nodes > 2 else 1
         peers_of_mid = [i for i in c.nodes if i != mid]
@@ -267,6 +416,11 @@ def main():
         check(down, f"after SIGKILL of node {top}, its {len(others)} peers show the link DOWN ({t_down:.2f} s)")
         check(all(l["state"] == "UP" for i in others for p, l in c.links(i).items() if p != top),
             "the links among the surviving nodes stay UP")
+        r = subprocess.run([c.bin("meshctl"), "-s", c.nodes[1]["sock"], "ping", str(top), "-c", "3"],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and f"the link to node {top} is" in r.stderr,
+              f"meshctl ping to node {top}, whose link is DOWN: refused at once, exit 1",
+              f"exit {r.returncode}: {r.stderr}")
 
         # 5. restart it
         t2 = time.monotonic()

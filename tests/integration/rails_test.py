@@ -16,6 +16,7 @@ the rings follow the device's node (move_pages). A rail the cluster lacks is ref
 different ones (the VM harness puts each rail's NIC on its own node). Exit 0 when every check passed.
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -222,6 +223,19 @@ def main():
         bad = [(i, p, l.get("rails"), l.get("rails_up")) for i in c.nodes for p, l in (c.links(i) or {}).items()
                if l.get("rails") != nr or l.get("rails_up") != nr]
         ok &= check(not bad, f"meshctl links: every link has {nr} rails, {nr} of them up", str(bad))
+        # meshctl ping: a round trip on each rail's own QPs, and on the one rail -r names
+        for extra, want in (([], list(range(nr))), (["-r", str(nr - 1)], [nr - 1])):
+            r = subprocess.run([c.bin("meshctl"), "-j", "-s", c.nodes[1]["sock"], "ping", "2", "-c", "3", "-i", "0.2",
+                                "-W", "20", *extra], capture_output=True, text=True, timeout=120)
+            try:
+                j = json.loads(r.stdout)
+            except ValueError:
+                j = {}
+            got = sorted(x["rail"] for x in j.get("rails", []))
+            ok &= check(r.returncode == 0 and got == want and len(j.get("replies", [])) == 3 * len(want) and
+                        all(x["sent"] == 3 and x["received"] == 3 for x in j["rails"]),
+                        f"meshctl ping 2 {' '.join(extra)}: three answers on each of rails {want}",
+                        r.stdout[-500:] + r.stderr[-300:])
 
         # ---- a device per rail ----
         devs = {}

@@ -1165,6 +1165,187 @@ static void mesh_accept__stale_epoch__rejected_estale(void **state)
 	mt_finish(t);
 }
 
+/* ---- meshctl ping (link_ping.c) ---- */
+
+/* What ping_ops.report was told, in order. */
+static struct ping_result ping_got[32];
+static size_t ping_n;
+static int ping_fail_report; /* non-zero: the client "cannot take" results */
+
+static int ping_record(void *ctx, int fd, const struct ping_result *res)
+{
+	(void)ctx;
+	(void)fd;
+	if (ping_n < sizeof(ping_got) / sizeof(ping_got[0]))
+		ping_got[ping_n++] = *res;
+	return ping_fail_report;
+}
+
+static void ping_ack(struct mt *t, struct link *l, uint64_t seq, uint64_t sent_us)
+{
+	KeepaliveAck a = KEEPALIVE_ACK__INIT;
+	PeerMsg msg = PEER_MSG__INIT;
+
+	a.seq = seq;
+	a.sent_us = sent_us;
+	msg.body_case = PEER_MSG__BODY_KEEPALIVE_ACK;
+	msg.keepalive_ack = &a;
+	peer_send(t, l, &msg);
+}
+
+/* A probe is a tagged Keepalive on the rail's first QP; the peer's echo is timed on our own clock
+ * (not its sent_us), reported once; an echo of another ping, a repeat or a made-up number is
+ * nothing; an unanswered probe is lost at its timeout; then done, and the entry is free again.
+ * Probes never count as keepalives (their RTT histogram, their acks). */
+static void mesh_ping__probe_echoed__timed_once_then_lost_then_done(void **state)
+{
+	struct ping_request rq = {.peer = 1, .rail = -1, .count = 2, .interval_ms = 1000, .timeout_ms = 50, .uid = 1000};
+	struct mt *t = *state;
+	struct link *l;
+	uint64_t t0, us0, seq, acked;
+	uint32_t rails = 0;
+	const char *why = NULL;
+	size_t from;
+	PeerMsg *m;
+
+	ping_n = 0;
+	ping_fail_report = 0;
+	mt_init(t, 2, ids123, 3);
+	t->m.pings.ops.report = ping_record;
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	acked = l->metrics.ka_acked[0];
+	assert_int_equal(ping_start(&t->m, 7, &rq, &rails, &why), 0);
+	assert_int_equal(rails, 1);
+	t0 = util_now_ms();
+	us0 = util_now_us();
+	from = t->fx->n_posts;
+	ping_tick(&t->m, t0);
+	m = last_send(t, from, conn_id(l->conns[0]));
+	assert_int_equal(m->body_case, PEER_MSG__BODY_KEEPALIVE);
+	seq = m->keepalive->seq;
+	mesh_peer_msg_free(m);
+	assert_true(seq & MESH_PING_TAG);
+	assert_int_equal(MESH_PING_SEQ_N(seq), 1);
+	/* Another ping's echo, a number never sent: nothing. */
+	ping_ack(t, l, MESH_PING_SEQ(MESH_PING_SEQ_ID(seq) + 1, 1), 0);
+	ping_ack(t, l, MESH_PING_SEQ(MESH_PING_SEQ_ID(seq), 9), 0);
+	assert_int_equal(ping_n, 0);
+	/* The echo, with a sent_us from long ago: the time is ours, from the post. */
+	ping_ack(t, l, seq, 1);
+	assert_int_equal(ping_n, 1);
+	assert_int_equal(ping_got[0].status, 0);
+	assert_int_equal(ping_got[0].seq, 1);
+	assert_int_equal(ping_got[0].rail, 0);
+	assert_false(ping_got[0].done);
+	assert_true(ping_got[0].rtt_us <= util_now_us() - us0);
+	ping_ack(t, l, seq, 1); /* a repeat */
+	assert_int_equal(ping_n, 1);
+	for (uint32_t k = 0; k <= METRICS_RTT_BUCKETS; k++)
+		assert_int_equal(l->metrics.rtt[0].n[k], 0);
+	assert_true(l->metrics.ka_acked[0] == acked);
+	/* The second round at the interval, unanswered: lost at its timeout, then done. */
+	from = t->fx->n_posts;
+	ping_tick(&t->m, t0 + 999);
+	assert_int_equal(t->fx->n_posts, from);
+	ping_tick(&t->m, t0 + 1000);
+	m = last_send(t, from, conn_id(l->conns[0]));
+	assert_int_equal(MESH_PING_SEQ_N(m->keepalive->seq), 2);
+	mesh_peer_msg_free(m);
+	ping_tick(&t->m, t0 + 1049);
+	assert_int_equal(ping_n, 1);
+	ping_tick(&t->m, t0 + 1050);
+	assert_int_equal(ping_n, 3);
+	assert_int_equal(ping_got[1].status, -ETIMEDOUT);
+	assert_int_equal(ping_got[1].seq, 2);
+	assert_true(ping_got[2].done);
+	for (uint32_t i = 0; i < MESH_PING_MAX; i++)
+		assert_int_equal(t->m.pings.p[i].fd, -1);
+	mt_finish(t);
+}
+
+/* ping_start refuses what it cannot do, each with its own error and words: this node, an unknown
+ * node, a link not UP, a rail out of range, a peer without keepalives; and its bounds: one ping per
+ * connection, MESH_PING_PER_UID of a user, MESH_PING_MAX in all; a client gone frees its entry. */
+static void ping_start__refusals_and_bounds__said(void **state)
+{
+	struct ping_request rq = {.peer = 1, .rail = -1, .count = 5, .interval_ms = 1000, .timeout_ms = 2000, .uid = 1000};
+	struct mt *t = *state;
+	struct link *l;
+	uint32_t rails;
+	const char *why;
+	static const struct {
+		uint32_t peer;
+		int rail;
+		int err;
+		const char *words;
+	} refused[] = {
+		{2, -1, -EINVAL, "node 2 is this node"},
+		{9, -1, -EHOSTUNREACH, "node 9 is not in the configuration"},
+		{3, -1, -ENETUNREACH, "the link to node 3 is DOWN"},
+		{1, 1, -EINVAL, "rail 1: this node has 1 rail (rail 0)"},
+	};
+
+	ping_n = 0;
+	ping_fail_report = 0;
+	mt_init(t, 2, ids123, 3);
+	t->m.pings.ops.report = ping_record;
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct ping_request q = rq;
+
+		q.peer = refused[i].peer;
+		q.rail = refused[i].rail;
+		why = NULL;
+		assert_int_equal(ping_start(&t->m, 7, &q, &rails, &why), refused[i].err);
+		if (!why || !strstr(why, refused[i].words))
+			fail_msg("case %zu: \"%s\" does not say \"%s\"", i, why ? why : "", refused[i].words);
+	}
+	assert_int_equal(ping_start(&t->m, 7, &rq, &rails, &why), 0);
+	assert_int_equal(ping_start(&t->m, 7, &rq, &rails, &why), -EBUSY);
+	assert_non_null(strstr(why, "on this connection already"));
+	assert_int_equal(ping_start(&t->m, 8, &rq, &rails, &why), 0);
+	assert_int_equal(ping_start(&t->m, 9, &rq, &rails, &why), -EBUSY);
+	assert_non_null(strstr(why, "uid 1000 runs 2 pings already"));
+	rq.privileged = true;
+	for (int fd = 9; fd < 9 + (int)MESH_PING_MAX - 2; fd++)
+		assert_int_equal(ping_start(&t->m, fd, &rq, &rails, &why), 0);
+	assert_int_equal(ping_start(&t->m, 100, &rq, &rails, &why), -EBUSY);
+	assert_non_null(strstr(why, "8 pings run already"));
+	ping_client_gone(&t->m, 8);
+	assert_int_equal(ping_start(&t->m, 100, &rq, &rails, &why), 0);
+	/* A client that cannot take a result loses its ping: here the probes' timeouts. */
+	ping_tick(&t->m, util_now_ms());
+	ping_fail_report = -EAGAIN;
+	ping_tick(&t->m, util_now_ms() + rq.timeout_ms);
+	for (uint32_t i = 0; i < MESH_PING_MAX; i++)
+		assert_int_equal(t->m.pings.p[i].fd, -1);
+	ping_fail_report = 0;
+	mt_finish(t);
+}
+
+/* A peer that did not agree keepalives (an older meshd of long ago) answers no probe: refused. */
+static void ping_start__peer_without_keepalives__eopnotsupp(void **state)
+{
+	struct ping_request rq = {.peer = 1, .rail = -1, .count = 5, .interval_ms = 1000, .timeout_ms = 2000};
+	struct mt *t = *state;
+	struct link *l;
+	uint32_t rails;
+	const char *why = NULL;
+
+	t->peer_feat_off = MESH_FEAT_KEEPALIVE;
+	mt_init(t, 2, ids123, 3);
+	l = lk(t, 1);
+	tick(t);
+	drive_to_up(t, l);
+	assert_int_equal(ping_start(&t->m, 7, &rq, &rails, &why), -EOPNOTSUPP);
+	assert_non_null(strstr(why, "answers no probes"));
+	mt_finish(t);
+}
+
 /* Keepalives by WRITE (MESH_FEAT_KA_WRITE): rail 0's keepalive is one RDMA WRITE into the peer's
  * mailbox word, no message, every interval (one not completed by the next is a miss); the latest
  * one's completion is the round trip; the peer's word changing in our mailbox is its sign of
@@ -2740,6 +2921,9 @@ static const struct CMUnitTest tests[] = {
 	T(mesh_accept__stale_epoch__rejected_estale),
 	T(mesh_keepalive__not_agreed__no_timeout_no_keepalive),
 	T(mesh_keepalive__by_write__word_is_life_completion_is_rtt),
+	T(mesh_ping__probe_echoed__timed_once_then_lost_then_done),
+	T(ping_start__refusals_and_bounds__said),
+	T(ping_start__peer_without_keepalives__eopnotsupp),
 	T(mesh_keepalive__older_peer_or_small_mailbox__messages),
 	T(mesh_link_state__redials_while_down__time_in_state_kept),
 	T(mesh_accept__late_qp_of_failed_attempt__rejected_estale),

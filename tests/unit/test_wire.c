@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -881,6 +882,78 @@ static void mesh_ctl_req_decode__garbage__ebadmsg(void **state)
 	expect_ctl_refused(cut_bytes, sizeof(cut_bytes), -EBADMSG, NULL);
 }
 
+/* CTL_OP_PING: every bound of wire.h, just inside and just outside; one table, one loop. */
+static void mesh_ctl_req_decode__ping_bounds__checked(void **state)
+{
+	static const struct {
+		uint32_t node, count, interval_ms, timeout_ms;
+		bool has_rail;
+		uint32_t rail;
+		const char *refused; /* NULL: decodes */
+	} cases[] = {
+		{2, 1, 0, 0, false, 0, NULL},
+		{MESH_NODE_ID_MAX, MESH_PING_COUNT_MAX, MESH_PING_INTERVAL_MIN_MS, MESH_PING_TIMEOUT_MAX_MS, true,
+		 MESH_RAILS_MAX - 1, NULL},
+		{2, 5, MESH_PING_INTERVAL_MAX_MS, 1, false, 0, NULL},
+		{MESH_NODE_ID_MAX + 1, 5, 0, 0, false, 0, "node out of range"},
+		{2, 0, 0, 0, false, 0, "count out of range"},
+		{2, MESH_PING_COUNT_MAX + 1, 0, 0, false, 0, "count out of range"},
+		{2, 1000000, 0, 0, false, 0, "count out of range"},
+		{2, 5, MESH_PING_INTERVAL_MIN_MS - 1, 0, false, 0, "interval_ms out of range"},
+		{2, 5, MESH_PING_INTERVAL_MAX_MS + 1, 0, false, 0, "interval_ms out of range"},
+		{2, 5, 0, MESH_PING_TIMEOUT_MAX_MS + 1, false, 0, "timeout_ms out of range"},
+		{2, 5, 0, 0, true, MESH_RAILS_MAX, "rail out of range"},
+		{2, 5, 0, 0, false, MESH_RAILS_MAX, NULL}, /* a rail without has_rail means nothing */
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		CtlRequest q = CTL_REQUEST__INIT, *r = NULL;
+		uint8_t buf[128];
+		const char *why;
+		size_t len;
+
+		q.version = MESH_CTL_VERSION;
+		q.op = CTL_OP__CTL_OP_PING;
+		q.node = cases[i].node;
+		q.count = cases[i].count;
+		q.interval_ms = cases[i].interval_ms;
+		q.timeout_ms = cases[i].timeout_ms;
+		q.has_rail = cases[i].has_rail;
+		q.rail = cases[i].rail;
+		assert_true(ctl_request__get_packed_size(&q) <= sizeof(buf));
+		len = ctl_request__pack(&q, buf);
+		if (cases[i].refused) {
+			expect_ctl_refused(buf, len, -EPROTO, cases[i].refused);
+			continue;
+		}
+		if (mesh_ctl_req_decode(buf, len, &r, &why))
+			fail_msg("case %zu: refused: %s", i, why);
+		assert_int_equal(r->op, CTL_OP__CTL_OP_PING);
+		assert_int_equal(r->count, cases[i].count);
+		assert_int_equal(r->interval_ms, cases[i].interval_ms);
+		mesh_ctl_req_free(r);
+	}
+}
+
+/* A probe's seq (MESH_PING_SEQ): tagged, never one of our keepalives' numbers, id and number back. */
+static void mesh_ping_seq__round_trip__tagged(void **state)
+{
+	static const struct {
+		uint32_t id, n;
+	} cases[] = {{1, 1}, {0x7fffffffu, 0xffffffffu}, {12345, 0}};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t s = MESH_PING_SEQ(cases[i].id, cases[i].n);
+
+		assert_true(s & MESH_PING_TAG);
+		assert_int_equal(MESH_PING_SEQ_ID(s), cases[i].id);
+		assert_int_equal(MESH_PING_SEQ_N(s), cases[i].n);
+	}
+	assert_int_equal(MESH_PING_SEQ_ID(MESH_PING_SEQ(0x80000001u, 7)), 1); /* the id wraps within 31 bits */
+}
+
 static void mesh_ctl_req_decode__4097_bytes__emsgsize(void **state)
 {
 	uint8_t *buf = calloc(1, MESH_CTL_REQ_MAX + 1);
@@ -983,6 +1056,8 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_ctl_req_decode__unknown_object_7__eproto),
 	cmocka_unit_test(mesh_ctl_req_decode__garbage__ebadmsg),
 	cmocka_unit_test(mesh_ctl_req_decode__4097_bytes__emsgsize),
+	cmocka_unit_test(mesh_ctl_req_decode__ping_bounds__checked),
+	cmocka_unit_test(mesh_ping_seq__round_trip__tagged),
 	cmocka_unit_test(mesh_strerror__every_mesh_code__distinct_name),
 	cmocka_unit_test(mesh_strerror__errno_values__strerror),
 	cmocka_unit_test(mesh_strerror__outside_ranges__unknown_error),
