@@ -14,7 +14,7 @@ fail=0
 bad() { echo "FAIL $*"; fail=1; }
 ok() { echo "ok   $*"; }
 
-for page in meshd.8 meshctl.8 mesh.conf.5 libmesh.3 meshcat.1 meshecho.1 meshbench.1; do
+for page in meshd.8 meshd-keeper.8 meshctl.8 mesh.conf.5 libmesh.3 meshcat.1 meshecho.1 meshbench.1; do
 	if [ ! -s "$pages/$page" ]; then
 		bad "$page was not built"
 		continue
@@ -39,6 +39,7 @@ check_opts() {
 }
 check_opts "$build/node/meshd" meshd.8
 check_opts "$build/node/meshctl" meshctl.8
+check_opts "$build/node/meshd-keeper" meshd-keeper.8
 check_opts "$build/meshlib/meshcat" meshcat.1
 check_opts "$build/meshlib/meshecho" meshecho.1
 check_opts "$build/meshlib/meshbench" meshbench.1
