@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <libgen.h>
 #include <malloc.h>
@@ -804,6 +805,44 @@ static void admin_moved(void *ctx, struct channel *ch, uint32_t from)
 	admin_watch_kick(a, ch);
 }
 
+/* A listening client's connection the last meshd kept (channel_store.c): a client again, its user
+ * from the connection (SO_PEERCRED), listening on port as it asked the last meshd. Takes fd (closed
+ * on failure). */
+static int admin_adopt(void *ctx, int fd, uint16_t port)
+{
+	struct admin *a = ctx;
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	const char *why = NULL;
+	char full[128];
+	int slot, ret;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || fcntl(fd, F_SETFL, O_NONBLOCK)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	pthread_mutex_lock(&a->lock);
+	slot = admin_slot_for(a, cred.uid, full, sizeof(full));
+	ret = slot < 0 ? -EMFILE : admin_watch_fd(a->ctl_epfd, fd, ADMIN_TAG(ADMIN_EV_CLIENT));
+	if (!ret) {
+		a->client_uid[slot] = cred.uid;
+		a->client_pid[slot] = cred.pid;
+		a->clients[slot] = fd;
+	}
+	pthread_mutex_unlock(&a->lock);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	ret = channel_listen(a->mesh, port, fd, cred.uid, &why);
+	if (ret) {
+		log_warn("port %u: %s", port, why);
+		admin_drop(a, slot);
+	}
+	return ret;
+}
+
 void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life, const int *rail_epfd,
 			 uint32_t n_rails)
 {
@@ -815,6 +854,7 @@ void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life, 
 	a->mesh->ch_ops.deliver = admin_deliver;
 	a->mesh->ch_ops.watch = admin_watch;
 	a->mesh->ch_ops.moved = admin_moved;
+	a->mesh->ch_ops.adopt = admin_adopt;
 	a->mesh->ch_ops.ctx = a;
 }
 

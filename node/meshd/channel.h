@@ -192,6 +192,7 @@ struct listener {
 	uint16_t port;
 	int fd;       /* the client connection that listens */
 	uint32_t uid; /* its user (SO_PEERCRED): channels accepted on the port are theirs */
+	bool kept;    /* its connection is in the service manager's store (channel_store.c) */
 };
 
 /* What admin.c provides: delivery of a channel to an application. */
@@ -203,6 +204,9 @@ struct channel_ops {
 	void (*watch)(void *ctx, struct channel *ch, bool add);
 	/* The channel moved from rail `from` to ch->rail: its kick moves to that rail's thread. */
 	void (*moved)(void *ctx, struct channel *ch, uint32_t from);
+	/* A listening client's connection the last meshd kept (channel_store.c): served as a client
+	 * again, listening on port. Takes the descriptor (closed on failure); 0 or -errno. */
+	int (*adopt)(void *ctx, int fd, uint16_t port);
 	void *ctx;
 };
 

@@ -53,6 +53,7 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
 	li->uid = uid;
 	li->next = m->listeners;
 	m->listeners = li;
+	channel_store_keep_listener(m, li);
 	log_debug("listening on port %u for client fd %d (uid %u)", port, client_fd, uid);
 	return 0;
 }
@@ -234,6 +235,7 @@ void channel_client_gone(struct mesh *m, int client_fd)
 
 		if (li->fd == client_fd) {
 			*pp = li->next;
+			channel_store_drop_listener(m, li);
 			free(li);
 		} else {
 			pp = &li->next;

@@ -160,6 +160,9 @@ struct channel *channel_restore(struct link *l, const struct channel_record *r, 
 void channel_store_keep(struct channel *ch);
 void channel_store_drop(struct channel *ch);
 void channel_store_rename(struct channel *ch, uint64_t peer_boot);
+/* And a listening client's connection, kept with its port: the application's listener lives on. */
+void channel_store_keep_listener(struct mesh *m, struct listener *li);
+void channel_store_drop_listener(struct mesh *m, struct listener *li);
 
 /* channel_aq.c */
 void channel_aq_offer(struct channel *ch);

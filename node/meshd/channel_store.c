@@ -107,6 +107,36 @@ void channel_store_rename(struct channel *ch, uint64_t peer_boot)
 		channel_store_keep(ch); /* under the name that says the new epoch */
 }
 
+void channel_store_keep_listener(struct mesh *m, struct listener *li)
+{
+	char name[STORE_NAME_MAX];
+	int ret;
+
+	if (!m->store.keep || li->kept)
+		return;
+	if (m->store.restoring) {
+		li->kept = true; /* in the store already, under this name */
+		return;
+	}
+	snprintf(name, sizeof(name), STORE_FMT ".listen.%u", li->port);
+	ret = m->store.keep(m->store.ctx, name, &li->fd, 1);
+	if (ret)
+		log_warn("port %u: cannot keep its listener for a restart: %s; it ends with this meshd", li->port,
+			 mesh_strerror(ret));
+	li->kept = !ret;
+}
+
+void channel_store_drop_listener(struct mesh *m, struct listener *li)
+{
+	char name[STORE_NAME_MAX];
+
+	if (!li->kept || m->store.handover)
+		return;
+	snprintf(name, sizeof(name), STORE_FMT ".listen.%u", li->port);
+	m->store.drop(m->store.ctx, name);
+	li->kept = false;
+}
+
 /* ---- the next meshd: restoring what the last one kept ---- */
 
 /* "mc1.<id>.<kind>[.record]": the id and the kind's index, and where the record starts. -1: not ours. */
@@ -248,6 +278,32 @@ static int restore_one(struct mesh *m, const int *fds, char *const *names, bool 
 	return err;
 }
 
+/* A listening client's connection: served again, listening on its port (the client's uid from
+ * the connection itself, SO_PEERCRED, as at any accept). Takes fd; 0, or -errno said (its name
+ * is then dropped from the store). */
+static int restore_listener(struct mesh *m, int fd, const char *name, const char *port_s)
+{
+	char *end;
+	unsigned long port;
+	int ret = -EINVAL;
+
+	errno = 0;
+	port = strtoul(port_s, &end, 10);
+	if (!errno && end != port_s && !*end && port <= UINT16_MAX && m->ch_ops.adopt)
+		ret = m->ch_ops.adopt(m->ch_ops.ctx, fd, (uint16_t)port);
+	else
+		close(fd);
+	if (ret)
+		m->store.drop(m->store.ctx, name);
+	if (ret)
+		log_warn("listener on port %s kept by the last meshd cannot be restored: %s; its application's accept "
+			 "fails",
+			 port_s, mesh_strerror(ret));
+	else
+		log_info("listener on port %lu kept by the last meshd listens again", port);
+	return ret;
+}
+
 /* The store's other entries: the epoch of the meshd that kept them, and strays (a descriptor of a
  * channel whose ring is not there), which go. */
 static void restore_rest(struct mesh *m, const int *fds, char *const *names, bool *taken, size_t n)
@@ -259,6 +315,11 @@ static void restore_rest(struct mesh *m, const int *fds, char *const *names, boo
 			uint64_t e = strtoull(names[i] + sizeof(STORE_FMT) + 6, NULL, 10);
 
 			m->predecessor_epoch = MAX(m->predecessor_epoch, e);
+		} else if (!strncmp(names[i], STORE_FMT ".listen.", sizeof(STORE_FMT) + 7)) {
+			/* The listener's now, kept under the same name, or closed and dropped. */
+			restore_listener(m, fds[i], names[i], names[i] + sizeof(STORE_FMT) + 7);
+			taken[i] = true;
+			continue;
 		} else {
 			log_warn("descriptor \"%s\" in the store is no channel's: dropped", names[i]);
 		}
@@ -305,7 +366,9 @@ int channel_store_restore(struct mesh *m, const int *fds, char *const *names, si
 		else
 			restored++;
 	}
+	m->store.restoring = true;
 	restore_rest(m, fds, names, taken, n);
+	m->store.restoring = false;
 	free(taken);
 	if (!m->store.keep)
 		return 0;

@@ -332,7 +332,7 @@ struct mesh {
 		void (*drop)(void *ctx, const char *name);
 		void *ctx;
 		uint32_t n_kept;
-		bool handover;
+		bool handover, restoring;
 	} store;
 	uint64_t scopes;     /* attempts' protection scopes handed out (link_begin) */
 	uint64_t fd_limit;   /* RLIMIT_NOFILE in force, 0 unknown (channel.c keeps a reserve of it) */

@@ -10,7 +10,8 @@ throughout (each receiver checks every byte):
   2. A planned restart of node 2's meshd (SIGUSR2 to its keeper: SIGTERM, then a new meshd): the old
      one says how many channels it handed over and exits 0, node 1 hears the restart (its link DOWN
      says so, without a warning), the new one restores both channels, node 1 resumes them (the link
-     UP again, the channels OPEN, resumed) and the streams go on.
+     UP again, the channels OPEN, resumed) and the streams go on. A listener opened on node 2 before
+     the restart, with nothing accepted yet, accepts a channel opened after it.
   3. A crash of node 1's meshd (SIGKILL; the keeper starts it again): the same, the peer seeing the
      link go DOWN by itself.
   4. Both streams end intact: every byte checked by the receivers, which exit 0, as the senders do.
@@ -148,7 +149,9 @@ def main():
         rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], 7102)
         tx1 = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, 7101, args.bytes, "-R", args.rate)
         tx2 = fixtures.chan_test(args.build, c.nodes[2]["sock"], "send", 1, 7102, args.bytes, "-R", args.rate)
-        procs = [rx1, rx2, tx1, tx2]
+        # A listener with nothing accepted yet: it must outlive its meshd's restart too.
+        rx_late = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], 7104)
+        procs = [rx1, rx2, tx1, tx2, rx_late]
         ports = (7101, 7102)
         check(wait_until(lambda: all(chan_of(c, i, p).get("state") == "OPEN" for i in (1, 2) for p in ports), 20),
               "two paced streams run, node 1 to node 2 and node 2 to node 1")
@@ -166,6 +169,12 @@ def main():
         text1 = log_text(c, 1)
         check(not re.search(r"warn: .*link to node 2 DOWN", text1), "node 1 logged the planned restart without a warning",
               "\n".join(l for l in text1.splitlines() if "warn" in l)[-1500:])
+        # The listener opened before the restart accepts a channel made after it.
+        rc, out = finish(fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, 7104, 1 << 20), 60)
+        rc2, out2 = finish(rx_late, 30)
+        check(rc == 0 and rc2 == 0 and "listens again" in log_text(c, 2),
+              "a listener opened before the restart (nothing accepted yet) accepts a channel opened after it, "
+              "1 MiB intact", f"sender exit {rc}: {out[-300:]}; receiver exit {rc2}: {out2[-300:]}")
         time.sleep(2)
 
         # 3. crash of node 1 (the acceptor)
