@@ -18,6 +18,7 @@ throughout (each receiver checks every byte):
   5. A channel open while node 2's meshd stops for good (SIGTERM to its keeper, the store emptied):
      its application there fails with "the local meshd is gone" (MESH_EMESHDGONE), not a reset by
      the peer; node 1's end fails once resume_timeout_ms passed.
+  6. No sanitizer report or error line in the log of any meshd of the run.
 Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
 """
 import argparse
@@ -220,6 +221,15 @@ def main():
         c.stop_all()
         if fixtures.failed:
             c.dump_logs()
+        # Every meshd of the run (the keepers append each one's lines): no sanitizer report, no error.
+        bad = []
+        for i, nd in c.nodes.items():
+            if os.path.exists(nd["log"]):
+                with open(nd["log"]) as f:
+                    bad += [f"meshd {i}: {line.rstrip()}" for line in f if "Sanitizer" in line
+                            or "runtime error" in line or " error: " in line]
+        check(not bad, "no errors or sanitizer reports in the logs of the meshd restarted",
+              f"{len(bad)} lines:\n  " + "\n  ".join(bad[:20]))
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"{fixtures.passed} passed, {fixtures.failed} failed")
     return 1 if fixtures.failed else 0
