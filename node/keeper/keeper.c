@@ -4,8 +4,9 @@
  * It starts the program given after "--" with $NOTIFY_SOCKET naming a datagram socket of its own;
  * the program sends sd_notify(3) lines there: READY=1, STATUS=, STOPPING=1 are noted, FDSTORE=1 with
  * FDNAME= and descriptors (SCM_RIGHTS) keeps them in the store, FDSTOREREMOVE=1 with FDNAME= drops
- * them. When the program exits other than cleanly (a signal, a status other than 0), or on SIGUSR2
- * (a planned restart: SIGTERM to it first), it is started again with the store passed on as systemd
+ * them. When the program is killed, or exits with a status other than 0 after it said READY=1 (one
+ * that refuses to start would refuse again), or on SIGUSR2 (a planned restart: SIGTERM to it first),
+ * it is started again with the store passed on as systemd
  * does: descriptors from 3, LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID. SIGTERM and SIGINT stop it and
  * empty the store; SIGHUP goes to it. Only the program's own process may speak on the socket (its
  * credentials), the store has a bound, and a malformed datagram is said and dropped.
@@ -48,6 +49,7 @@ struct keeper {
 	pid_t child;
 	char **argv;
 	bool stopping, restart;
+	bool ready; /* the running child said READY=1: it started, and a failure later is a crash */
 	time_t starts[KEEP_BURST];
 	unsigned n_starts;
 };
@@ -115,7 +117,9 @@ static void on_message(struct keeper *k, char *text, const int *fds, size_t nfds
 	bool fdstore = false, remove = false;
 
 	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		if (!strcmp(line, "FDSTORE=1"))
+		if (!strcmp(line, "READY=1"))
+			k->ready = true;
+		else if (!strcmp(line, "FDSTORE=1"))
 			fdstore = true;
 		else if (!strcmp(line, "FDSTOREREMOVE=1"))
 			remove = true;
@@ -235,6 +239,7 @@ static int start(struct keeper *k)
 		_exit(127);
 	}
 	k->child = pid;
+	k->ready = false;
 	if (k->n)
 		say("started %s (pid %d) with %zu kept descriptors", k->argv[0], (int)pid, k->n);
 	return 0;
@@ -342,6 +347,13 @@ int main(int argc, char **argv)
 				failed = !WIFEXITED(ws) || WEXITSTATUS(ws);
 				if (k.stopping || (!failed && !k.restart))
 					goto out;
+				if (failed && !k.ready && WIFEXITED(ws)) {
+					/* It refused to start (a configuration it cannot use): another start
+					 * would refuse again. */
+					say("%s (pid %d) exited with %d before it was ready: not starting it again",
+					    k.argv[0], (int)pid, WEXITSTATUS(ws));
+					goto out;
+				}
 				say("%s (pid %d) %s %d: starting it again", k.argv[0], (int)pid,
 				    WIFEXITED(ws) ? "exited with" : "was killed by signal",
 				    WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));

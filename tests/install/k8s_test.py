@@ -8,8 +8,10 @@ promises asserted, and the entry point meshd-k8s-start run for real against the 
     on the port of the ConfigMap's cluster.metrics_listen; the key from a Secret as a file.
   * ConfigMap: every node-ids line names an id of mesh.conf's nodes, once each.
   * Application pod: the same hostPath at /run/meshd, in socket_group's gid (supplementalGroups).
-  * meshd-k8s-start: NODE_NAME=worker-b starts meshd as node 2 (meshctl node says so); an unlisted
-    node, a doubled name and a non-numeric id are refused with their reason.
+  * meshd-k8s-start: NODE_NAME=worker-b starts meshd as node 2 (meshctl node says so) under
+    meshd-keeper; a changed ConfigMap is reloaded, a broken one refused; meshd killed inside the pod
+    is started again by the keeper while the entry point runs on; an unlisted node, a doubled name and
+    a non-numeric id are refused with their reason.
 Skipped (77) without python3-yaml.
 """
 import argparse
@@ -147,7 +149,8 @@ def entry_point(k8s, build, port):
     ids = os.path.join(work, "node-ids")
     sock = os.path.join(work, "meshd.sock")
     env = dict(os.environ, MESH_CONFIG=conf, MESH_NODE_IDS=ids, MESH_SOCKET=sock, MESHD=meshd,
-               MESHCTL=meshctl, MESH_RELOAD_POLL_S="1")
+               MESHCTL=meshctl, MESH_RELOAD_POLL_S="1",
+               MESH_KEEPER=os.path.join(os.path.dirname(meshd), "meshd-keeper"))
 
     def node_info():
         r = subprocess.run([meshctl, "-s", sock, "-j", "node"], capture_output=True, text=True)
@@ -192,6 +195,18 @@ def entry_point(k8s, build, port):
         check(n.get("config_generation") == 2 and "syntax error" in n.get("config_error", ""),
               "a broken ConfigMap is refused: meshd keeps generation 2 and says why (config_error)",
               str({k: n.get(k) for k in ("config_generation", "config_refused", "config_error")}))
+        # meshd crashes inside the pod: meshd-keeper starts it again (its channels kept), the entry
+        # point runs on. (From a good ConfigMap: a new meshd refuses a broken one, and its keeper
+        # does not start it again.)
+        configmap(4, 'log_level = "info";')
+        until(lambda: node_info().get("config_generation") == 3, 20)
+        pid0 = node_info().get("pid")
+        if pid0:
+            os.kill(pid0, signal.SIGKILL)
+        n = until(lambda: node_info().get("pid") not in (None, pid0) and node_info(), 20) or {}
+        check(pid0 and n.get("id") == 2 and p.poll() is None,
+              "meshd killed inside the pod is started again by meshd-keeper (a new pid, node 2), the entry point "
+              "runs on", f"pid {pid0} -> {n.get('pid')}, entry point {p.poll()}")
     finally:
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=10)
@@ -199,7 +214,6 @@ def entry_point(k8s, build, port):
     check(rc == 0 and "changed: meshctl reload" in out and "kept its configuration" in out,
           "meshd-k8s-start passes SIGTERM to meshd and exits with its status (0), having said each reload",
           f"exit {rc}: {out[-600:]}")
-    configmap(4, 'log_level = "info";')
     for text, name, want in (("worker-a 1\n", "worker-z", 'no line for Kubernetes node "worker-z"'),
                              ("worker-a 1\nworker-a 2\n", "worker-a", "listed 2 times"),
                              ("worker-a one\n", "worker-a", "is not a number"),
