@@ -314,6 +314,9 @@ static const struct field node_fields[] = {
 	NF("draining", F_BOOL, draining),
 	NF("drain_left_ms", F_U64, drain_left_ms),
 	NF("channels", F_U32, channels),
+	NF("fd_store", F_BOOL, fd_store),
+	NF("channels_kept", F_U32, channels_kept),
+	NF("predecessor_epoch", F_U64, predecessor_epoch),
 };
 
 #define DF(key, table, width, kind, member) {key, table, width, kind, offsetof(NumaDevice, member), false}

@@ -439,6 +439,9 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->draining = m->draining;
 	n->drain_left_ms = m->draining && m->drain_deadline_ms > util_now_ms() ? m->drain_deadline_ms - util_now_ms() : 0;
 	n->channels = m->n_channels;
+	n->fd_store = m->store.keep != NULL;
+	n->channels_kept = m->store.n_kept;
+	n->predecessor_epoch = m->predecessor_epoch;
 	n->pid = (uint32_t)getpid();
 	n->version = version;
 	n->peer_rejects = m->peer_rejects;

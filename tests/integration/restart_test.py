@@ -116,8 +116,11 @@ def restart(c, args, node, how, ports):
                 f"resumed ({took:.2f} s from the signal)",
           f"node {node}: {[chan_of(c, node, p) for p in ports]}; node {other}: {[chan_of(c, other, p) for p in ports]}")
     text = log_text(c, node)
-    check(re.search(r"restored 2 channels kept by the meshd started at \d+", text) is not None,
-          f"node {node}'s new meshd says it restored both channels", text[-1500:])
+    info = c.ctl(node, "node") or {}
+    check(re.search(r"restored 2 channels kept by the meshd started at \d+", text) is not None
+          and info.get("fd_store") and info.get("channels_kept", 0) >= 2 and info.get("predecessor_epoch", 0) > 0,
+          f"node {node}'s new meshd says it restored both channels (meshctl node: fd_store, channels_kept "
+          f"{info.get('channels_kept')}, predecessor_epoch set)", text[-1500:])
     return took
 
 
