@@ -297,6 +297,7 @@ Hello peer_hello(struct mt *t, struct link *l)
 	h.node_id = l->peer->id;
 	h.cluster_hash = mesh_cluster_hash(t->cfg.cluster_name);
 	h.boot_epoch = t->peer_boot ? t->peer_boot : 4242;
+	h.predecessor_epoch = t->peer_pred;
 	h.link_epoch = l->epoch;
 	h.features = MESH_FEAT_ALL & ~t->peer_feat_off;
 	h.qp_count = t->cfg.qps_per_link;

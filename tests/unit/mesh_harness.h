@@ -37,6 +37,7 @@ struct mt {
 				 * apart by the instance a request came to); freed by mt_close */
 	bool two_providers;     /* with fx1 and one rail: fx and fx1 are two providers (transport "auto") */
 	uint64_t peer_boot; /* the peer meshd's boot epoch in its Hello and private data; 0: 4242 */
+	uint64_t peer_pred; /* its Hello's predecessor_epoch (a restart with its channels kept) */
 	uint64_t peer_feat_off; /* feature bits the peer's Hello leaves out (an older peer) */
 	/* With keys (t->m.keys set after mt_init): the peer proves with peer_keys (its first key). */
 	struct auth_keys peer_keys;
