@@ -13,7 +13,8 @@ What it asserts, in order, with a paced stream from node 1 to node 2 running thr
      the log says why.
   4. The log level is raised by a reload and lowered by the next (meshctl node: log_level).
   5. Node 3 moves to another port (meshd 3 restarted there, 1 and 2 reload): its links re-form there,
-     the link 1-2 is not touched.
+     the link 1-2 is not touched. With --rail-addrs every node has a second rail, and node 3 moves
+     that rail to another address instead: its links re-form there on both rails.
   6. A channel from node 1 to node 3 is open; node 3 is removed from the file and 1 and 2 reload: the
      links to node 3 close, both ends of that channel fail with "removed from the configuration"
      (MESH_EREMOVED), node 3's link DOWN says node 1 removed it.
@@ -40,10 +41,16 @@ import fixtures  # noqa: E402
 from fixtures import check, finish, wait_until  # noqa: E402
 
 
-def write_conf(c, ids, key="cluster.key", extra="", ports=None):
-    """mesh.conf with nodes ids (their Cluster address and port, or ports[i]), atomically: a meshd
-    that reloads reads a whole file, never half of one."""
+def write_conf(c, ids, key="cluster.key", extra="", ports=None, rails=None):
+    """mesh.conf with nodes ids (their Cluster address and port, or ports[i]; with --rail-addrs a
+    second rail each, or rails[i]), atomically: a meshd that reloads reads a whole file, never half
+    of one."""
     ports = ports or {}
+    rails = rails or {}
+    ra = c.a.rail_addrs.split()
+
+    def rail(i):
+        return f'rails = ["{rails.get(i, ra[i - 1])}"]; ' if ra else ""
     text = ('cluster = {\n  name = "itest";\n'
             f'  transport = "{c.a.transport}";\n  qps_per_link = {c.a.qps};\n'
             f'  keepalive_interval_ms = {c.a.ka_interval};\n  keepalive_timeout_ms = {c.a.ka_timeout};\n'
@@ -51,7 +58,7 @@ def write_conf(c, ids, key="cluster.key", extra="", ports=None):
             '  backoff_initial_ms = 100;\n  backoff_max_ms = 1000;\n'
             f'  key_file = "{key}";\n' + (extra or '  log_level = "info";\n') + '};\n'
             "nodes = (\n" + ",\n".join(
-                f'  {{ id = {i}; addr = "{c.nodes[i]["addr"]}"; port = {ports.get(i, c.nodes[i]["port"])}; }}'
+                f'  {{ id = {i}; addr = "{c.nodes[i]["addr"]}"; port = {ports.get(i, c.nodes[i]["port"])}; {rail(i)}}}'
                 for i in ids) + "\n);\n")
     tmp = c.conf + ".tmp"
     with open(tmp, "w") as f:
@@ -112,6 +119,8 @@ def main():
     ap.add_argument("--bytes", type=int, default=60 << 20, help="the stream from node 1 to node 2")
     ap.add_argument("--rate", type=int, default=3 << 20, help="its bytes per second")
     ap.add_argument("--up-timeout", type=float, default=60)
+    ap.add_argument("--rail-addrs", default="", help="a second rail: nodes 1, 2 and 3's addresses on it, and "
+                    "a fourth that node 3 moves to in step 5 (instead of its port)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     args.nodes = 3
@@ -190,19 +199,25 @@ def main():
         rc, out = reload_ctl(c, 2)
         check(rc == 0 and node(c, 2).get("log_level") == "info", "and back to info by the next")
 
-        # 5. node 3 moves to another port: its links re-form there, 1-2 untouched
-        ports = {3: c.nodes[3]["port"] + 10}
+        # 5. node 3 moves to another port (with --rail-addrs: its second rail to another address):
+        # its links re-form there, 1-2 untouched
+        ra = args.rail_addrs.split()
+        ports = {3: c.nodes[3]["port"] + (0 if ra else 10)}
+        rails = {3: ra[3]} if ra else {}
         c.nodes[3]["proc"].terminate()
         c.nodes[3]["proc"].wait(timeout=10)
-        write_conf(c, [1, 2, 3], key="new.key", ports=ports)
+        write_conf(c, [1, 2, 3], key="new.key", ports=ports, rails=rails)
         c.start(3)
         reload_hup(c, 1)
         reload_ctl(c, 2)
         up = wait_until(lambda: all((c.links(i) or {}).get(3, {}).get("state") == "UP"
-                                    and (c.links(i) or {}).get(3, {}).get("port") == ports[3] for i in (1, 2)),
+                                    and (c.links(i) or {}).get(3, {}).get("port") == ports[3]
+                                    and (c.links(i) or {}).get(3, {}).get("rails_up", 1) == (2 if ra else 1)
+                                    for i in (1, 2)),
                         args.up_timeout, 0.1)
-        check(up, f"node 3 moved to port {ports[3]}: nodes 1 and 2 reach it there after a reload",
-              str({i: (c.links(i) or {}).get(3) for i in (1, 2)}))
+        where = f"its second rail to {ra[3]}" if ra else f"port {ports[3]}"
+        check(up, f"node 3 moved {where}: nodes 1 and 2 reach it there after a reload"
+              + (" on both rails" if ra else ""), str({i: (c.links(i) or {}).get(3) for i in (1, 2)}))
         check(all("node 3 moved in the configuration" in log_text(c, i) for i in (1, 2)), "both logs say node 3 moved")
 
         # 6. node 3 removed while a channel to it is open
