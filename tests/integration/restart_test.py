@@ -41,14 +41,33 @@ from fixtures import check, finish, wait_until  # noqa: E402
 
 
 class KeptCluster(fixtures.Cluster):
-    """Each meshd under its own meshd-keeper."""
+    """Each meshd under its own meshd-keeper. With --from BASE (an upgrade): the keepers and meshd
+    of that build to begin with, each meshd run through a link of its own (upgrade() points it at
+    this build's meshd)."""
 
     def start(self, i):
         nd = self.nodes[i]
+        old = self.a.from_build
+        meshd = self.bin("meshd")
+        if old:
+            meshd = os.path.join(self.dir, f"meshd-{i}")
+            if not os.path.lexists(meshd):
+                os.symlink(os.path.join(old, "node", "meshd"), meshd)
+        keeper = os.path.join(old, "node", "meshd-keeper") if old else self.bin("meshd-keeper")
         logf = open(nd["log"], "a")
-        nd["proc"] = subprocess.Popen([self.bin("meshd-keeper"), "--", self.bin("meshd"), "-c", self.conf, "-n", str(i),
-                                       "-s", nd["sock"]], stdout=logf, stderr=logf)
+        nd["proc"] = subprocess.Popen([keeper, "--", meshd, "-c", self.conf, "-n", str(i), "-s", nd["sock"]],
+                                      stdout=logf, stderr=logf)
         logf.close()
+
+    def upgrade(self, i):
+        """Node i's next meshd is this build's (its keeper runs the link)."""
+        link = os.path.join(self.dir, f"meshd-{i}")
+        os.symlink(self.bin("meshd"), link + ".new")
+        os.replace(link + ".new", link)
+
+    def app_build(self):
+        """The applications' build: the base's in an upgrade (built against its libmesh)."""
+        return self.a.from_build or self.a.build
 
     def meshd_pid(self, i):
         """The keeper's child: the meshd running now, or None."""
@@ -134,9 +153,10 @@ def rolling(c, args):
     if not check(wait_until(lambda: c.all_up(), args.up_timeout, 0.2), f"{n} nodes form their full mesh"):
         raise RuntimeError("no mesh")
     port = 7200
-    rxs = {i: fixtures.chan_receiver(args.build, c.nodes[i]["sock"], port + i) for i in c.nodes}
+    apps = c.app_build()
+    rxs = {i: fixtures.chan_receiver(apps, c.nodes[i]["sock"], port + i) for i in c.nodes}
     total = int(args.rate * (n * 2.5 + 15))
-    txs = {i: fixtures.chan_test(args.build, c.nodes[i]["sock"], "send", i % n + 1, port + i % n + 1, total, "-R",
+    txs = {i: fixtures.chan_test(apps, c.nodes[i]["sock"], "send", i % n + 1, port + i % n + 1, total, "-R",
                                  args.rate, "-r", 1 << 18) for i in c.nodes}
     procs = list(rxs.values()) + list(txs.values())
 
@@ -148,10 +168,13 @@ def rolling(c, args):
     try:
         check(wait_until(lambda: all(node_ok(i) for i in c.nodes), 30, 0.2),
               f"a ring of {n} paced streams runs ({total} bytes each at {args.rate} B/s)")
-        took, restored = [], 0
+        took, restored, upgraded = [], 0, 0
+        new_meshd = os.path.realpath(c.bin("meshd"))
         for i in c.nodes:
             old = c.meshd_pid(i)
             t0 = time.monotonic()
+            if args.from_build:
+                c.upgrade(i)
             c.nodes[i]["proc"].send_signal(signal.SIGUSR2)
             if not wait_until(lambda: (p := c.meshd_pid(i)) and p != old, 30, 0.05):
                 check(False, f"node {i}'s keeper starts a new meshd")
@@ -162,10 +185,16 @@ def rolling(c, args):
                 check(False, f"after node {i}'s restart its links are UP and its two channels OPEN at both ends")
                 break
             restored += "restored 2 channels kept" in log_text(c, i)
+            try:
+                upgraded += os.path.realpath(f"/proc/{c.meshd_pid(i)}/exe") == new_meshd
+            except (OSError, TypeError):
+                pass
         took.sort()
-        check(len(took) == n and restored == n,
-              f"rolling restart of all {n} nodes, one at a time: each new meshd restored its 2 channels "
-              f"({restored} of {n}), its peers resumed them; signal to all OPEN again: median "
+        what = "upgrade from the base build" if args.from_build else "restart"
+        check(len(took) == n and restored == n and (not args.from_build or upgraded == n),
+              f"rolling {what} of all {n} nodes, one at a time: each new meshd restored its 2 channels "
+              f"({restored} of {n}{f', running this build: {upgraded}' if args.from_build else ''}), its peers "
+              f"resumed them; signal to all OPEN again: median "
               f"{took[len(took) // 2] if took else 0:.2f} s, max {max(took) if took else 0:.2f} s")
         bad = []
         for i in c.nodes:
@@ -197,8 +226,12 @@ def main():
     ap.add_argument("--up-timeout", type=float, default=60)
     ap.add_argument("--rolling", type=int, default=0, metavar="N",
                     help="instead: N nodes, a ring of streams, every node restarted in turn")
+    ap.add_argument("--from", dest="from_build", default="", metavar="BUILD",
+                    help="with --rolling: an upgrade; the nodes start with BUILD's meshd-keeper and meshd, the "
+                         "applications are BUILD's, and each node's next meshd is this build's")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
+    args.from_build = os.path.abspath(args.from_build) if args.from_build else ""
     args.nodes = args.rolling or 2
     args.cluster_extra = f"  resume_timeout_ms = {args.resume_ms};\n"
 
@@ -206,7 +239,8 @@ def main():
     c = KeptCluster(args, workdir)
     if args.rolling:
         print(f"# {args.nodes} meshd under meshd-keeper; transport {args.transport}; a ring of streams at "
-              f"{args.rate} B/s; every node restarted in turn", flush=True)
+              f"{args.rate} B/s; every node {'upgraded from ' + args.from_build if args.from_build else 'restarted'} "
+              f"in turn", flush=True)
         try:
             rolling(c, args)
         except Exception as e:  # pylint: disable=broad-except
