@@ -21,6 +21,9 @@ build_pkgs=(
     # test on its own port in its own namespace. Debian starts redis-server and memcached as services
     # on 127.0.0.1:6379 and :11211 where systemd runs; the tests never use those.
     redis-server redis-tools memcached libmemcached-tools
+    # Servers that fork per connection or into workers (preload_test.py --part fork): nginx with
+    # `daemon on` and two workers, socat's TCP-LISTEN,fork. Debian's nginx is not started here.
+    nginx-light socat
 )
 # The Soft-RoCE VM (tests/rdma/rxe-vm): Debian's own kernel has rdma_rxe as a module.
 vm_pkgs=(

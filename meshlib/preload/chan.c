@@ -48,12 +48,21 @@ static int chan_wait(struct pl_fd *p, short want)
 	}
 }
 
-/* A channel used by a forked child, or any call after the entry went bad. */
+/* Whether this process may use the channel (pl_chan_mine); another process uses it since a fork:
+ * named once, and the call fails with ENOTCONN. */
 static bool chan_usable(struct pl_fd *p)
 {
-	if (p->owner == getpid())
+	int user;
+
+	if (pl_chan_mine(p))
 		return true;
-	pl_warn(2, "a mesh channel inherited through fork() belongs to the parent: ENOTCONN in the child");
+	user = pl_chan_user(p);
+	if (user == PL_USER_CLOSED)
+		pl_warn(2, "a mesh channel inherited through fork() was closed by the process that used it: "
+			"ENOTCONN");
+	else
+		pl_warn(5, "a mesh channel inherited through fork() is used by process %d (one process at a time "
+			"uses a channel, the first to use it after the fork): ENOTCONN here", user);
 	return false;
 }
 
@@ -408,6 +417,11 @@ int pl_chan_ioctl(struct pl_fd *p, unsigned long req, void *arg)
 		break;
 	case FIONREAD:
 	case TIOCOUTQ:
+		if (!chan_usable(p)) {
+			errno = ENOTCONN;
+			ret = -1;
+			break;
+		}
 		pthread_mutex_lock(&p->lock);
 		pl_lib_enter();
 		ret = mesh_channel_status(p->ch, 0, &st);
@@ -449,7 +463,9 @@ int pl_chan_getsockopt(struct pl_fd *p, int level, int name, void *val, socklen_
 
 		atomic_store(&p->connecting, false);
 		ev = pl_chan_revents(p, false);
-		if (ev & POLLERR) {
+		if ((ev & POLLERR) && pl_chan_user(p) != pl_pid()) {
+			v = ENOTCONN; /* another process's since a fork */
+		} else if (ev & POLLERR) {
 			struct mesh_channel_status st;
 
 			pthread_mutex_lock(&p->lock);

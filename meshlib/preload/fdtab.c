@@ -2,36 +2,91 @@
  * The descriptor table: which of the application's descriptor numbers are mesh channels or mesh
  * listeners (struct pl_fd), with a reference per table slot and per call in progress, so that a
  * close() in one thread never frees what a read() in another still uses. Also what a channel's
- * entry can do now (pl_chan_revents, pl_chan_spin_us), which the data calls and the waits both ask.
+ * entry can do now (pl_chan_revents, pl_chan_spin_us), which the data calls and the waits both ask,
+ * and who of a family of forked processes uses a channel (pl_chan_mine).
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "preload.h"
 
 static _Atomic(struct pl_fd *) table[PL_FD_MAX];
 static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
+static pid_t my_pid;
 
-static void atfork_prepare(void)
+pid_t pl_pid(void)
 {
-	pthread_rwlock_wrlock(&table_lock);
+	if (__builtin_expect(!my_pid, 0))
+		my_pid = getpid();
+	return my_pid;
 }
 
-static void atfork_parent(void)
+/* What libc's fork handlers do here: under the table's write lock, every entry's lock too, so that
+ * no thread is inside libmesh with a channel while the child's copy of it is made. */
+void pl_table_fork(enum pl_fork_stage stage)
 {
-	pthread_rwlock_unlock(&table_lock);
+	if (stage == PL_FORK_PREPARE)
+		pthread_rwlock_wrlock(&table_lock);
+	for (int fd = 0; fd < PL_FD_MAX; fd++) {
+		struct pl_fd *p = atomic_load_explicit(&table[fd], memory_order_relaxed);
+
+		if (!p)
+			continue;
+		if (stage == PL_FORK_PREPARE) {
+			if (p->fork_locked)
+				continue; /* a dup of one already taken */
+			pthread_mutex_lock(&p->lock);
+			p->fork_locked = true;
+			if (p->share) {
+				int32_t me = pl_pid();
+
+				/* Ours until now: whichever of parent and child uses it first takes it. */
+				atomic_compare_exchange_strong(&p->share->user, &me, PL_USER_NONE);
+				/* The child holds it from now on, counted before the parent returns from
+				 * fork() and may close its copy (a count in the child came after the
+				 * parent's close, which then took itself for the last holder and closed
+				 * the channel under the child). A fork that fails leaves one too many:
+				 * the last close only lets its copy go, and meshd sees the channel's
+				 * application gone without a shutdown. */
+				atomic_fetch_add(&p->share->holders, 1);
+			}
+			continue;
+		}
+		if (!p->fork_locked)
+			continue;
+		p->fork_locked = false;
+		/* A mutex taken by the thread that forked: unlocked by the child's one thread alike. */
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (stage == PL_FORK_PARENT) {
+		pthread_rwlock_unlock(&table_lock);
+	} else if (stage == PL_FORK_CHILD) {
+		/* Made anew: glibc's rwlock remembers its writer's thread id, which the child's thread
+		 * does not have, and an unlock there left it locked: a daemon's second fork() (nginx's
+		 * master starting its workers, memcached -d listening) waited for it forever. */
+		pthread_rwlock_init(&table_lock, NULL);
+		my_pid = getpid();
+	}
 }
 
-static void atfork_child(void)
+/* exit(): the kernel closes a process's sockets at its end and the peer reads EOF; a channel's
+ * lifeline alone would tell meshd the application went without a shutdown, and the peer would
+ * read ECONNRESET. So the channels this process uses are shut first (the table is left as it is:
+ * other threads may still run their last calls). _exit() and a fatal signal skip this. */
+__attribute__((destructor)) static void table_exit(void)
 {
-	pthread_rwlock_unlock(&table_lock);
-}
+	for (int fd = 0; fd < PL_FD_MAX; fd++) {
+		struct pl_fd *p = atomic_load_explicit(&table[fd], memory_order_acquire);
 
-/* The table's lock is held across fork, so a child never inherits it locked by a thread it lacks. */
-__attribute__((constructor)) static void table_init(void)
-{
-	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+		if (!p || !p->ch || pl_chan_user(p) != pl_pid() || pthread_mutex_trylock(&p->lock))
+			continue;
+		pl_lib_enter();
+		mesh_shutdown(p->ch);
+		pl_lib_leave();
+		pthread_mutex_unlock(&p->lock);
+	}
 }
 
 bool pl_tracked(int fd)
@@ -69,25 +124,60 @@ struct pl_fd *pl_chan_get(int fd)
 	return p;
 }
 
+bool pl_chan_mine(struct pl_fd *p)
+{
+	int32_t user, me = pl_pid();
+
+	if (!p->share)
+		return true;
+	user = atomic_load_explicit(&p->share->user, memory_order_acquire);
+	if (user == me)
+		return true;
+	if (user == PL_USER_NONE &&
+	    atomic_compare_exchange_strong(&p->share->user, &user, me))
+		return true;
+	return user == me;
+}
+
+int pl_chan_user(const struct pl_fd *p)
+{
+	return p->share ? atomic_load(&p->share->user) : pl_pid();
+}
+
+/* This process's last reference to a channel goes: whether it closes the channel (it uses it, or
+ * it was the last holder of one nobody used since a fork) or only lets its copy go. */
+static bool chan_closes(struct pl_fd *p)
+{
+	int32_t left;
+
+	if (!p->share)
+		return true;
+	left = atomic_fetch_sub(&p->share->holders, 1) - 1;
+	if (pl_chan_user(p) == pl_pid())
+		return true;
+	return left == 0 && pl_chan_mine(p);
+}
+
 void pl_put(struct pl_fd *p)
 {
 	if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
 		return;
 	pl_lib_enter();
-	if (p->owner == getpid()) {
-		if (p->ch)
-			mesh_close(p->ch);
-		if (p->ls)
-			mesh_listener_close(p->ls);
-	} else {
-		/* A forked child's copy: its descriptors are closed, but nothing may be said to meshd
-		 * or written to the control page, which stay the parent's. */
-		if (p->ch)
-			pl_warn(1, "a mesh channel inherited through fork() is left to the parent");
-		if (p->ls)
-			mesh_listener_close(p->ls); /* only this process's reference of the connection */
+	if (p->ch && chan_closes(p)) {
+		if (p->share)
+			atomic_store(&p->share->user, PL_USER_CLOSED);
+		mesh_close(p->ch);
+	} else if (p->ch) {
+		PL_DEBUG("a channel used by process %d since a fork: this process's copy goes", pl_chan_user(p));
+		mesh_channel_detach(p->ch);
 	}
+	/* A forked copy of a listener's connection closes this process's copy only: meshd listens
+	 * until the last one goes. */
+	if (p->ls)
+		mesh_listener_close(p->ls);
 	pl_lib_leave();
+	if (p->share)
+		munmap(p->share, sizeof(*p->share));
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -98,10 +188,18 @@ struct pl_fd *pl_new(enum pl_kind kind, int family)
 
 	if (!p)
 		return NULL;
+	if (kind == PL_CHANNEL) {
+		p->share = mmap(NULL, sizeof(*p->share), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (p->share == MAP_FAILED) {
+			free(p);
+			return NULL;
+		}
+		atomic_init(&p->share->user, pl_pid());
+		atomic_init(&p->share->holders, 1);
+	}
 	p->kind = kind;
 	atomic_init(&p->refs, 1);
 	pthread_mutex_init(&p->lock, NULL);
-	p->owner = getpid();
 	p->family = family;
 	p->lfd = -1;
 	return p;
@@ -126,8 +224,8 @@ short pl_chan_revents(struct pl_fd *p, bool arm)
 	short ev = 0;
 	int ret;
 
-	if (p->owner != getpid())
-		return POLLERR | POLLHUP;
+	if (!pl_chan_mine(p))
+		return POLLERR | POLLHUP; /* another process's since a fork: its calls fail (chan.c) */
 	if (atomic_load(&p->connecting))
 		return POLLOUT;
 	pthread_mutex_lock(&p->lock);
@@ -156,6 +254,8 @@ uint32_t pl_chan_spin_us(struct pl_fd *p)
 	struct mesh_channel_status st;
 	int ret;
 
+	if (pl_chan_user(p) != pl_pid())
+		return 0; /* not this process's to look at (yet) */
 	pthread_mutex_lock(&p->lock);
 	pl_lib_enter();
 	ret = mesh_channel_status(p->ch, 0, &st);

@@ -78,6 +78,14 @@ err:
 		mesh_strerror(ret));
 }
 
+void pl_nodes_fork(enum pl_fork_stage stage)
+{
+	if (stage == PL_FORK_PREPARE)
+		pthread_mutex_lock(&nodes_lock);
+	else
+		pthread_mutex_unlock(&nodes_lock);
+}
+
 bool pl_nodes_ready(void)
 {
 	int st = __atomic_load_n(&nodes_state, __ATOMIC_ACQUIRE);

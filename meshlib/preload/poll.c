@@ -297,6 +297,26 @@ static _Atomic(struct ep_set *) sets[PL_FD_MAX];
 static atomic_int sets_hi; /* above the highest epoll descriptor that ever had a registry */
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Taken in the order the calls take them: the registries' lock, then each set's (before the
+ * descriptor table's, which ep_collect takes under a set's lock). */
+void pl_epoll_fork(enum pl_fork_stage stage)
+{
+	if (stage == PL_FORK_PREPARE)
+		pthread_mutex_lock(&sets_lock);
+	for (int e = 0, hi = atomic_load(&sets_hi); e < hi; e++) {
+		struct ep_set *s = atomic_load_explicit(&sets[e], memory_order_relaxed);
+
+		if (!s)
+			continue;
+		if (stage == PL_FORK_PREPARE)
+			pthread_mutex_lock(&s->lock);
+		else
+			pthread_mutex_unlock(&s->lock);
+	}
+	if (stage != PL_FORK_PREPARE)
+		pthread_mutex_unlock(&sets_lock);
+}
+
 static struct ep_set *set_get(int epfd, bool create)
 {
 	struct ep_set *s;

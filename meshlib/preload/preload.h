@@ -65,6 +65,16 @@ enum pl_kind {
 
 #define PL_OPTS_MAX 8
 
+/* Who uses a channel, in a page shared with every process forked since it was made (fork keeps
+ * MAP_SHARED mappings shared): a channel has one user at a time, since each process has its own
+ * copy of the ring indices and they part at the first use after the fork. */
+#define PL_USER_NONE 0    /* nobody since the last fork: the first process to use it takes it */
+#define PL_USER_CLOSED -1 /* its user closed it */
+struct pl_share {
+	_Atomic int32_t user;    /* a pid, PL_USER_NONE or PL_USER_CLOSED */
+	_Atomic int32_t holders; /* processes with a descriptor of it (a child counts from its fork) */
+};
+
 struct pl_fd {
 	enum pl_kind kind;
 	atomic_int refs;         /* the table's slots (dup) and calls in progress */
@@ -72,7 +82,8 @@ struct pl_fd {
 	mesh_channel_t *ch;
 	mesh_listener_t *ls;
 	int lfd;                 /* listener: mesh_listener_fd */
-	pid_t owner;             /* the process that made it: a forked child may not use a channel */
+	struct pl_share *share;  /* channel: who uses it, across fork */
+	bool fork_locked;        /* lock taken by the fork handler (pl_table_fork) */
 	atomic_bool nonblock;    /* O_NONBLOCK as the application set it */
 	atomic_bool connecting;  /* a non-blocking connect() that has not been looked at yet */
 	bool cloexec;            /* FD_CLOEXEC as the application set it (the real one is always set) */
@@ -155,6 +166,20 @@ void pl_put(struct pl_fd *p);
 struct pl_fd *pl_table_set(int fd, struct pl_fd *p);
 /* Any tracked descriptor at all (cheap: no lock). */
 bool pl_tracked(int fd);
+/* Whether this process may use the channel: it is its user, or nobody used it since the last fork
+ * and this process now becomes its user. Never calls libmesh: a process that is not the user must
+ * not touch the channel (its eventfds and control page are shared with the user). */
+bool pl_chan_mine(struct pl_fd *p);
+/* The process that uses the channel (a pid, PL_USER_NONE or PL_USER_CLOSED). */
+int pl_chan_user(const struct pl_fd *p);
+/* This process's id, kept across fork (getpid() is a system call). */
+pid_t pl_pid(void);
+/* fork(): every lock of the table and its entries taken before (prepare), released after in the
+ * parent, made anew in the child; the child counts as a holder of every channel from the prepare
+ * on, and a channel this process used becomes nobody's (PL_USER_NONE), so that whichever process
+ * uses it first after the fork takes it. */
+enum pl_fork_stage { PL_FORK_PREPARE, PL_FORK_PARENT, PL_FORK_CHILD };
+void pl_table_fork(enum pl_fork_stage stage);
 /* The channel's readiness as poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP), all of them;
  * with arm, the channel fd is cleared first so that it wakes on the next change. */
 short pl_chan_revents(struct pl_fd *p, bool arm);
@@ -172,6 +197,8 @@ struct pl_node {
 
 /* Learns meshd's node table on the first call; false: no mesh, everything stays plain TCP. */
 bool pl_nodes_ready(void);
+/* fork(): the node table's lock held across it (a child never inherits it taken by a thread it lacks). */
+void pl_nodes_fork(enum pl_fork_stage stage);
 /* The session the node table came from: every channel is made on it. */
 mesh_session_t *pl_session(void);
 const struct pl_node *pl_node_by_addr(int family, const uint8_t *addr);
@@ -227,6 +254,8 @@ int pl_fcntl(struct pl_fd *p, int fd, int cmd, long arg);
 
 /* The descriptor fd was closed or replaced: forget its epoll registrations; an epoll fd its set. */
 void pl_epoll_forget(int fd);
+/* fork(): the registries' locks held across it. */
+void pl_epoll_fork(enum pl_fork_stage stage);
 /* Whether any descriptor of the set is tracked (else the call is libc's). */
 bool pl_poll_tracked(const struct pollfd *fds, nfds_t n);
 bool pl_select_tracked(int nfds, fd_set *rd, fd_set *wr, fd_set *ex);

@@ -16,6 +16,35 @@
 
 #define PL_CONNECT_TIMEOUT_MS 10000u
 
+/* fork(): every lock of the preload held across it, taken in the order the calls take them (the
+ * node table's alone; an epoll registry's before the descriptor table's, before an entry's), so
+ * that the child inherits none taken by a thread it lacks and no copy of a channel half changed. */
+static void fork_prepare(void)
+{
+	pl_nodes_fork(PL_FORK_PREPARE);
+	pl_epoll_fork(PL_FORK_PREPARE);
+	pl_table_fork(PL_FORK_PREPARE);
+}
+
+static void fork_parent(void)
+{
+	pl_table_fork(PL_FORK_PARENT);
+	pl_epoll_fork(PL_FORK_PARENT);
+	pl_nodes_fork(PL_FORK_PARENT);
+}
+
+static void fork_child(void)
+{
+	pl_table_fork(PL_FORK_CHILD);
+	pl_epoll_fork(PL_FORK_CHILD);
+	pl_nodes_fork(PL_FORK_CHILD);
+}
+
+__attribute__((constructor)) static void fork_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 /* A TCP stream socket of the kernel (IPv4 or IPv6)? */
 static bool is_tcp(int fd, int *family)
 {
@@ -237,7 +266,10 @@ int pl_accept(struct pl_fd *p, int fd, struct sockaddr *sa, socklen_t *sl, int f
 		struct pollfd pf[2];
 		int fl;
 
-		if (p->ls && p->owner == getpid()) {
+		/* A listener's connection to meshd is shared by the threads of this process and by
+		 * forked processes: whoever reads a channel's datagram has the channel, and the others
+		 * find nothing (-EAGAIN) and go on to the kernel's socket, as a kernel accept does. */
+		if (p->ls) {
 			pthread_mutex_lock(&p->lock);
 			pl_lib_enter();
 			ret = mesh_accept(p->ls, MESH_NONBLOCK, &ch);
@@ -250,16 +282,6 @@ int pl_accept(struct pl_fd *p, int fd, struct sockaddr *sa, socklen_t *sl, int f
 			}
 			if (ret != -EAGAIN)
 				pl_warn((unsigned)-ret + 300, "mesh_accept on descriptor %d: %s", fd, mesh_strerror(ret));
-		} else if (p->ls) {
-			/* A forked child shares the listener's connection: whoever reads a channel owns it. */
-			pl_lib_enter();
-			ret = mesh_accept(p->ls, MESH_NONBLOCK, &ch);
-			pl_lib_leave();
-			if (!ret) {
-				ret = accept_channel(p, ch, sa, sl, flags);
-				pl_put(p);
-				return ret;
-			}
 		}
 		fl = pl_real.fcntl(fd, F_GETFL);
 		if (fl >= 0 && (fl & O_NONBLOCK)) {

@@ -830,6 +830,25 @@ MESH_EXPORT int mesh_close(mesh_channel_t *c)
 	return 0;
 }
 
+MESH_EXPORT int mesh_channel_detach(mesh_channel_t *c)
+{
+	if (!c)
+		return -EINVAL;
+	/* Nothing is written to the control page: the process that uses the channel may have moved
+	 * its indices past our copy's. Our own sending path, if this process made it, only goes (its
+	 * descriptors, its QP): that process, a forked copy of it, hands the half back at its first
+	 * look (aq_mine), and the hand-back has meshd post again whatever the peer's reader lacks. */
+	aq_close(c); /* before the unmap: its registrations cover the rings */
+	munmap(c->map, c->map_len);
+	if (c->epfd >= 0)
+		close(c->epfd);
+	close(c->kick);
+	close(c->wake);
+	close(c->lifeline); /* our copy: meshd hears when the last one goes */
+	free(c);
+	return 0;
+}
+
 MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st)
 {
 	ssize_t rx, tx;

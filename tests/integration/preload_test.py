@@ -19,6 +19,16 @@ LD_PRELOAD=libmesh_preload.so, the server beside node 2's meshd, the client besi
   4. memcached; memcslap sets and gets, memccp/memccat store and fetch a file checked by hash.
   Both: the link counted at least the bytes the work implies, and the client host's kernel made
   (almost) no TCP connection (/proc/net/snmp ActiveOpens): the traffic crossed the mesh.
+--part fork (no root, the loopback pair of --part echo): servers that fork and thread.
+  5. the test's own (tests/integration/preload_fork.c): workers forked after listen() and threads of
+     one process taking connections with accept4(SOCK_NONBLOCK) from one listener (each worker or
+     thread its share, so both accept), a child forked per connection, children forked while a
+     connection is open that hold it or close their copy, a child that takes a connection over
+     (the parent's copy then says ENOTCONN); every echo whole, over the link.
+  6. a daemon: listen, fork (the parent exits), fork a worker that serves.
+  7. Debian's nginx with `daemon on; worker_processes 2` (16 keep-alive clients x 25 GETs; meshctl
+     lists the held connections' channels), memcached -d -t 2 with memcslap, socat's
+     TCP-LISTEN,fork with EXEC:cat; each skipped with the reason where not installed.
 Skips (exit 77) with the reason: not root for namespaces. A sanitizer build preloads its runtime
 first (leak checks off for Debian's uninstrumented programs).
 Prints one line per check and 'N passed, M failed'; exit 1 on failure.
@@ -396,6 +406,234 @@ def part_apps(a, m, e, workdir):
     stop(srv)
 
 
+def pids_of(log):
+    """The processes that took connections, by their "accepted pid N" lines."""
+    try:
+        return re.findall(r"accepted pid (\d+)", open(log).read())
+    except OSError:
+        return []
+
+
+def tail(path, n=600):
+    try:
+        return open(path, errors="replace").read()[-n:]
+    except OSError:
+        return ""
+
+
+def clients_run(a, m, e, port, n, size):
+    """n blocking preload_echo clients on node 1 at once, size bytes each: the failed ones' output."""
+    echo = os.path.join(a.build, "tests", "integration", "preload_echo")
+    procs = [subprocess.Popen(m.wrap(1, [echo, "client", m.addr[2], str(port), "block", str(size)]), env=e.env(1),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(n)]
+    bad = []
+    for p in procs:
+        try:
+            out = p.communicate(timeout=120)[0]
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out = p.communicate()[0] + " (timed out)"
+        if p.returncode != 0:
+            bad.append(out.strip()[-300:])
+    return bad
+
+
+def channels_held(a, m, e, port, n, request=b""):
+    """n connections from node 1 held open at once (each sends request and reads an answer when one is
+    given): the number of node 2's channels to port that meshctl lists meanwhile, and the error, if any."""
+    code = ("import socket, sys\n"
+            f"s = [socket.create_connection(('{m.addr[2]}', {port}), timeout=30) for _ in range({n})]\n"
+            f"req = {request!r}\n"
+            "for c in s:\n    if req:\n        c.sendall(req)\n        assert c.recv(4096)\n"
+            "print('held', flush=True)\nsys.stdin.readline()\n")
+    p = subprocess.Popen(m.wrap(1, [sys.executable, "-c", code]), env=e.env(1), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        j = m.ctl(2, "channels") if "held" in line else None
+        seen = len([c for c in (j or {}).get("channels", []) if c.get("local_port") == port])
+        p.stdin.write("\n")
+        p.stdin.flush()
+        err = p.communicate(timeout=30)[1]
+    except (subprocess.TimeoutExpired, OSError) as ex:
+        p.kill()
+        p.wait()
+        return 0, repr(ex)
+    return seen, ("" if p.returncode == 0 else err[-400:])
+
+
+def part_fork(a, m, e, workdir):
+    fork = os.path.join(a.build, "tests", "integration", "preload_fork")
+    size = 1 << 20
+    # 5. the test's own forking and threaded servers: (case, server arguments after the port, clients, what)
+    cases = (
+        ("prefork", ["2", "3"], 6, "listen, fork 2 workers that accept4(SOCK_NONBLOCK) 3 connections each on the "
+         "shared listener"),
+        ("threads", ["2", "3"], 6, "2 threads of one process accept4(SOCK_NONBLOCK) 3 connections each on one listener"),
+        ("perconn", ["4"], 4, "a child forked per accepted connection serves it; the parent closes its copy"),
+        ("bgsave", [], 1, "children forked while a connection is open hold it or close their copy; the parent's "
+         "echo goes on"),
+        ("steal", [], 1, "a child forked after the first echo serves the rest; the parent's copy says ENOTCONN"),
+    )
+    for k, (case, args, n, what) in enumerate(cases):
+        port = a.app_port + 20 + k
+        log = os.path.join(workdir, f"fork-{case}.log")
+        before = m.link_bytes()
+        srv = e.spawn(2, [fork, case, str(port), *args], log=log)
+        listening = wait_until(lambda: port in m.ports(2), 10, 0.05)
+        bad = clients_run(a, m, e, port, n, size) if listening else ["no mesh listener"]
+        status = finish(srv, 60)
+        stop(srv)
+        moved = m.link_bytes() - before
+        pids = pids_of(log)
+        ok = listening and not bad and status == 0 and moved >= 2 * n * size
+        if case == "prefork":
+            ok &= len(set(pids)) == 2 and len(pids) == n
+        elif case == "perconn":
+            ok &= len(set(pids)) == n
+        check(ok, f"{case}: {what}: {n} x {size} bytes echoed over the mesh ({moved} bytes on the link, "
+              f"{len(set(pids))} process(es) accepted), exit 0", f"server exit {status}; clients: {bad[:2]}; "
+              f"server log: {tail(log)}")
+
+    # 6. a daemon: listen, fork (the parent exits), fork a worker (the second fork hung on the table's lock)
+    port = a.app_port + 30
+    pidfile = os.path.join(workdir, "daemon")
+    log = os.path.join(workdir, "fork-daemon.log")
+    srv = e.spawn(2, [fork, "daemon", str(port), "2", pidfile], log=log)  # its output a file: the daemon keeps it
+    status = finish(srv, 30)
+    listening = status == 0 and wait_until(lambda: port in m.ports(2), 10, 0.05)
+    bad = clients_run(a, m, e, port, 2, size) if listening else ["no mesh listener"]
+    done = wait_until(lambda: os.path.exists(pidfile + ".done") and open(pidfile + ".done").read().strip(), 30, 0.1)
+    check(listening and not bad and done == "ok", "a daemon (fork, the parent exits, fork a worker) serves 2 "
+          "connections over the mesh", f"exit {status}, {tail(log)}; clients {bad[:2]}; worker {done!r}")
+
+    # 7. Debian's forking and threaded servers, where installed (skipped with the reason otherwise)
+    fork_nginx(a, m, e, workdir)
+    fork_memcached(a, m, e, workdir)
+    fork_socat(a, m, e, workdir)
+
+
+def skip_case(what, why):
+    print(f"skip {what}: {why}", flush=True)
+
+
+def fork_nginx(a, m, e, workdir):
+    if not shutil.which("nginx"):
+        skip_case("nginx daemon on, 2 workers", "nginx not installed (deploy/install-deps.sh installs nginx-light)")
+        return
+    port = a.app_port + 31
+    d = os.path.join(workdir, "nginx")
+    os.makedirs(d, exist_ok=True)
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"daemon on;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\n"
+                "events { worker_connections 256; }\nhttp {\n"
+                f"  log_format w '$pid $status';\n  access_log {d}/access.log w;\n"
+                + "".join(f"  {t}_temp_path {d};\n" for t in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+                + f"  server {{ listen {port}; location / {{ return 200 \"hello from nginx\\n\"; }} }}\n}}\n")
+    r = e.run(2, ["nginx", "-c", conf, "-p", d, "-e", os.path.join(d, "error.log")], timeout=30)
+    try:
+        up = r.returncode == 0 and wait_until(lambda: port in m.ports(2), 15, 0.05)
+        check(up, f"nginx (daemon on, 2 workers) under the preload listens on port {port} through the mesh too",
+              r.stderr[-400:] + tail(os.path.join(d, "error.log")))
+        if not up:
+            return
+        before = m.link_bytes()
+        code = ("import http.client, threading\nok = []\n"
+                "def run():\n"
+                f"    c = http.client.HTTPConnection('{m.addr[2]}', {port}, timeout=30)\n"
+                "    for _ in range(25):\n        c.request('GET', '/')\n        r = c.getresponse()\n"
+                "        ok.append(r.status == 200 and r.read() == b'hello from nginx\\n')\n"
+                "t = [threading.Thread(target=run) for _ in range(16)]\n"
+                "[x.start() for x in t]\n[x.join() for x in t]\nprint(sum(ok), len(ok))\n")
+        r = e.run(1, [sys.executable, "-c", code], timeout=180)
+        got = r.stdout.split()
+        check(r.returncode == 0 and got == ["400", "400"], f"16 keep-alive clients x 25 GETs to nginx's forked "
+              f"workers: {' of '.join(got) or 'none'} answered 200 with the body", r.stderr[-400:])
+        moved = m.link_bytes() - before
+        check(moved >= 400 * 40, f"the link counted nginx's traffic: {moved} bytes")
+        try:
+            served = {}
+            for line in open(os.path.join(d, "access.log")):
+                served[line.split()[0]] = served.get(line.split()[0], 0) + 1
+        except OSError:
+            served = {}
+        print(f"#   requests served per nginx worker: {sorted(served.values())}")
+        seen, err = channels_held(a, m, e, port, 4, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        check(seen >= 4 and not err, f"meshctl on node 2 lists the channels of 4 connections held to nginx's "
+              f"workers ({seen})", err)
+    finally:
+        pid = None
+        try:
+            pid = int(open(os.path.join(d, "nginx.pid")).read())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+        gone = wait_until(lambda: port not in m.ports(2), 15, 0.1)
+        if pid and not gone:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        check(gone, "nginx stopped; its listener left meshd")
+
+
+def fork_memcached(a, m, e, workdir):
+    missing = [p for p in ("memcached", "memcslap") if not shutil.which(p)]
+    if missing:
+        skip_case("memcached -d -t 2", f"{', '.join(missing)} not installed (deploy/install-deps.sh installs "
+                  "memcached, libmemcached-tools)")
+        return
+    port = a.app_port + 32
+    pidfile = os.path.join(workdir, "memcached.pid")
+    user = "root" if os.geteuid() == 0 else os.environ.get("USER", "nobody")
+    r = e.run(2, ["memcached", "-d", "-P", pidfile, "-u", user, "-p", str(port), "-U", "0", "-l", "0.0.0.0",
+                  "-t", "2", "-m", "64"], timeout=30)
+    try:
+        up = r.returncode == 0 and wait_until(lambda: port in m.ports(2), 15, 0.05)
+        check(up, f"memcached -d -t 2 (a daemon: it forks, the parent exits) listens on port {port} through the "
+              "mesh too", r.stderr[-400:])
+        if not up:
+            return
+        before = m.link_bytes()
+        ok, out = True, ""
+        for test in ("set", "get"):
+            r = e.run(1, ["memcslap", f"--servers={m.addr[2]}:{port}", "--concurrency=8", "--execute-number=500",
+                          f"--test={test}"], timeout=300)
+            ok &= r.returncode == 0 and "Failure" not in r.stdout + r.stderr
+            out += r.stdout + r.stderr
+        moved = m.link_bytes() - before
+        check(ok and moved > 8 * 500 * 20, f"memcslap: 8 clients x 500 sets, then gets, against the daemon over "
+              f"the mesh ({moved} bytes on the link)", out[-600:])
+    finally:
+        try:
+            os.kill(int(open(pidfile).read()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+        check(wait_until(lambda: port not in m.ports(2), 15, 0.1), "memcached stopped; its listener left meshd")
+
+
+def fork_socat(a, m, e, workdir):
+    if not shutil.which("socat"):
+        skip_case("socat fork", "socat not installed (deploy/install-deps.sh installs socat)")
+        return
+    port = a.app_port + 33
+    log = os.path.join(workdir, "socat.log")
+    srv = e.spawn(2, ["socat", f"TCP-LISTEN:{port},fork,reuseaddr", "EXEC:cat"], log=log)
+    try:
+        up = wait_until(lambda: port in m.ports(2), 15, 0.05)
+        check(up, f"socat TCP-LISTEN:{port},fork EXEC:cat under the preload listens through the mesh too", tail(log))
+        if not up:
+            return
+        before = m.link_bytes()
+        bad = clients_run(a, m, e, port, 4, 1 << 20)
+        moved = m.link_bytes() - before
+        check(not bad and moved >= 8 << 20, f"4 clients at once through socat's child per connection (it execs "
+              f"cat): 1 MiB each echoed over the mesh ({moved} bytes on the link)", f"{bad[:2]} {tail(log)}")
+    finally:
+        stop(srv)
+
+
 def sanitizer_preload(a):
     """The LD_PRELOAD value: the library alone, or behind the sanitizer runtime it was built with.
     None (with the reason) when that cannot work."""
@@ -405,7 +643,7 @@ def sanitizer_preload(a):
         return a.preload, None
     # The sanitizer runtime goes first; Debian's programs are not instrumented, so their own leaks at
     # exit (memcached's) are not ours to report: leak checking stays on for the test's own programs.
-    if a.part == "apps":
+    if a.part in ("apps", "fork"):
         os.environ["ASAN_OPTIONS"] = "detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", "")
     return f"{asan.group(2)}:{a.preload}", None
 
@@ -413,7 +651,7 @@ def sanitizer_preload(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
-    ap.add_argument("--part", choices=("echo", "apps"), default="echo")
+    ap.add_argument("--part", choices=("echo", "apps", "fork"), default="echo")
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--addrs", default=None, help="two addresses of this machine instead of namespaces")
     ap.add_argument("--port", type=int, default=None, help="meshd's ports are PORT+1 and PORT+2")
@@ -435,7 +673,7 @@ def main():
         skip(why)
 
     net = None
-    if a.part == "echo" and not a.addrs:
+    if a.part in ("echo", "fork") and not a.addrs:
         a.addrs = "127.0.0.1 127.0.0.2"
     if a.addrs:
         addrs, ns = a.addrs.split(), None
@@ -460,7 +698,7 @@ def main():
         if not up:
             raise RuntimeError("no mesh")
         e = Env(a, m)
-        (part_echo if a.part == "echo" else part_apps)(a, m, e, workdir)
+        {"echo": part_echo, "apps": part_apps, "fork": part_fork}[a.part](a, m, e, workdir)
         m.stop()
     except (RuntimeError, OSError, subprocess.TimeoutExpired, KeyboardInterrupt) as ex:
         check(False, f"test aborted: {ex!r}")

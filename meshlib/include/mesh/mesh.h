@@ -250,6 +250,13 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 MESH_EXPORT int mesh_shutdown(mesh_channel_t *c);
 /* Closes the channel. Bytes already sent still reach the peer, which then reads EOF. */
 MESH_EXPORT int mesh_close(mesh_channel_t *c);
+/* Closes this process's copy of a channel that another process uses (since 0.5): a parent's copy
+ * after fork() when the child serves the connection, or a child's when the parent does. Nothing is
+ * said to meshd or the peer, nothing of the channel is shut and nothing of its control page is
+ * written: this copy's mapping and descriptors go. One process at a time uses a channel (the
+ * other's copy of the ring indices is stale); the one that goes on with it calls mesh_close at its
+ * end, and meshd hears of the close when the last copy goes. */
+MESH_EXPORT int mesh_channel_detach(mesh_channel_t *c);
 
 #ifdef __cplusplus
 }
