@@ -66,54 +66,66 @@ static void channel_on_message__open_to_listener__delivered_and_accepted(void **
 	mt_finish(&c->t);
 }
 
-static void channel_on_message__open_without_listener__rejected_econnrefused(void **state)
+/* A ChannelOpen meshd refuses: to a port nobody listens on, to a listener whose client cannot take
+ * the channel (gone: deliver_err), with more QPs than the link has. The peer hears the reason in a
+ * Reject naming its slot, never an Accept; nothing of the channel is left, the link stays UP.
+ * registers: the refusal came after the channel's rings were registered (and they are freed);
+ * otherwise nothing was registered at all. */
+struct refused_open {
+	bool listen; /* a listener on port 7000 */
+	uint16_t dst_port;
+	uint32_t qps;
+	int deliver_err;
+	bool registers;
+	int reason;
+};
+
+static void expect_open_refused(struct ct *c, struct refused_open o)
 {
-	struct ct *c = *state;
+	const char *why = NULL;
 	size_t from, regs;
 	struct chan *h;
 	PeerMsg *m;
 
 	ct_init(c, 2);
+	if (o.listen)
+		assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
 	h = chan_new(c, RING, PEER_SLOT);
 	from = c->t.fx->n_posts;
 	regs = c->t.fx->n_regs;
-	peer_open(c, h, 50000, 7001, 2);
+	c->deliver_err = o.deliver_err;
+	peer_open(c, h, 50000, o.dst_port, o.qps);
 	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
 	assert_non_null(m);
 	assert_int_equal(m->channel_reject->slot, PEER_SLOT);
-	assert_int_equal(m->channel_reject->reason, -ECONNREFUSED);
+	assert_int_equal(m->channel_reject->reason, o.reason);
 	mesh_peer_msg_free(m);
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
-	assert_int_equal(c->t.fx->n_regs, regs);
+	if (!o.registers)
+		assert_int_equal(c->t.fx->n_regs, regs);
+	assert_int_equal(c->t.fx->live_mrs, 2);
 	assert_int_equal(c->t.m.n_channels, 0);
 	assert_int_equal(c->n_apps, 0);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
 	mt_finish(&c->t);
 }
 
+static void channel_on_message__open_without_listener__rejected_econnrefused(void **state)
+{
+	expect_open_refused(*state, (struct refused_open){.dst_port = 7001, .qps = 2, .reason = -ECONNREFUSED});
+}
+
 static void channel_on_message__listener_cannot_take_it__rejected_and_freed(void **state)
 {
-	struct ct *c = *state;
-	const char *why = NULL;
-	size_t from;
-	struct chan *h;
-	PeerMsg *m;
+	expect_open_refused(*state, (struct refused_open){.listen = true, .dst_port = 7000, .qps = 2,
+							  .deliver_err = -EPIPE, .registers = true,
+							  .reason = -ECONNREFUSED});
+}
 
-	ct_init(c, 2);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
-	h = chan_new(c, RING, PEER_SLOT);
-	from = c->t.fx->n_posts;
-	c->deliver_err = -EPIPE;
-	peer_open(c, h, 50000, 7000, 2);
-	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
-	assert_non_null(m);
-	assert_int_equal(m->channel_reject->slot, PEER_SLOT);
-	assert_int_equal(m->channel_reject->reason, -ECONNREFUSED);
-	mesh_peer_msg_free(m);
-	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
-	assert_int_equal(c->t.m.n_channels, 0);
-	assert_int_equal(c->t.fx->live_mrs, 2);
-	mt_finish(&c->t);
+static void channel_on_message__open_with_more_qps_than_link__rejected_einval(void **state)
+{
+	expect_open_refused(*state, (struct refused_open){.listen = true, .dst_port = 7000, .qps = 3,
+							  .reason = -EINVAL});
 }
 
 /* A peer may have opened only so many channels, and so much ring memory, to us at once: one more is
@@ -147,28 +159,6 @@ static void channel_on_message__open_beyond_the_peers_share__rejected_ebusy(void
 	peer_open(c, h, 50004, 7000, 2);
 	assert_int_equal(sent_reject_reason(c, from), -EBUSY);
 	assert_int_equal(c->t.m.n_channels, 3);
-	mt_finish(&c->t);
-}
-
-static void channel_on_message__open_with_more_qps_than_link__rejected_einval(void **state)
-{
-	struct ct *c = *state;
-	const char *why = NULL;
-	size_t from;
-	struct chan *h;
-	PeerMsg *m;
-
-	ct_init(c, 2);
-	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD, ROOT, &why), 0);
-	h = chan_new(c, RING, PEER_SLOT);
-	from = c->t.fx->n_posts;
-	peer_open(c, h, 50000, 7000, 3);
-	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_REJECT, 0);
-	assert_non_null(m);
-	assert_int_equal(m->channel_reject->reason, -EINVAL);
-	mesh_peer_msg_free(m);
-	assert_int_equal(c->n_apps, 0);
-	assert_int_equal(c->t.m.n_channels, 0);
 	mt_finish(&c->t);
 }
 
