@@ -1,9 +1,10 @@
 /*
  * Driving a mesh over the fake transport, shared by the unit tests of the link state machine
- * (test_mesh.c) and of channels (test_channel.c): the test plays the peer. It answers connects with
- * ESTABLISHED events carrying the acceptor's private data, delivers the peer's messages into posted
- * receive buffers, executes RDMA WRITE/READ against a buffer standing in for the peer's mailbox, and
- * checks what the mesh posted, registered, accepted, rejected and disconnected.
+ * (test_mesh.c) and of channels (test_channel*.c, through channel_harness.h): the test plays the
+ * peer. It answers connects with ESTABLISHED events carrying the acceptor's private data, delivers
+ * the peer's messages into posted receive buffers, executes RDMA WRITE/READ against a buffer
+ * standing in for the peer's mailbox, and checks what the mesh posted, registered, accepted,
+ * rejected and disconnected.
  *
  * Events go through the fake's poll() and then mesh_handle_event() + mesh_reap(), as meshd's loop
  * does. Every test ends in mt_finish() (mesh_cleanup()), which checks that no connection or
