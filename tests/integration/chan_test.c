@@ -93,8 +93,10 @@ static int do_send(mesh_session_t *s, int argc, char **argv)
 	int opt, ret;
 	ssize_t n;
 
-	if (argc < 4 || !buf)
+	if (argc < 4 || !buf) {
+		free(buf);
 		return usage();
+	}
 	node = (uint32_t)strtoul(argv[1], NULL, 0);
 	port = (uint16_t)strtoul(argv[2], NULL, 0);
 	len = strtoull(argv[3], NULL, 0);
@@ -119,12 +121,14 @@ static int do_send(mesh_session_t *s, int argc, char **argv)
 			zc = true;
 			break;
 		default:
+			free(buf);
 			return usage();
 		}
 	}
 	ret = mesh_connect(s, node, port, &o, &c);
 	if (ret) {
 		printf("FAIL connect to node %u port %u: %s\n", node, port, mesh_strerror(ret));
+		free(buf);
 		return 1;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
