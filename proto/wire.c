@@ -266,7 +266,7 @@ void mesh_peer_msg_free(PeerMsg *msg)
 }
 
 _Static_assert(MESH_PING_COUNT_MAX == 10000 && MESH_PING_INTERVAL_MIN_MS == 10 && MESH_PING_INTERVAL_MAX_MS == 60000 &&
-		       MESH_PING_TIMEOUT_MAX_MS == 60000 && MESH_RAILS_MAX == 4,
+		       MESH_PING_TIMEOUT_MAX_MS == 60000 && MESH_RAILS_MAX == 4 && MESH_CONNECT_WAIT_MAX_MS == 86400000,
 	       "ctl_req_check's messages name the ping bounds");
 
 static const char *ctl_req_check(const CtlRequest *r)
@@ -307,6 +307,8 @@ static const char *ctl_req_check(const CtlRequest *r)
 			return "ring_size is not a power of two in 4 KiB..256 MiB";
 		if (r->qps > MESH_QPS_PER_LINK_MAX)
 			return "qps out of range 0..16";
+		if (r->link_wait_ms > MESH_CONNECT_WAIT_MAX_MS)
+			return "link_wait_ms over a day";
 		return NULL;
 	default:
 		return "unknown op";

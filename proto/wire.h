@@ -34,6 +34,8 @@
 /* `meshctl drain`: its deadline when none is given, and at most (CtlRequest.drain_ms). */
 #define MESH_DRAIN_DEFAULT_MS 300000u
 #define MESH_DRAIN_MAX_MS 86400000u
+/* CtlRequest.link_wait_ms: a CONNECT waits at most a day for its link (libmesh asks for its timeout). */
+#define MESH_CONNECT_WAIT_MAX_MS 86400000u
 /* `meshctl ping` (CtlRequest count, interval_ms, timeout_ms): the bounds meshd holds a client to.
  * A probe is a Keepalive message whose seq has MESH_PING_TAG set, the ping's id in bits 62..32 and
  * the probe's number in bits 31..0: every meshd that agreed MESH_FEAT_KEEPALIVE echoes it untouched

@@ -878,10 +878,20 @@ static void admin_channel_request(struct admin *a, int slot, int fd, const CtlRe
 		/* The caller's node is only a preference: a value naming no node simply matches no device. */
 		int caller = req->has_caller_node && req->caller_node < NUMA_NODES_MAX ? (int)req->caller_node : -1;
 
-		ret = channel_connect(a->mesh, req->node, (uint16_t)req->port, req->ring_size, req->qps,
-				      req->has_numa ? req->numa_node : -1, caller,
-				      req->has_rail ? (int)MIN(req->rail, (uint32_t)INT32_MAX) : -1, fd, a->client_uid[slot],
-				      &why);
+		struct channel_connect_args ca = {
+			.node = req->node,
+			.port = (uint16_t)req->port,
+			.ring_size = req->ring_size,
+			.qps = req->qps,
+			.numa_hint = req->has_numa ? req->numa_node : -1,
+			.caller_node = caller,
+			.rail = req->has_rail ? (int)MIN(req->rail, (uint32_t)INT32_MAX) : -1,
+			.client_fd = fd,
+			.uid = a->client_uid[slot],
+		};
+
+		/* link_wait_ms is bounded by the decoder (a day); the waits by the client slots. */
+		ret = channel_connect_wait(a->mesh, &ca, req->link_wait_ms, &why);
 	}
 	if (ret) {
 		if (admin_client_log_ok(a))

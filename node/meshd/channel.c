@@ -1206,6 +1206,7 @@ static void channel_tick(struct mesh *m, uint64_t t)
 			channel_break(ch, -MESH_EDRAINING, "this node's drain deadline passed");
 		channel_pump(ch);
 	}
+	channel_waits_run(m, t);
 }
 
 /* Has the application published anything since the last pump that meshd must act on now? A few
@@ -1294,6 +1295,7 @@ static void channel_cleanup(struct mesh *m)
 		channel_free(ch);
 	}
 	channel_local_free(m);
+	channel_waits_free(m);
 	while (m->listeners) {
 		struct listener *li = m->listeners;
 

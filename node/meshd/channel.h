@@ -229,7 +229,28 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
  * rail asked for, else the one on the hint's node, else on the caller's node, else rail 0. */
 int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_size, uint32_t qps, int numa_hint,
 		    int caller_node, int rail, int client_fd, uint32_t uid, const char **why);
-/* A client connection went away: its listeners go, its pending connect is abandoned. */
+/* A connect whose link is not UP yet may wait for it (CtlRequest.link_wait_ms): channel_connect
+ * with its arguments kept, tried again when the link comes UP (then answered as channel_connect
+ * answers), answered -ETIMEDOUT when wait_ms passed first, -MESH_EDRAINING when the node drains
+ * meanwhile, -MESH_EUNKNOWNNODE when a reload removed the node; abandoned when its client goes. One
+ * per client connection (-EALREADY for a second): the control socket's client limits bound them. */
+struct channel_connect_args {
+	uint32_t node;
+	uint16_t port;
+	uint64_t ring_size;
+	uint32_t qps;
+	int numa_hint, caller_node, rail;
+	int client_fd;
+	uint32_t uid;
+};
+struct link_wait {
+	struct link_wait *next;
+	struct channel_connect_args a;
+	uint32_t wait_ms;
+	uint64_t deadline_ms;
+};
+int channel_connect_wait(struct mesh *m, const struct channel_connect_args *a, uint32_t wait_ms, const char **why);
+/* A client connection went away: its listeners go, its pending or waiting connect is abandoned. */
 void channel_client_gone(struct mesh *m, int client_fd);
 
 /* What the link layer tells channels (mesh.h, struct mesh_upper): a channel message, an immediate or

@@ -226,9 +226,118 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 	return 0;
 }
 
+/* ---- connects waiting for their link ---- */
+
+static int wait_connect(struct mesh *m, const struct channel_connect_args *a, const char **why)
+{
+	return channel_connect(m, a->node, a->port, a->ring_size, a->qps, a->numa_hint, a->caller_node, a->rail,
+			       a->client_fd, a->uid, why);
+}
+
+int channel_connect_wait(struct mesh *m, const struct channel_connect_args *a, uint32_t wait_ms, const char **why)
+{
+	struct link_wait *w;
+	int ret = wait_connect(m, a, why);
+
+	if (ret != -ENETUNREACH || !wait_ms)
+		return ret;
+	for (w = m->link_waits; w; w = w->next) {
+		if (w->a.client_fd == a->client_fd) {
+			*why = "a connect already waits for its link on this control connection";
+			return -EALREADY;
+		}
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	w->a = *a;
+	w->wait_ms = wait_ms;
+	w->deadline_ms = now_ms() + wait_ms;
+	w->next = m->link_waits;
+	m->link_waits = w;
+	log_debug("connect to node %u port %u (client fd %d, uid %u) waits up to %u ms for the link", a->node, a->port,
+		  a->client_fd, a->uid, wait_ms);
+	return 0;
+}
+
+/* What becomes of a waiting connect now: 1 to keep waiting, else 0 and *status and *why to answer
+ * (status 0: channel_connect took it, the answer comes with the channel). */
+static int wait_judge(struct mesh *m, const struct link_wait *w, uint64_t t, int *status, const char **why, char *buf,
+		      size_t len)
+{
+	struct link *l = mesh_link_find(m, w->a.node);
+
+	*why = NULL;
+	if (!l) {
+		*status = -MESH_EUNKNOWNNODE;
+		*why = "the node was removed from the cluster configuration while the connect waited for its link";
+	} else if (m->draining) {
+		*status = -MESH_EDRAINING;
+		*why = "this node's meshd is draining for maintenance";
+	} else if (l->phase == LINK_UP) {
+		*status = wait_connect(m, &w->a, why);
+	} else if (t >= w->deadline_ms) {
+		snprintf(buf, len, "the link to node %u did not come UP within %u ms (meshctl links %u says why)", w->a.node,
+			 w->wait_ms, w->a.node);
+		*status = -ETIMEDOUT;
+		*why = buf;
+	} else {
+		return 1;
+	}
+	return 0;
+}
+
+/* The tick and every link that came UP: waiting connects whose link is UP go on, those past their
+ * deadline (or whose node drains or was removed) are answered. */
+void channel_waits_run(struct mesh *m, uint64_t t)
+{
+	struct link_wait **pp = &m->link_waits;
+
+	while (*pp) {
+		struct link_wait *w = *pp;
+		const char *why;
+		char buf[128];
+		int status;
+
+		if (wait_judge(m, w, t, &status, &why, buf, sizeof(buf))) {
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		if (status && m->ch_ops.deliver)
+			m->ch_ops.deliver(m->ch_ops.ctx, w->a.client_fd, status, why, NULL, NULL);
+		log_debug("connect to node %u port %u (client fd %d) no longer waits for the link: %s", w->a.node, w->a.port,
+			  w->a.client_fd, status ? mesh_strerror(status) : "opening");
+		free(w);
+	}
+}
+
+void channel_waits_free(struct mesh *m)
+{
+	while (m->link_waits) {
+		struct link_wait *w = m->link_waits;
+
+		m->link_waits = w->next;
+		free(w);
+	}
+}
+
 void channel_client_gone(struct mesh *m, int client_fd)
 {
 	struct listener **pp = &m->listeners;
+
+	for (struct link_wait **wp = &m->link_waits; *wp;) {
+		struct link_wait *w = *wp;
+
+		if (w->a.client_fd == client_fd) {
+			*wp = w->next;
+			free(w);
+		} else {
+			wp = &w->next;
+		}
+	}
 
 	while (*pp) {
 		struct listener *li = *pp;

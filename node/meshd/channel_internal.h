@@ -116,6 +116,8 @@ void channel_pump(struct channel *ch);
 /* channel_client.c */
 int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uint64_t ring_size, const char **why);
 int channel_hand_over(struct channel *ch, int fd);
+void channel_waits_run(struct mesh *m, uint64_t t);
+void channel_waits_free(struct mesh *m);
 
 /* channel_peer.c */
 void channel_refuse_resume(struct link *l, uint32_t peer_slot, int reason);

@@ -284,6 +284,9 @@ void channel_link_up(struct link *l)
 		}
 		channel_pump(ch); /* sends our ChannelResume */
 	}
+	/* And connects that waited for this link go on now (CtlRequest.link_wait_ms). */
+	if (l->mesh->link_waits)
+		channel_waits_run(l->mesh, now_ms());
 }
 
 /* The peer's ChannelResume: where its receiving half stands; our sending half goes back there. */

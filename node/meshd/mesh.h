@@ -388,6 +388,9 @@ struct mesh {
 	 * lifeline names its channel by id, and finding it must not cost a walk of every channel. */
 	struct channel *ch_by_id[MESH_CH_BUCKETS];
 	struct listener *listeners;
+	/* Connects waiting for their link to come UP (CtlRequest.link_wait_ms, channel_client.c): one
+	 * per control connection, so as many as the control socket has clients (admin.h) at most. */
+	struct link_wait *link_waits;
 	uint32_t next_channel_id, n_channels;
 	struct channel_ops ch_ops;
 	struct channel_local *local; /* channels to this node (channel.c), created on first use */

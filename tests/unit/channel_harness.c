@@ -261,7 +261,7 @@ void complete_sends(struct ct *c)
 	}
 }
 
-void ct_init(struct ct *c, uint32_t qps)
+void ct_init_dialled(struct ct *c, uint32_t qps)
 {
 	struct mt *t = &c->t;
 
@@ -273,6 +273,13 @@ void ct_init(struct ct *c, uint32_t qps)
 	t->m.ch_ops = (struct channel_ops){.deliver = app_deliver, .watch = app_watch, .moved = app_moved, .ctx = c};
 	tick(t);
 	c->l = lk(t, PEER);
+}
+
+void ct_init(struct ct *c, uint32_t qps)
+{
+	struct mt *t = &c->t;
+
+	ct_init_dialled(c, qps);
 	drive_to_up(t, c->l);
 	complete_sends(c);
 	assert_int_equal(t->fx->live_mrs, 1 + (int)t->m.n_rails); /* the link's own (buffers again per rail) */

@@ -168,6 +168,8 @@ void complete_sends(struct ct *c);
 
 /* Brings the link to node 1 UP over qps QPs, with the fake application attached. */
 void ct_init(struct ct *c, uint32_t qps);
+/* The same up to the dial: the link to node 1 dialled, not UP yet (drive_to_up takes it there). */
+void ct_init_dialled(struct ct *c, uint32_t qps);
 
 /* meshd's channel h (fails the case if it is gone); the channel in our slot of the link, or NULL. */
 struct channel *chn(struct ct *c, const struct chan *h);

@@ -1,6 +1,7 @@
 /*
  * Local clients of channels (node/meshd/channel_client.c): listening ports (well-known ports,
  * another user's port, a client gone), connects refused at once (an unknown node, a link DOWN),
+ * connects that wait for their link (held, opened once it is UP, timed out, freed with the client),
  * the quotas of a user and of a listener (channels, ring memory, half of the descriptor budget,
  * half of a link's share), and connects while every send slot of the link is in flight.
  */
@@ -53,6 +54,117 @@ static void channel_connect__link_down__enetunreach(void **state)
 	ct_init(c, 2);
 	assert_int_equal(link_state(lk(&c->t, DOWN_NODE)), LINK_STATE_DOWN_);
 	expect_connect_refused(c, DOWN_NODE, -ENETUNREACH);
+	mt_finish(&c->t);
+}
+
+/* ---- connects that wait for their link (CtlRequest.link_wait_ms) -------------------------------- */
+
+static struct channel_connect_args wait_args(uint32_t node, int client_fd)
+{
+	struct channel_connect_args a = {.node = node, .port = 80, .ring_size = RING, .numa_hint = -1,
+					 .caller_node = -1, .rail = -1, .client_fd = client_fd, .uid = ROOT};
+
+	return a;
+}
+
+static size_t n_waits(const struct mesh *m)
+{
+	size_t n = 0;
+
+	for (const struct link_wait *w = m->link_waits; w; w = w->next)
+		n++;
+	return n;
+}
+
+/* Nothing is answered while the link forms; once it is UP the connect goes on as any other (an
+ * Open to the peer, the channel OPENING) and waits no more. */
+static void channel_connect_wait__link_down__held_then_opened_when_up(void **state)
+{
+	struct ct *c = *state;
+	struct channel_connect_args a = wait_args(PEER, CLIENT_FD);
+	struct link *l;
+	const char *why = NULL;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init_dialled(c, 2);
+	l = c->l;
+	assert_int_not_equal(link_state(l), LINK_STATE_UP_);
+	assert_int_equal(channel_connect_wait(&c->t.m, &a, 60000, &why), 0);
+	assert_int_equal(n_waits(&c->t.m), 1);
+	assert_int_equal(c->t.m.n_channels, 0);
+	/* One per control connection: a second is refused, the first still waits. */
+	assert_int_equal(channel_connect_wait(&c->t.m, &a, 60000, &why), -EALREADY);
+	assert_non_null(why);
+	assert_int_equal(n_waits(&c->t.m), 1);
+	tick(&c->t);
+	assert_int_equal(c->n_apps, 0);
+	assert_int_equal(n_waits(&c->t.m), 1);
+	from = c->t.fx->n_posts;
+	drive_to_up(&c->t, l);
+	assert_int_equal(n_waits(&c->t.m), 0);
+	assert_int_equal(c->n_apps, 0); /* answered when the peer answers, as any connect */
+	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.channels->state, CH_OPENING);
+	assert_ptr_equal(c->t.m.channels->link, l);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
+	assert_non_null(m);
+	assert_int_equal(m->channel_open->dst_port, 80);
+	mesh_peer_msg_free(m);
+	mt_finish(&c->t);
+}
+
+/* The link does not come: -ETIMEDOUT at the deadline, naming the link, and the wait is freed. */
+static void channel_connect_wait__deadline_passes__etimedout_names_the_link(void **state)
+{
+	struct ct *c = *state;
+	struct channel_connect_args a = wait_args(DOWN_NODE, CLIENT_FD);
+	const char *why = NULL;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_connect_wait(&c->t.m, &a, 1000, &why), 0);
+	tick_at(&c->t, util_now_ms() + 500);
+	assert_int_equal(c->n_apps, 0);
+	tick_at(&c->t, util_now_ms() + 5000);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
+	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
+	assert_false(c->apps[0].setup);
+	if (!strstr(c->apps[0].why, "the link to node 3 did not come UP within 1000 ms"))
+		fail_msg("reply text \"%s\" does not name the link", c->apps[0].why);
+	assert_int_equal(n_waits(&c->t.m), 0);
+	assert_int_equal(c->t.m.n_channels, 0);
+	mt_finish(&c->t);
+}
+
+/* A client that goes takes its wait along; without a wait, an UP link or an unknown node, the
+ * answer is channel_connect's at once; a drain answers the waiting ones. */
+static void channel_connect_wait__client_gone_no_wait_or_drain__answered_or_freed(void **state)
+{
+	struct ct *c = *state;
+	struct channel_connect_args a = wait_args(DOWN_NODE, CLIENT_FD), b = wait_args(DOWN_NODE, CLIENT_FD + 1);
+	struct channel_connect_args u = wait_args(UNKNOWN_NODE, CLIENT_FD + 2);
+	const char *why = NULL;
+
+	ct_init(c, 2);
+	assert_int_equal(channel_connect_wait(&c->t.m, &a, 60000, &why), 0);
+	assert_int_equal(channel_connect_wait(&c->t.m, &b, 60000, &why), 0);
+	assert_int_equal(n_waits(&c->t.m), 2);
+	channel_client_gone(&c->t.m, CLIENT_FD);
+	assert_int_equal(n_waits(&c->t.m), 1);
+	assert_int_equal(c->n_apps, 0);
+	a.client_fd = CLIENT_FD + 3;
+	assert_int_equal(channel_connect_wait(&c->t.m, &a, 0, &why), -ENETUNREACH);
+	assert_int_equal(channel_connect_wait(&c->t.m, &u, 60000, &why), -MESH_EUNKNOWNNODE);
+	assert_int_equal(n_waits(&c->t.m), 1);
+	c->t.m.draining = true;
+	c->t.m.drain_deadline_ms = util_now_ms() + 3600u * 1000u;
+	tick(&c->t);
+	assert_int_equal(c->n_apps, 1);
+	assert_int_equal(c->apps[0].client_fd, CLIENT_FD + 1);
+	assert_int_equal(c->apps[0].status, -MESH_EDRAINING);
+	assert_int_equal(n_waits(&c->t.m), 0);
+	c->t.m.draining = false;
 	mt_finish(&c->t);
 }
 
@@ -325,6 +437,9 @@ static const struct CMUnitTest tests[] = {
 	T(channel_connect__open_waiting_for_a_slot__client_gone_or_timeout_frees_it_unsent),
 	T(channel_connect__unknown_node__eunknownnode),
 	T(channel_connect__link_down__enetunreach),
+	T(channel_connect_wait__link_down__held_then_opened_when_up),
+	T(channel_connect_wait__deadline_passes__etimedout_names_the_link),
+	T(channel_connect_wait__client_gone_no_wait_or_drain__answered_or_freed),
 	T(channel_client_gone__listener__no_longer_accepts),
 	T(channel_listen__port_below_1024_not_root__eacces),
 	T(channel_listen__port_held_by_another_user__eaddrinuse_naming_it),

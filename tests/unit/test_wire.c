@@ -936,6 +936,44 @@ static void mesh_ctl_req_decode__ping_bounds__checked(void **state)
 	}
 }
 
+/* CTL_OP_CONNECT's link_wait_ms: up to a day, over it refused (the waits are held by meshd). */
+static void mesh_ctl_req_decode__connect_link_wait__at_most_a_day(void **state)
+{
+	static const struct {
+		uint32_t link_wait_ms;
+		const char *refused; /* NULL: decodes */
+	} cases[] = {
+		{0, NULL},
+		{1, NULL},
+		{MESH_CONNECT_WAIT_MAX_MS, NULL},
+		{MESH_CONNECT_WAIT_MAX_MS + 1, "link_wait_ms over a day"},
+		{UINT32_MAX, "link_wait_ms over a day"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		CtlRequest q = CTL_REQUEST__INIT, *r = NULL;
+		uint8_t buf[128];
+		const char *why;
+		size_t len;
+
+		q.version = MESH_CTL_VERSION;
+		q.op = CTL_OP__CTL_OP_CONNECT;
+		q.node = 2;
+		q.port = 7000;
+		q.link_wait_ms = cases[i].link_wait_ms;
+		len = ctl_request__pack(&q, buf);
+		if (cases[i].refused) {
+			expect_ctl_refused(buf, len, -EPROTO, cases[i].refused);
+			continue;
+		}
+		if (mesh_ctl_req_decode(buf, len, &r, &why))
+			fail_msg("case %zu: refused: %s", i, why);
+		assert_int_equal(r->link_wait_ms, cases[i].link_wait_ms);
+		mesh_ctl_req_free(r);
+	}
+}
+
 /* A probe's seq (MESH_PING_SEQ): tagged, never one of our keepalives' numbers, id and number back. */
 static void mesh_ping_seq__round_trip__tagged(void **state)
 {
@@ -1057,6 +1095,7 @@ static const struct CMUnitTest tests[] = {
 	cmocka_unit_test(mesh_ctl_req_decode__garbage__ebadmsg),
 	cmocka_unit_test(mesh_ctl_req_decode__4097_bytes__emsgsize),
 	cmocka_unit_test(mesh_ctl_req_decode__ping_bounds__checked),
+	cmocka_unit_test(mesh_ctl_req_decode__connect_link_wait__at_most_a_day),
 	cmocka_unit_test(mesh_ping_seq__round_trip__tagged),
 	cmocka_unit_test(mesh_strerror__every_mesh_code__distinct_name),
 	cmocka_unit_test(mesh_strerror__errno_values__strerror),
