@@ -42,6 +42,11 @@ type Dialer struct {
 	RingSize int
 	// QPs is how many of the link's QPs the channel stripes over (1..16); 0 means all of them.
 	QPs int
+	// WaitLink: when the link to the node is not UP yet, wait for it within the timeout (as a TCP
+	// dial waits for a host that does not answer yet) instead of failing with syscall.ENETUNREACH
+	// at once; without the link by then the dial fails with syscall.ETIMEDOUT. meshd waits
+	// (MESH_OPT_WAIT_LINK; a meshd older than 0.5 answers ENETUNREACH at once).
+	WaitLink bool
 }
 
 // Dial opens a channel with the zero Dialer: network "mesh", address "NODE:PORT".
@@ -58,7 +63,7 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 // DialContext opens a channel to address ("NODE:PORT") and returns once the peer accepted it.
 // Errors are *net.OpError around an *Error: errors.Is(err, syscall.ECONNREFUSED) when nobody
 // listens on that port, mesh.EUNKNOWNNODE for a node outside the cluster, syscall.ENETUNREACH when
-// the link to it is not UP. The goroutine parks in the runtime poller while meshd and the peer
+// the link to it is not UP (unless WaitLink). The goroutine parks in the runtime poller while meshd and the peer
 // answer. A context cancelled before meshd answers returns at once with the context's error
 // (context.Canceled, or os.ErrDeadlineExceeded for its deadline); meshd then sees the request's
 // connection close and closes the channel if it comes.
@@ -87,6 +92,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 		opts.mask |= C.MESH_OPT_QPS
 		opts.qps = C.uint32_t(d.QPs)
+	}
+	if d.WaitLink {
+		opts.mask |= C.MESH_OPT_WAIT_LINK
 	}
 	timeout := d.Timeout
 	if dl, ok := ctx.Deadline(); ok {

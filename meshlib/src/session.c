@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -115,8 +116,8 @@ static int reply_channel(mesh_session_t *s, const CtlReply *r, int *fds, int nfd
 
 static int opts_check(const struct mesh_channel_opts *o)
 {
-	const uint32_t known =
-		MESH_OPT_RING_SIZE | MESH_OPT_QPS | MESH_OPT_NUMA_NODE | MESH_OPT_TIMEOUT_MS | MESH_OPT_RAIL;
+	const uint32_t known = MESH_OPT_RING_SIZE | MESH_OPT_QPS | MESH_OPT_NUMA_NODE | MESH_OPT_TIMEOUT_MS |
+			       MESH_OPT_RAIL | MESH_OPT_WAIT_LINK;
 
 	if (!o)
 		return 0;
@@ -140,6 +141,8 @@ struct mesh_connecting {
 	mesh_session_t *s; /* its error text goes there */
 	int fd;
 	struct timespec deadline;
+	uint32_t node, timeout_ms; /* for the text of our own timeout */
+	bool wait_link;
 };
 
 MESH_EXPORT int mesh_connect_start(mesh_session_t *s, uint32_t node, uint16_t port,
@@ -185,10 +188,16 @@ MESH_EXPORT int mesh_connect_start(mesh_session_t *s, uint32_t node, uint16_t po
 			req.rail = opts->rail;
 		}
 	}
+	/* meshd waits for the link as long as we wait for its answer (at most a day: wire.h). */
+	if (opts && (opts->mask & MESH_OPT_WAIT_LINK))
+		req.link_wait_ms = timeout_ms < MESH_CONNECT_WAIT_MAX_MS ? timeout_ms : MESH_CONNECT_WAIT_MAX_MS;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->s = s;
+	p->node = node;
+	p->timeout_ms = timeout_ms;
+	p->wait_link = req.link_wait_ms != 0;
 	ctl_deadline(&p->deadline, timeout_ms);
 	/* A local unix socket: connecting and sending one datagram do not wait for the peer node. */
 	p->fd = session_ctl_open(s, &p->deadline);
@@ -220,6 +229,15 @@ MESH_EXPORT void mesh_connect_cancel(mesh_connecting_t *p)
 	free(p);
 }
 
+/* Our own deadline passed without meshd's answer: -ETIMEDOUT, and words for it (meshd's answer at
+ * the end of a link wait names the link, but ours may come first). */
+static int connect_timed_out(mesh_connecting_t *p)
+{
+	snprintf(p->s->error, sizeof(p->s->error), "no answer within %u ms: node %u did not accept%s", p->timeout_ms,
+		 p->node, p->wait_link ? ", or its link did not come UP (meshctl links says which)" : "");
+	return -ETIMEDOUT;
+}
+
 MESH_EXPORT int mesh_connect_finish(mesh_connecting_t *p, mesh_channel_t **out)
 {
 	struct timespec now;
@@ -234,7 +252,7 @@ MESH_EXPORT int mesh_connect_finish(mesh_connecting_t *p, mesh_channel_t **out)
 		if (now.tv_sec < p->deadline.tv_sec ||
 		    (now.tv_sec == p->deadline.tv_sec && now.tv_nsec < p->deadline.tv_nsec))
 			return -EAGAIN;
-		ret = -ETIMEDOUT;
+		ret = connect_timed_out(p);
 	}
 	if (!ret) {
 		ret = reply_channel(p->s, r, fds, nfds, out);
@@ -259,6 +277,8 @@ MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, co
 	 * channel would be half made. */
 	do {
 		ret = ctl_wait(p->fd, &p->deadline, true);
+		if (ret == -ETIMEDOUT)
+			ret = connect_timed_out(p);
 		if (ret && ret != -EAGAIN) {
 			mesh_connect_cancel(p);
 			return ret;

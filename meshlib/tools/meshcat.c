@@ -2,7 +2,9 @@
  * meshcat: ncat for mesh channels.
  *
  *   meshcat [-s SOCKET] -l PORT                           one channel to PORT, copied to stdout
- *   meshcat [-s SOCKET] [-r SIZE] [-q QPS] NODE PORT      stdin copied into a channel to NODE:PORT
+ *   meshcat [-s SOCKET] [-r SIZE] [-q QPS] [-t MS] [-n] NODE PORT
+ *                                                         stdin copied into a channel to NODE:PORT
+ *                                                         (its link waited for unless -n)
  *
  * Both copies are zero-copy: read(2) goes straight into the space mesh_send_reserve hands out,
  * write(2) straight from what mesh_recv_peek shows. The sender shuts its side at the end of stdin
@@ -29,7 +31,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: meshcat [-s SOCKET] -l PORT\n"
-		"       meshcat [-s SOCKET] [-r SIZE] [-q QPS] [-t MS] NODE PORT\n"
+		"       meshcat [-s SOCKET] [-r SIZE] [-q QPS] [-t MS] [-n] NODE PORT\n"
 		"\n"
 		"Like ncat, over a mesh channel. With -l: accepts one channel to PORT of this node and\n"
 		"copies it to stdout until the peer shuts it. Otherwise: opens a channel to PORT of node\n"
@@ -41,7 +43,10 @@ static void usage(FILE *out)
 		"  -s, --socket PATH      meshd's control socket (default $%s, else %s)\n"
 		"  -r, --ring-size SIZE   ring bytes per direction, a power of two, 4K..256M (suffix K, M)\n"
 		"  -q, --qps N            QPs of the link to stripe over, 1..16 (default: all)\n"
-		"  -t, --timeout MS       how long to wait for the peer to accept (default 30000)\n"
+		"  -t, --timeout MS       how long to wait for the link to NODE to be UP and the peer to\n"
+		"                         accept (default 30000)\n"
+		"  -n, --no-wait          fail at once when the link to NODE is not UP, rather than wait\n"
+		"                         for it within the timeout\n"
 		"  -V, --version          print the version\n"
 		"  -h, --help             this help\n"
 		"\n"
@@ -240,17 +245,18 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"listen", required_argument, NULL, 'l'},  {"socket", required_argument, NULL, 's'},
 		{"ring-size", required_argument, NULL, 'r'}, {"qps", required_argument, NULL, 'q'},
-		{"timeout", required_argument, NULL, 't'}, {"version", no_argument, NULL, 'V'},
-		{"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+		{"timeout", required_argument, NULL, 't'}, {"no-wait", no_argument, NULL, 'n'},
+		{"version", no_argument, NULL, 'V'},       {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	struct mesh_channel_opts opts = {0};
 	const char *sock = NULL;
-	bool listen_mode = false;
+	bool listen_mode = false, wait_link = true;
 	uint64_t port = 0, node = 0, v;
 	mesh_session_t *s;
 	int ch, ret;
 
-	while ((ch = getopt_long(argc, argv, "l:s:r:q:t:Vh", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "l:s:r:q:t:nVh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
 			if (!parse_u64(optarg, 65535, false, &port)) {
@@ -286,6 +292,9 @@ int main(int argc, char **argv)
 			opts.timeout_ms = (uint32_t)v;
 			opts.mask |= MESH_OPT_TIMEOUT_MS;
 			break;
+		case 'n':
+			wait_link = false;
+			break;
 		case 'V':
 			printf("meshcat %d.%d\n", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
 			return 0;
@@ -302,10 +311,14 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	if (listen_mode && opts.mask) {
-		fprintf(stderr, "meshcat: -r, -q and -t apply to the connecting side only\n");
+	if (listen_mode && (opts.mask || !wait_link)) {
+		fprintf(stderr, "meshcat: -r, -q, -t and -n apply to the connecting side only\n");
 		return EXIT_USAGE;
 	}
+	/* As nc's connect(2) waits for a host that does not answer yet: a link still forming (both
+	 * meshd just started, the peer rebooting) is waited for within the timeout. */
+	if (wait_link)
+		opts.mask |= MESH_OPT_WAIT_LINK;
 	if (!listen_mode) {
 		if (!parse_u64(argv[optind], 65535, false, &node)) {
 			fprintf(stderr, "meshcat: node '%s': expected a node id 0..65535\n", argv[optind]);

@@ -831,6 +831,49 @@ static void meshlib_connect__options__request_fields_and_info_from_setup(void **
 	assert_int_equal(mesh_close(c), 0);
 }
 
+/* MESH_OPT_WAIT_LINK asks meshd to wait for the link as long as we wait for its answer (the
+ * timeout, at most a day); without it meshd is asked for no wait. And the timeout's own text,
+ * when meshd's answer does not come first, says what may be missing. */
+static void meshlib_connect__wait_link__meshd_asked_to_wait_the_timeout(void **state)
+{
+	struct fake *f = *state;
+	struct mesh_channel_opts o = {.mask = MESH_OPT_WAIT_LINK};
+	mesh_connecting_t *p = NULL;
+	mesh_channel_t *c = NULL;
+
+	fake_serve(f);
+	assert_int_equal(mesh_connect(f->s, PEER_NODE, PEER_PORT, &o, &c), 0);
+	fake_join(f);
+	assert_int_equal(f->req.link_wait_ms, 30000); /* the default timeout */
+	assert_int_equal(mesh_close(c), 0);
+	fake_drop(f);
+
+	o = (struct mesh_channel_opts){.mask = MESH_OPT_WAIT_LINK | MESH_OPT_TIMEOUT_MS, .timeout_ms = UINT32_MAX};
+	fake_serve(f);
+	assert_int_equal(mesh_connect_start(f->s, PEER_NODE, PEER_PORT, &o, &p), 0);
+	fake_join(f);
+	assert_int_equal(f->req.link_wait_ms, MESH_CONNECT_WAIT_MAX_MS);
+	mesh_connect_cancel(p);
+	fake_drop(f);
+
+	o = (struct mesh_channel_opts){.mask = MESH_OPT_TIMEOUT_MS, .timeout_ms = 5000};
+	fake_serve(f);
+	assert_int_equal(mesh_connect(f->s, PEER_NODE, PEER_PORT, &o, &c), 0);
+	fake_join(f);
+	assert_int_equal(f->req.link_wait_ms, 0);
+	assert_int_equal(mesh_close(c), 0);
+	fake_drop(f);
+
+	o = (struct mesh_channel_opts){.mask = MESH_OPT_WAIT_LINK | MESH_OPT_TIMEOUT_MS, .timeout_ms = 100};
+	f->flaw = FLAW_NO_REPLY;
+	fake_serve(f);
+	assert_int_equal(mesh_connect(f->s, PEER_NODE, PEER_PORT, &o, &c), -ETIMEDOUT);
+	fake_join(f);
+	assert_int_equal(f->req.link_wait_ms, 100);
+	if (!strstr(mesh_session_error(f->s), "no answer within 100 ms: node 3 did not accept, or its link did not come UP"))
+		fail_msg("session error \"%s\"", mesh_session_error(f->s));
+}
+
 static void meshlib_connect__no_options__defaults_left_to_meshd(void **state)
 {
 	struct fake *f = *state;
@@ -2532,6 +2575,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_api__null_and_bad_arguments__einval),
 	T(meshlib_connect__bad_options__einval_nothing_sent),
 	T(meshlib_connect__options__request_fields_and_info_from_setup),
+	T(meshlib_connect__wait_link__meshd_asked_to_wait_the_timeout),
 	T(meshlib_connect__no_options__defaults_left_to_meshd),
 	T(meshlib_connect__reply_names_node__local_node_in_info),
 	T(meshlib_connect__reply_node_out_of_range__eproto_no_fd_leaked),

@@ -90,6 +90,13 @@ typedef struct mesh_connecting mesh_connecting_t;
 #define MESH_OPT_NUMA_NODE (1u << 2)
 #define MESH_OPT_TIMEOUT_MS (1u << 3)
 #define MESH_OPT_RAIL (1u << 4)
+/* No field (since 0.5): when the link to the node is not UP yet (meshd starting, the peer not up,
+ * a link re-forming), wait for it within timeout_ms, as TCP's connect(2) waits for a host that does
+ * not answer yet, instead of failing with -ENETUNREACH at once. At the end of the timeout without
+ * the link: -ETIMEDOUT (mesh_session_error says the link did not come UP). meshd does the waiting,
+ * so mesh_connect_start/finish get it too; a meshd older than 0.5 ignores it and answers
+ * -ENETUNREACH at once. A libmesh older than 0.5 refuses the bit (-EINVAL). */
+#define MESH_OPT_WAIT_LINK (1u << 5)
 
 struct mesh_channel_opts {
 	uint32_t mask;
@@ -99,7 +106,8 @@ struct mesh_channel_opts {
 			      * the channel's device (cluster.numa). With several devices it also picks
 			      * the device on that node. A node this machine lacks: -EINVAL; where meshd
 			      * cannot place (one node, no libnuma): ignored */
-	uint32_t timeout_ms; /* how long mesh_connect waits for the peer; default 30000 */
+	uint32_t timeout_ms; /* how long mesh_connect waits for the peer (and the link, MESH_OPT_WAIT_LINK);
+			      * default 30000 */
 	uint32_t rail;       /* the device (rail) to use: 0 is nodes.addr's, i is nodes.rails[i-1]'s;
 			      * default: the one on numa_node, else on the calling thread's node, else 0.
 			      * A rail the cluster lacks: -EINVAL */
@@ -167,8 +175,9 @@ MESH_EXPORT int mesh_node_table(mesh_session_t *s, struct mesh_node_addr *nodes,
 
 /* Opens a channel to (node, port); returns once the peer accepted. node may be this node's own id:
  * the channel is the same, ring to ring inside meshd, with no link (meshd 0.4 and later). Errors:
- * -MESH_EUNKNOWNNODE (not in the cluster), -ENETUNREACH (the link to that node is not UP),
- * -ECONNREFUSED (nobody listens on the port), -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
+ * -MESH_EUNKNOWNNODE (not in the cluster), -ENETUNREACH (the link to that node is not UP; with
+ * MESH_OPT_WAIT_LINK meshd waits for it instead), -ECONNREFUSED (nobody listens on the port),
+ * -ETIMEDOUT, -EINVAL (options), -ENOENT/-ECONNREFUSED on the socket path (no meshd). */
 MESH_EXPORT int mesh_connect(mesh_session_t *s, uint32_t node, uint16_t port, const struct mesh_channel_opts *opts,
 			     mesh_channel_t **out);
 
