@@ -2094,6 +2094,57 @@ static void meshlib_channel_fd__wake_and_hangup__readable_waiting_kept(void **st
 	assert_int_equal(mesh_close(c), 0);
 }
 
+/* A writer that waits for room on the channel fd, the supported way (mesh.h, libmesh(3)): it polls
+ * for POLLIN ("changed"), asks mesh_channel_status with MESH_STATUS_ARM whether MESH_READY_SEND, and
+ * writes when told. The fd is an epoll set: it never reports POLLOUT, full ring or not, so a wait
+ * for POLLOUT alone would sleep until its timeout. */
+static void meshlib_channel_fd__writer_waits_for_room__pollin_then_ready_send_never_pollout(void **state)
+{
+	struct fake *f = *state;
+	mesh_channel_t *c = open_small(f);
+	struct fake_chan *ch = &f->ch[0];
+	static char fill[SMALL_RING], got[SMALL_RING];
+	struct mesh_channel_status st;
+	struct pollfd p;
+	size_t sent = 0;
+	int fd = mesh_channel_fd(c);
+
+	assert_true(fd >= 0);
+	for (size_t i = 0; i < sizeof(fill); i++)
+		fill[i] = (char)(i * 7 + 1);
+	/* Room: the status says so at once; the fd itself says nothing of it. */
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_ARM, &st), 0);
+	assert_true(st.ready & MESH_READY_SEND);
+	p = (struct pollfd){.fd = fd, .events = POLLOUT};
+	assert_int_equal(poll(&p, 1, 0), 0);
+	/* Fill the ring, the writer's loop: write while MESH_READY_SEND. */
+	while (mesh_channel_status(c, MESH_STATUS_ARM, &st) == 0 && (st.ready & MESH_READY_SEND)) {
+		ssize_t n = mesh_send(c, fill + sent, sizeof(fill) - sent, MESH_NONBLOCK);
+
+		assert_true(n > 0);
+		sent += (size_t)n;
+	}
+	assert_int_equal(sent, SMALL_RING);
+	assert_int_equal(st.tx_free, 0);
+	p = (struct pollfd){.fd = fd, .events = POLLIN | POLLOUT};
+	assert_int_equal(poll(&p, 1, 0), 0);
+	/* meshd sends 1000 bytes: the fd turns readable (POLLIN), never POLLOUT, and the status has the room. */
+	ring_tx_take(ch, got, 1000);
+	assert_memory_equal(got, fill, 1000);
+	p = (struct pollfd){.fd = fd, .events = POLLIN | POLLOUT};
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_int_equal(p.revents, POLLIN);
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_ARM, &st), 0);
+	assert_true(st.ready & MESH_READY_SEND);
+	assert_int_equal(st.tx_free, 1000);
+	assert_int_equal(mesh_send(c, fill, 1000, MESH_NONBLOCK), 1000);
+	/* Full again, and armed: nothing until meshd moves. */
+	assert_int_equal(mesh_channel_status(c, MESH_STATUS_ARM, &st), 0);
+	assert_false(st.ready & MESH_READY_SEND);
+	assert_false(fd_readable(fd, 0));
+	assert_int_equal(mesh_close(c), 0);
+}
+
 /* What meshd published while the application had not asked for the fd yet found MESH_APP_WAITING
  * clear and woke no one: the fd must be readable as soon as it is asked for. A consumer that first
  * asked once it had sent and read everything waited 10 s for an EOF that had come (the sanitizer
@@ -2632,6 +2683,7 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_send__meshd_dies_while_blocked__meshd_gone),
 	T(meshlib_recv__meshd_gone_nonblock__bytes_then_meshd_gone),
 	T(meshlib_channel_fd__wake_and_hangup__readable_waiting_kept),
+	T(meshlib_channel_fd__writer_waits_for_room__pollin_then_ready_send_never_pollout),
 	T(meshlib_channel_fd__published_before_asked__readable_at_once),
 	T(meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_wake),
 	T(meshlib_send_recv__loopback_odd_sizes_over_1mib__round_trip_intact),

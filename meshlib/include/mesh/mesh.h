@@ -216,7 +216,10 @@ MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len);
 /* Readable (poll/epoll) when the channel may have changed: bytes arrived, space freed, EOF, error, or
  * meshd went away. Level-triggered: call the channel with MESH_NONBLOCK until -EAGAIN, which clears
  * it; for one waiter at a time (two waiters on one fd: MESH_STATUS_EDGE below). Owned by the
- * channel: do not read or close it. */
+ * channel: do not read or close it. It is an epoll set and never reports POLLOUT (a wait for
+ * POLLOUT alone sleeps until its timeout): a writer waits for POLLIN and asks mesh_channel_status
+ * (MESH_STATUS_ARM) for MESH_READY_SEND, which says whether mesh_send would wait, as POLLOUT on a
+ * socket does. (Programs under the preload, libmesh(3), get POLLOUT on their channel sockets.) */
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c);
 MESH_EXPORT int mesh_channel_info(const mesh_channel_t *c, struct mesh_channel_info *info);
 /* What the channel can do now (since 0.4), for event loops that wait in poll/epoll on mesh_channel_fd
