@@ -26,8 +26,9 @@ import (
 // Waiting never holds an OS thread: libmesh's channel fd (an epoll set that turns readable on
 // every change of the channel, for either direction) is duplicated twice, each copy put in Go's
 // runtime poller; Read waits on one, Write on the other, and both call libmesh without blocking
-// (MESH_NONBLOCK) under a mutex, since a libmesh channel is used by one thread at a time. Neither
-// clears the fd (see ready): the two waiters share it.
+// (MESH_NONBLOCK) under a mutex (libmesh before 0.5 allowed one thread at a time on a channel;
+// 0.5 serialises its calls itself, and the mutex also orders Close after both). Neither clears the
+// fd (see ready): the two waiters share it.
 type Conn struct {
 	mu sync.Mutex // serialises the calls into libmesh
 	ch *C.mesh_channel_t

@@ -166,6 +166,8 @@ int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_
 		ret = -ENOMEM;
 		goto err_close_fds;
 	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
 	c->size = setup->ring_size;
 	c->map_len = setup->memfd_size;
 	c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[CTL_FD_MEMFD], 0);
@@ -207,6 +209,8 @@ int chan_create(const ChannelSetup *setup, uint32_t local_node, int fds[CTL_FDS_
 err_unmap:
 	munmap(c->map, c->map_len);
 err_free:
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 err_close_fds:
 	ctl_fds_close(fds, CTL_FDS_SETUP);
@@ -342,13 +346,18 @@ static bool fd_exported(const mesh_channel_t *c)
 	return c->epfd >= 0;
 }
 
-/* Sleeps until meshd writes the wake eventfd or hangs up. 0 to re-check, or -EINTR / -errno. */
+/* Sleeps until meshd writes the wake eventfd or hangs up, with the lock held but released for the
+ * poll itself (the other thread's steps go on meanwhile). 0 to re-check, or -EINTR / -errno. */
 static int chan_sleep(mesh_channel_t *c, int aq_fd)
 {
 	struct pollfd p[3] = {{.fd = c->wake, .events = POLLIN}, {.fd = c->lifeline, .events = 0},
 			      {.fd = aq_fd, .events = POLLIN}};
+	int n;
 
-	if (poll(p, aq_fd >= 0 ? 3 : 2, -1) < 0)
+	pthread_mutex_unlock(&c->lock);
+	n = poll(p, aq_fd >= 0 ? 3 : 2, -1);
+	pthread_mutex_lock(&c->lock);
+	if (n < 0)
 		return -errno;
 	if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL))
 		c->meshd_gone = true;
@@ -360,9 +369,13 @@ static int chan_sleep(mesh_channel_t *c, int aq_fd)
 }
 
 /* Before the last look of a caller that waits on the channel fd: whatever changes after the look
- * makes the fd readable again (meshd's wake, or our QP's next completion). */
+ * makes the fd readable again (meshd's wake, or our QP's next completion). Not while another
+ * thread sleeps in chan_sleep: a wake cleared here, after its last look and before its poll,
+ * would leave it asleep beside what it waits for; it clears the wake itself when it wakes. */
 static void chan_arm(mesh_channel_t *c)
 {
+	if (c->sleeper)
+		return;
 	wake_clear(c);
 	if (c->aq) {
 		aq_event(c);
@@ -420,13 +433,23 @@ static void chan_waited(mesh_channel_t *c, uint64_t since_us, uint64_t now_us)
  * no reading of its own between a message seen and the caller having it. */
 static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg, bool rx, uint64_t t0, uint64_t *now)
 {
-	uint64_t until = t0 + chan_spin_us(c);
+	uint64_t until;
 	ssize_t r;
 	unsigned i = 0;
+	bool gone;
+
+	pthread_mutex_lock(&c->lock);
+	until = t0 + chan_spin_us(c);
+	pthread_mutex_unlock(&c->lock);
 
 	*now = t0;
 	for (;;) {
-		bool own = aq_connected(c);
+		bool own, due;
+
+		pthread_mutex_lock(&c->lock);
+		own = aq_connected(c);
+		due = rx && c->answer_due && aq_look_is_syscall(c);
+		pthread_mutex_unlock(&c->lock);
 
 		/* Yield: the one we wait for (meshd, the peer) may need this very CPU; on our own QP
 		 * only meshd's hand-offs (rare) and a peer on this CPU do, so yield seldom there (in
@@ -440,10 +463,13 @@ static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg, bool r
 		 * reader of a stream: its yields gave a polling meshd the CPU (20-30% instead of 8%)
 		 * and cost a fifth of a 64 KiB stream. A look that yields may give the CPU away for
 		 * long: the clock is read after each. */
-		if (!own || (i & 63) == 63 || (rx && c->answer_due && aq_look_is_syscall(c)))
+		if (!own || (i & 63) == 63 || due)
 			sched_yield();
+		pthread_mutex_lock(&c->lock);
 		r = step(c, arg);
-		if (r != -EAGAIN || c->meshd_gone)
+		gone = c->meshd_gone;
+		pthread_mutex_unlock(&c->lock);
+		if (r != -EAGAIN || gone)
 			return r;
 		i++;
 		if ((!own || i % SPIN_CLOCK_LOOKS == 0) && (*now = mono_us()) >= until)
@@ -451,65 +477,119 @@ static ssize_t chan_spin(mesh_channel_t *c, chan_step_fn step, void *arg, bool r
 	}
 }
 
+/* One blocking wait of chan_run, with the lock held: MESH_APP_WAITING for meshd, a last look and,
+ * when it still finds nothing, a sleep. One waiting thread is the sleeper and polls the
+ * descriptors (its QP's CQ armed before the last look); another one meanwhile waits on cond, from
+ * its own last look (under the same lock) until the sleeper woke or gave the role up: a wake the
+ * sleeper took may be the one it waits for, so it looks again. The flag stays set until the last
+ * waiter leaves: one thread clearing it while the other sleeps lost that one's wake-ups. Returns
+ * the look's result (-EAGAIN: look again), *err a poll's failure. */
+static ssize_t chan_wait(mesh_channel_t *c, chan_step_fn step, void *arg, int *err)
+{
+	bool sleeper = !c->sleeper;
+	uint64_t wakes = c->wakes;
+	int aq_fd = -1;
+	ssize_t r;
+
+	*err = 0;
+	if (!c->waiters++)
+		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (sleeper) {
+		c->sleeper = true;
+		aq_fd = c->aq ? aq_wait_fd(c) : -1; /* armed before the last look */
+	}
+	r = step(c, arg);
+	if (r == -EAGAIN && sleeper) {
+		*err = chan_sleep(c, aq_fd);
+	} else if (r == -EAGAIN) {
+		while (c->wakes == wakes && c->sleeper)
+			pthread_cond_wait(&c->cond, &c->lock);
+	}
+	if (sleeper) {
+		c->sleeper = false;
+		c->wakes++;
+		pthread_cond_broadcast(&c->cond);
+	}
+	if (!--c->waiters && !fd_exported(c))
+		atomic_fetch_and_explicit(&c->ctrl->app_flags, ~MESH_APP_WAITING, memory_order_seq_cst);
+	return r;
+}
+
+/* A call that must not wait, with the lock held: -EAGAIN, after the last look of a caller that
+ * polls the channel fd, or what that look found. */
+static ssize_t chan_nonblock(mesh_channel_t *c, chan_step_fn step, void *arg)
+{
+	ssize_t r;
+
+	/* The caller polls the channel fd: clear it before the last look, so that it is readable
+	 * again only for a change after that look. */
+	if (fd_exported(c)) {
+		chan_arm(c);
+		r = step(c, arg);
+		if (r != -EAGAIN)
+			return r;
+	}
+	if (lifeline_gone(c)) {
+		r = step(c, arg);
+		return r != -EAGAIN ? r : -MESH_EMESHDGONE;
+	}
+	return -EAGAIN;
+}
+
 /* Runs step until it stops asking to wait. A blocking call sleeps between attempts; a
- * non-blocking one returns -EAGAIN. Once meshd is gone, a step that would wait gets -ECONNRESET
- * (after whatever the ring still held). */
+ * non-blocking one returns -EAGAIN. Once meshd is gone, a step that would wait gets
+ * -MESH_EMESHDGONE (after whatever the ring still held). Every step under the lock (mesh.h,
+ * Threads): a reader and a writer may run at once. */
 static ssize_t chan_run(mesh_channel_t *c, int flags, chan_step_fn step, void *arg, bool rx)
 {
 	uint64_t t0 = 0; /* when this call began to wait */
 	uint64_t now;
 	ssize_t r;
-	int ret, aq_fd;
+	int err;
 
+	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		r = step(c, arg);
-		if (r != -EAGAIN) {
-			if (t0)
-				chan_waited(c, t0, mono_us());
-			return r;
+		if (r != -EAGAIN)
+			break;
+		if (c->meshd_gone) {
+			r = -MESH_EMESHDGONE;
+			break;
 		}
-		if (c->meshd_gone)
-			return -MESH_EMESHDGONE;
 		if (flags & MESH_NONBLOCK) {
-			/* The caller polls the channel fd: clear it before the last look, so that it is
-			 * readable again only for a change after that look. */
-			if (fd_exported(c)) {
-				chan_arm(c);
-				r = step(c, arg);
-				if (r != -EAGAIN)
-					return r;
-			}
-			if (lifeline_gone(c)) {
-				r = step(c, arg);
-				return r != -EAGAIN ? r : -MESH_EMESHDGONE;
-			}
-			return -EAGAIN;
+			r = chan_nonblock(c, step, arg);
+			pthread_mutex_unlock(&c->lock);
+			return r;
 		}
 		if (!t0)
 			t0 = mono_us();
 		if (chan_spin_us(c)) {
+			pthread_mutex_unlock(&c->lock);
 			r = chan_spin(c, step, arg, rx, t0, &now);
+			pthread_mutex_lock(&c->lock);
 			if (r != -EAGAIN) {
 				chan_waited(c, t0, now);
+				pthread_mutex_unlock(&c->lock);
 				return r;
 			}
-			if (c->meshd_gone)
-				return -MESH_EMESHDGONE;
+			if (c->meshd_gone) {
+				r = -MESH_EMESHDGONE;
+				break;
+			}
 		}
-		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_WAITING, memory_order_seq_cst);
-		atomic_thread_fence(memory_order_seq_cst);
-		aq_fd = c->aq ? aq_wait_fd(c) : -1; /* armed before the last look */
-		r = step(c, arg);
-		ret = r == -EAGAIN ? chan_sleep(c, aq_fd) : 0;
-		if (!fd_exported(c))
-			atomic_fetch_and_explicit(&c->ctrl->app_flags, ~MESH_APP_WAITING, memory_order_seq_cst);
-		if (r != -EAGAIN) {
-			chan_waited(c, t0, mono_us());
-			return r;
+		r = chan_wait(c, step, arg, &err);
+		if (r != -EAGAIN)
+			break;
+		if (err) {
+			pthread_mutex_unlock(&c->lock);
+			return err;
 		}
-		if (ret)
-			return ret;
 	}
+	if (t0 && r != -MESH_EMESHDGONE)
+		chan_waited(c, t0, mono_us());
+	pthread_mutex_unlock(&c->lock);
+	return r;
 }
 
 /* A read: what it returns answers what we sent before it (an echo server releases the request
@@ -518,8 +598,11 @@ static ssize_t chan_read(mesh_channel_t *c, int flags, chan_step_fn step, void *
 {
 	ssize_t r = chan_run(c, flags, step, arg, true);
 
-	if (r > 0)
+	if (r > 0) {
+		pthread_mutex_lock(&c->lock);
 		c->answer_due = false;
+		pthread_mutex_unlock(&c->lock);
+	}
 	return r;
 }
 
@@ -610,10 +693,8 @@ MESH_EXPORT ssize_t mesh_send_reserve(mesh_channel_t *c, void **buf, int flags)
 	return chan_run(c, flags, reserve_step, buf, false);
 }
 
-MESH_EXPORT int mesh_send_commit(mesh_channel_t *c, size_t len)
+static int send_commit(mesh_channel_t *c, size_t len)
 {
-	if (!c || !len)
-		return -EINVAL;
 	if (c->err)
 		return c->err;
 	if (c->shut_wr)
@@ -625,6 +706,18 @@ MESH_EXPORT int mesh_send_commit(mesh_channel_t *c, size_t len)
 		return chan_state_error(c);
 	tx_publish(c, len);
 	return 0;
+}
+
+MESH_EXPORT int mesh_send_commit(mesh_channel_t *c, size_t len)
+{
+	int ret;
+
+	if (!c || !len)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	ret = send_commit(c, len);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
 }
 
 /* ---- receive ---- */
@@ -717,15 +810,21 @@ MESH_EXPORT ssize_t mesh_recv_peek(mesh_channel_t *c, const void **buf, int flag
 
 MESH_EXPORT int mesh_recv_release(mesh_channel_t *c, size_t len)
 {
+	int ret = 0;
+
 	if (!c || !len)
 		return -EINVAL;
-	if (c->err)
-		return c->err;
-	if (len > c->peeked)
-		return -EINVAL;
-	c->peeked = 0;
-	rx_publish(c, len);
-	return 0;
+	pthread_mutex_lock(&c->lock);
+	if (c->err) {
+		ret = c->err;
+	} else if (len > c->peeked) {
+		ret = -EINVAL;
+	} else {
+		c->peeked = 0;
+		rx_publish(c, len);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
 }
 
 /* ---- the rest ---- */
@@ -740,13 +839,25 @@ static bool chan_changed(mesh_channel_t *c)
 	       atomic_load_explicit(&c->ctrl->tx_cons, memory_order_acquire) != c->tx_cons;
 }
 
+static int channel_fd(mesh_channel_t *c);
+
 MESH_EXPORT int mesh_channel_fd(mesh_channel_t *c)
+{
+	int ret;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	ret = channel_fd(c);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+static int channel_fd(mesh_channel_t *c)
 {
 	struct epoll_event ev = {.events = EPOLLIN};
 	int fd, ret;
 
-	if (!c)
-		return -EINVAL;
 	if (fd_exported(c))
 		return c->epfd;
 	/* The wake eventfd alone would never wake a poller whose meshd died: the fd given out is an
@@ -802,14 +913,16 @@ MESH_EXPORT int mesh_shutdown(mesh_channel_t *c)
 {
 	if (!c)
 		return -EINVAL;
-	if (c->shut_wr)
-		return 0;
-	c->shut_wr = true;
-	c->reserved = 0;
-	if (c->aq)
-		aq_release(c); /* meshd sends the EOF after the bytes, so it must own them first */
-	atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_SHUT_WR, memory_order_release);
-	chan_kick(c);
+	pthread_mutex_lock(&c->lock);
+	if (!c->shut_wr) {
+		c->shut_wr = true;
+		c->reserved = 0;
+		if (c->aq)
+			aq_release(c); /* meshd sends the EOF after the bytes, so it must own them first */
+		atomic_fetch_or_explicit(&c->ctrl->app_flags, MESH_APP_SHUT_WR, memory_order_release);
+		chan_kick(c);
+	}
+	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
 
@@ -826,6 +939,8 @@ MESH_EXPORT int mesh_close(mesh_channel_t *c)
 	close(c->wake);
 	/* Last: the lifeline's hang-up tells meshd the application is done with the channel. */
 	close(c->lifeline);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
 }
@@ -845,17 +960,28 @@ MESH_EXPORT int mesh_channel_detach(mesh_channel_t *c)
 	close(c->kick);
 	close(c->wake);
 	close(c->lifeline); /* our copy: meshd hears when the last one goes */
+	/* The lock is not destroyed: in a forked copy a thread that is not there may hold it. */
 	free(c);
 	return 0;
 }
 
+static void channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st);
+
 MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st)
 {
-	ssize_t rx, tx;
-
 	if (!c || !st || (flags & ~(MESH_STATUS_ARM | MESH_STATUS_EDGE)) ||
 	    (flags & MESH_STATUS_ARM && flags & MESH_STATUS_EDGE))
 		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	channel_status(c, flags, st);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static void channel_status(mesh_channel_t *c, int flags, struct mesh_channel_status *st)
+{
+	ssize_t rx, tx;
+
 	memset(st, 0, sizeof(*st));
 	st->spin_us = chan_spin_us(c);
 	if (flags & MESH_STATUS_ARM) {
@@ -894,5 +1020,4 @@ MESH_EXPORT int mesh_channel_status(mesh_channel_t *c, int flags, struct mesh_ch
 		if (!st->error)
 			st->error = -MESH_EMESHDGONE;
 	}
-	return 0;
 }

@@ -5,6 +5,7 @@
 #ifndef MESH_LIB_INTERNAL_H
 #define MESH_LIB_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/un.h>
@@ -77,6 +78,16 @@ struct mesh_channel {
 	uint32_t wait_us; /* blocking waits' moving average (1/8 per wait), what spinning adapts to */
 	bool answer_due;  /* we sent since a read last returned: its wait waits for an answer (chan_spin) */
 	struct lib_aq *aq; /* our own QP for the sending half (aq.c), NULL when meshd posts it all */
+
+	/* One reader thread and one writer thread at once (channel.c, "Threads"): every step and
+	 * every field above is touched under lock, never a sleep. Of the threads that wait, one (the
+	 * sleeper) polls the descriptors; the others wait on cond until it woke (wakes moved on) or
+	 * gave the role up. MESH_APP_WAITING is set while waiters > 0 (or the fd was given out). */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint32_t waiters;
+	bool sleeper;
+	uint64_t wakes;
 
 	struct mesh_channel_info info;
 };

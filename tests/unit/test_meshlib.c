@@ -2330,6 +2330,140 @@ static void meshlib_send_recv__loopback_odd_sizes_over_1mib__round_trip_intact(v
 	free(out);
 }
 
+/* One reader thread and one writer thread on one channel (mesh.h: allowed since 0.5), as with a
+ * socket: every call blocking, through a 4 KiB ring so that both sleep often, each waiting for the
+ * other's side of the loopback. A lost wake-up (one thread clearing the flag or the wake the other
+ * sleeps on) would stall them: the main thread gives them a minute and names the side that stuck. */
+#define DUPLEX_TOTAL (4u << 20)
+
+struct duplex {
+	mesh_channel_t *c;
+	const uint8_t *in;
+	uint8_t *out;
+	size_t moved;
+	ssize_t err; /* the first failure, 0 none */
+	bool done;
+};
+
+static void *duplex_writer(void *arg)
+{
+	struct duplex *d = arg;
+
+	for (size_t i = 0; d->moved < DUPLEX_TOTAL; i++) {
+		size_t msg = 1 + (i * 7919u) % 6007u;
+		ssize_t n;
+
+		if (msg > DUPLEX_TOTAL - d->moved)
+			msg = DUPLEX_TOTAL - d->moved;
+		if (i % 3 == 2) {
+			void *buf;
+
+			n = mesh_send_reserve(d->c, &buf, 0);
+			if (n > 0) {
+				n = n < (ssize_t)msg ? n : (ssize_t)msg;
+				memcpy(buf, d->in + d->moved, (size_t)n);
+				if (mesh_send_commit(d->c, (size_t)n))
+					n = -EIO;
+			}
+		} else {
+			n = mesh_send(d->c, d->in + d->moved, msg, 0);
+		}
+		if (n <= 0) {
+			d->err = n ? n : -EIO;
+			break;
+		}
+		d->moved += (size_t)n;
+	}
+	if (!d->err)
+		d->err = mesh_shutdown(d->c);
+	__atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void *duplex_reader(void *arg)
+{
+	struct duplex *d = arg;
+
+	for (size_t i = 0;; i++) {
+		ssize_t n;
+
+		if (i % 2) {
+			const void *buf;
+
+			n = mesh_recv_peek(d->c, &buf, 0);
+			if (n > 0 && d->moved + (size_t)n <= DUPLEX_TOTAL) {
+				memcpy(d->out + d->moved, buf, (size_t)n);
+				if (mesh_recv_release(d->c, (size_t)n))
+					n = -EIO;
+			}
+		} else {
+			size_t want = 1 + (i * 104729u) % 5003u;
+
+			if (want > DUPLEX_TOTAL - d->moved)
+				want = DUPLEX_TOTAL - d->moved + 1; /* room for the EOF's 0 */
+			n = mesh_recv(d->c, d->out + d->moved, want, 0);
+		}
+		if (n == 0)
+			break;
+		if (n < 0 || d->moved + (size_t)n > DUPLEX_TOTAL) {
+			d->err = n < 0 ? n : -EPROTO;
+			break;
+		}
+		d->moved += (size_t)n;
+	}
+	__atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void duplex_run(struct fake *f, uint32_t spin_us)
+{
+	uint8_t *in = malloc(DUPLEX_TOTAL), *out = malloc(DUPLEX_TOTAL);
+	struct duplex w = {0}, r = {0};
+	pthread_t tw, tr;
+	uint64_t t0;
+
+	assert_non_null(in);
+	assert_non_null(out);
+	fill_random(in, DUPLEX_TOTAL);
+	f->spin_us = spin_us;
+	w.c = r.c = open_loopback(f);
+	w.in = in;
+	r.out = out;
+	assert_int_equal(pthread_create(&tr, NULL, duplex_reader, &r), 0);
+	assert_int_equal(pthread_create(&tw, NULL, duplex_writer, &w), 0);
+	t0 = now_ms();
+	while (!(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE) && __atomic_load_n(&r.done, __ATOMIC_ACQUIRE))) {
+		if (now_ms() - t0 > 60000)
+			fail_msg("stalled after a minute: writer %s at %zu, reader %s at %zu of %u bytes (a lost wake-up)",
+				 w.done ? "done" : "waiting", w.moved, r.done ? "done" : "waiting", r.moved, DUPLEX_TOTAL);
+		sleep_ms(10);
+	}
+	pthread_join(tw, NULL);
+	pthread_join(tr, NULL);
+	assert_int_equal(w.err, 0);
+	assert_int_equal(r.err, 0);
+	assert_int_equal(w.moved, DUPLEX_TOTAL);
+	assert_int_equal(r.moved, DUPLEX_TOTAL);
+	assert_memory_equal(in, out, DUPLEX_TOTAL);
+	assert_int_equal(mesh_close(w.c), 0);
+	fake_join(f);
+	free(in);
+	free(out);
+}
+
+/* Both sleep at once, at every turn (no spin budget). */
+static void meshlib_send_recv__reader_and_writer_threads__loopback_intact_no_stall(void **state)
+{
+	duplex_run(*state, 0);
+}
+
+/* The same with a spin budget: each polls its ring (under the channel's lock, a look at a time)
+ * before it sleeps. */
+static void meshlib_send_recv__reader_and_writer_threads_spinning__loopback_intact_no_stall(void **state)
+{
+	duplex_run(*state, 50);
+}
+
 static void meshlib_reserve_peek__loopback_zero_copy__round_trip_intact(void **state)
 {
 	struct fake *f = *state;
@@ -2688,6 +2822,8 @@ static const struct CMUnitTest tests[] = {
 	T(meshlib_channel_status__edge_two_waiters__writer_leaves_reader_its_wake),
 	T(meshlib_send_recv__loopback_odd_sizes_over_1mib__round_trip_intact),
 	T(meshlib_reserve_peek__loopback_zero_copy__round_trip_intact),
+	T(meshlib_send_recv__reader_and_writer_threads__loopback_intact_no_stall),
+	T(meshlib_send_recv__reader_and_writer_threads_spinning__loopback_intact_no_stall),
 	T(meshlib_meshcat__connect_loopback__stdin_comes_back_exit_0),
 	T(meshlib_meshcat__listen__channel_to_stdout_exit_0),
 	T(meshlib_meshcat__no_meshd_or_bad_usage__exit_2_or_1),

@@ -10,7 +10,16 @@
  * shared-memory ring into the receiver's, through the local meshd of each side; libmesh copies
  * (mesh_send/mesh_recv) or hands out the ring itself (reserve/commit, peek/release).
  *
- * Threads: a channel, listener or session is used by one thread at a time.
+ * Threads: a channel may be used by one reader thread (mesh_recv, mesh_recv_peek/release) and one
+ * writer thread (mesh_send, mesh_send_reserve/commit, mesh_shutdown) at once, blocking or not, as
+ * a socket may (since 0.5; before, one thread at a time). Calls on one channel are serialized
+ * inside libmesh except while they wait, so two readers (or two writers) are safe too, but which
+ * bytes each gets is theirs to sort out, and a peek or reservation is the one thread's until it
+ * is released or committed. mesh_channel_status, mesh_channel_fd and mesh_channel_info may come
+ * from either thread; mesh_close only once no other call on the channel is under way. Two threads
+ * that wait for the channel fd in an event loop rather than in blocking calls use MESH_STATUS_EDGE
+ * (below). A listener is used by one thread at a time; a session by any number (its
+ * mesh_session_error text is shared).
  */
 #ifndef MESH_MESH_H
 #define MESH_MESH_H
