@@ -13,7 +13,8 @@ throughout (each receiver checks every byte):
      UP again, the channels OPEN, resumed) and the streams go on. A listener opened on node 2 before
      the restart, with nothing accepted yet, accepts a channel opened after it.
   3. A crash of node 1's meshd (SIGKILL; the keeper starts it again): the same, the peer seeing the
-     link go DOWN by itself.
+     link go DOWN by itself; then node 2's second planned restart (a meshd restored from a store
+     that a restored meshd kept).
   4. Both streams end intact: every byte checked by the receivers, which exit 0, as the senders do.
   5. A channel open while node 2's meshd stops for good (SIGTERM to its keeper, the store emptied):
      its application there fails with "the local meshd is gone" (MESH_EMESHDGONE), not a reset by
@@ -44,6 +45,10 @@ class KeptCluster(fixtures.Cluster):
     """Each meshd under its own meshd-keeper. With --from BASE (an upgrade): the keepers and meshd
     of that build to begin with, each meshd run through a link of its own (upgrade() points it at
     this build's meshd)."""
+
+    def __init__(self, args, workdir):
+        super().__init__(args, workdir)
+        self.restarts = {}  # node: its restarts so far
 
     def start(self, i):
         nd = self.nodes[i]
@@ -136,7 +141,9 @@ def restart(c, args, node, how, ports):
           f"node {node}: {[chan_of(c, node, p) for p in ports]}; node {other}: {[chan_of(c, other, p) for p in ports]}")
     text = log_text(c, node)
     info = c.ctl(node, "node") or {}
-    check(re.search(r"restored 2 channels kept by the meshd started at \d+", text) is not None
+    # Once per restart of this node (the keeper appends every meshd's lines to one log).
+    c.restarts[node] = c.restarts.get(node, 0) + 1
+    check(len(re.findall(r"restored 2 channels kept by the meshd started at \d+", text)) >= c.restarts[node]
           and info.get("fd_store") and info.get("channels_kept", 0) >= 2 and info.get("predecessor_epoch", 0) > 0,
           f"node {node}'s new meshd says it restored both channels (meshctl node: fd_store, channels_kept "
           f"{info.get('channels_kept')}, predecessor_epoch set)", text[-1500:])
@@ -293,8 +300,10 @@ def main():
               "1 MiB intact", f"sender exit {rc}: {out[-300:]}; receiver exit {rc2}: {out2[-300:]}")
         time.sleep(2)
 
-        # 3. crash of node 1 (the acceptor)
+        # 3. crash of node 1 (the acceptor), then node 2's second planned restart
         restart(c, args, 1, "crash", ports)
+        time.sleep(1)
+        restart(c, args, 2, "planned", ports)
 
         # 4. the streams end intact
         for name, p in (("node 1's sender", tx1), ("node 2's sender", tx2)):
