@@ -107,7 +107,10 @@ def link_state(c, i, peer):
 
 
 def both_up(c):
-    return link_state(c, 1, 2) == "UP" and link_state(c, 2, 1) == "UP"
+    """The link UP at both ends, on every rail."""
+    rails = 2 if c.a.rail_addrs else 1
+    return all((c.links(i) or {}).get(3 - i, {}).get("state") == "UP"
+               and (c.links(i) or {}).get(3 - i, {}).get("rails_up", 1) == rails for i in (1, 2))
 
 
 def resumed(c, i, ports, at_least):
@@ -231,6 +234,7 @@ def main():
     ap.add_argument("--bytes", type=int, default=24 << 20, help="each stream")
     ap.add_argument("--rate", type=int, default=1 << 20, help="its bytes per second")
     ap.add_argument("--up-timeout", type=float, default=60)
+    ap.add_argument("--rail-addrs", default="", help="a second rail: each node's address on it, in node order")
     ap.add_argument("--rolling", type=int, default=0, metavar="N",
                     help="instead: N nodes, a ring of streams, every node restarted in turn")
     ap.add_argument("--from", dest="from_build", default="", metavar="BUILD",
@@ -241,6 +245,7 @@ def main():
     args.from_build = os.path.abspath(args.from_build) if args.from_build else ""
     args.nodes = args.rolling or 2
     args.cluster_extra = f"  resume_timeout_ms = {args.resume_ms};\n"
+    args.node_extra = {i + 1: f'rails = ["{a}"]; ' for i, a in enumerate(args.rail_addrs.split())}
 
     workdir = tempfile.mkdtemp(prefix="mesh-restart-")
     c = KeptCluster(args, workdir)
@@ -259,14 +264,16 @@ def main():
             shutil.rmtree(workdir, ignore_errors=True)
         print(f"{fixtures.passed} passed, {fixtures.failed} failed")
         return 1 if fixtures.failed else 0
-    print(f"# two meshd under meshd-keeper; transport {args.transport}, addresses {args.addrs}; streams of "
+    print(f"# two meshd under meshd-keeper; transport {args.transport}, addresses {args.addrs}"
+          f"{', second rail ' + args.rail_addrs if args.rail_addrs else ''}; streams of "
           f"{args.bytes} bytes at {args.rate} B/s both ways; resume_timeout {args.resume_ms} ms", flush=True)
     procs = []
     try:
         # 1. the link and two streams
         c.start(1)
         c.start(2)
-        if not check(wait_until(lambda: both_up(c), args.up_timeout, 0.1), "nodes 1 and 2 form their link"):
+        if not check(wait_until(lambda: both_up(c), args.up_timeout, 0.1), "nodes 1 and 2 form their link",
+                     str({i: c.links(i) for i in (1, 2)})):
             raise RuntimeError("no link")
         rx2 = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], 7101)
         rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], 7102)
