@@ -273,6 +273,27 @@ void channel_free(struct channel *ch)
 	free(ch);
 }
 
+/* ch->memfd mapped (control page, TX and RX rings) and the credit page made (its own page: the
+ * credit words are registered, a peer writes one, and placed like the rings; NULL when out of
+ * memory, which the caller checks). 0, or -1 with errno and *why. */
+static int channel_map_memfd(struct channel *ch, size_t len, const char **why)
+{
+	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
+	if (ch->map == MAP_FAILED) {
+		ch->map = NULL;
+		*why = "mmap of the ring failed";
+		return -1;
+	}
+	ch->map_len = len;
+	ch->ctrl = ch->map;
+	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
+	ch->rx = ch->tx + ch->size;
+	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ch->credit == MAP_FAILED)
+		ch->credit = NULL;
+	return 0;
+}
+
 /* The channel's memory: the ring memfd (control page, TX and RX rings; sealed at its size: neither
  * side can shrink it under the other's mapping, SIGBUS), mapped here, and the credit page; both on
  * NUMA node `node` when one is wanted, placed before the first touch. 0, or -errno with *why. */
@@ -284,20 +305,8 @@ static int channel_map_rings(struct channel *ch, size_t len, int node, const cha
 		*why = "memfd_create/ftruncate/seal failed";
 		return -errno;
 	}
-	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
-	if (ch->map == MAP_FAILED) {
-		ch->map = NULL;
-		*why = "mmap of the ring failed";
+	if (channel_map_memfd(ch, len, why))
 		return -errno;
-	}
-	ch->map_len = len;
-	ch->ctrl = ch->map;
-	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
-	ch->rx = ch->tx + ch->size;
-	/* Its own page: the credit words are registered (a peer writes one) and placed like the rings. */
-	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ch->credit == MAP_FAILED)
-		ch->credit = NULL;
 	ch->numa_want = node;
 	if (node >= 0 && ch->credit) {
 		int ret = numa_place(ch->map, len, node);
@@ -439,20 +448,15 @@ static int channel_map_kept(struct channel *ch, int memfd, const char **why)
 		*why = "its ring descriptor is not a ring of the recorded size";
 		return -EINVAL;
 	}
-	ch->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-	if (ch->map == MAP_FAILED) {
-		ch->map = NULL;
-		*why = "mmap of the ring failed";
-		return -errno;
+	/* Sealed at its size, as channel_map_rings made it: nobody can shrink it under our mapping. */
+	if ((fcntl(memfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+		*why = "its ring descriptor is not sealed at its size";
+		return -EINVAL;
 	}
-	ch->map_len = len;
-	ch->ctrl = ch->map;
-	ch->tx = (uint8_t *)ch->map + MESH_RING_CTRL_SIZE;
-	ch->rx = ch->tx + ch->size;
+	if (channel_map_memfd(ch, len, why))
+		return -errno;
 	ch->numa_want = -1;
-	ch->credit = mmap(NULL, CH_CREDIT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ch->credit == MAP_FAILED) {
-		ch->credit = NULL;
+	if (!ch->credit) {
 		*why = "out of memory";
 		return -ENOMEM;
 	}

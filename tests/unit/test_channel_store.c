@@ -189,7 +189,7 @@ static void channel_store_restore__kept_channel__resumes_where_its_ring_stands(v
 
 /* The store is the manager's, its names meshd's own, but nothing in it is taken on trust: a name
  * that is no channel's, a record that does not parse or names a node not in the configuration, a
- * ring without its other descriptors, a ring of another size than its record: each fails (dropped
+ * ring without its other descriptors, a ring of another size than its record or not sealed at its size: each fails (dropped
  * from the store, its descriptors closed) and the good channel beside them is restored. */
 static void channel_store_restore__bad_entries__each_fails_alone_the_good_one_restored(void **state)
 {
@@ -201,6 +201,7 @@ static void channel_store_restore__bad_entries__each_fails_alone_the_good_one_re
 		"mc1.79.ring.1.5.5.1.1.0.1.2.0.4096.4242",
 		"mc1.80.ring.1.6.6.1.1.0.1.2.0.8192.4242", "mc1.80.kick", "mc1.80.wake", "mc1.80.life",
 		"mc1.81.life",
+		"mc1.82.ring.1.7.7.1.1.0.1.2.0.4096.4242", "mc1.82.kick", "mc1.82.wake", "mc1.82.life",
 	};
 	int fds[ARRAY_SIZE(names)];
 	ino_t ino[ARRAY_SIZE(names)];
@@ -222,7 +223,7 @@ static void channel_store_restore__bad_entries__each_fails_alone_the_good_one_re
 	h = open_out(c, RING, 2, PEER_SLOT);
 	assert_int_equal(restart_kept(c, names, fds, ARRAY_SIZE(names)), 1);
 	assert_true(chn(c, h)->resuming);
-	for (uint32_t id = 77; id <= 81; id++)
+	for (uint32_t id = 77; id <= 82; id++)
 		assert_null(channel_find(&c->t.m, id));
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
 		if (!fstat(fds[i], &st) && st.st_ino == ino[i])
