@@ -189,8 +189,9 @@ static void channel_store_restore__kept_channel__resumes_where_its_ring_stands(v
 
 /* The store is the manager's, its names meshd's own, but nothing in it is taken on trust: a name
  * that is no channel's, a record that does not parse or names a node not in the configuration, a
- * ring without its other descriptors, a ring of another size than its record or not sealed at its size: each fails (dropped
- * from the store, its descriptors closed) and the good channel beside them is restored. */
+ * ring without its other descriptors, a ring of another size than its record or not sealed at its
+ * size: each fails (dropped from the store, its descriptors closed) and the good channel beside
+ * them is restored. */
 static void channel_store_restore__bad_entries__each_fails_alone_the_good_one_restored(void **state)
 {
 	struct ct *c = *state;
