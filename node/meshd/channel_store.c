@@ -235,8 +235,8 @@ static void find_kinds(char *const *names, const bool *taken, size_t n, uint32_t
 }
 
 /* One channel of the store, its entries taken (taken[i]); 0 or -errno said. */
-static int restore_one(struct mesh *m, const int *fds, char *const *names, bool *taken, size_t n, size_t ring, uint32_t id,
-		       const char *record)
+static int restore_one(struct mesh *m, const int *fds, char *const *names, bool *taken, size_t n, size_t ring,
+		       uint32_t id, const char *record)
 {
 	struct channel_record r;
 	ssize_t at[CH_KEPT_FDS];
