@@ -34,7 +34,7 @@
 #define KEEP_FDS_PER_MSG 253   /* SCM_MAX_FD */
 #define KEEP_BURST 5           /* restarts within KEEP_BURST_S, then it gives up (StartLimitBurst=) */
 #define KEEP_BURST_S 60
-#define KEEP_RESTART_MS 200    /* RestartSec= */
+#define KEEP_RESTART_MS 100    /* RestartSec= after a failure; a planned restart starts at once */
 
 struct kept {
 	int fd;
@@ -357,8 +357,12 @@ int main(int argc, char **argv)
 				say("%s (pid %d) %s %d: starting it again", k.argv[0], (int)pid,
 				    WIFEXITED(ws) ? "exited with" : "was killed by signal",
 				    WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+				/* The channels wait meanwhile: a planned restart loses no time; after a
+				 * failure a short pause keeps a crash loop from spinning (the burst limit
+				 * ends it). */
+				if (failed)
+					usleep(KEEP_RESTART_MS * 1000);
 				k.restart = false;
-				usleep(KEEP_RESTART_MS * 1000);
 				if (start(&k))
 					goto out;
 			}
