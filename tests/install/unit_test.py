@@ -133,8 +133,11 @@ def strace_part(args, work, unit):
             cmd = [meshd, "-c", conf, "-n", str(i), "-s", socks[i]]
             if i == 1:
                 cmd = ["strace", "-f", "-qq", "-s", "0", "-e", "signal=none", "-o", trace] + cmd
+            # A process group of its own: strace killed detaches its tracee, which would live on
+            # (and hold the port for the next run) unless the whole group goes.
             procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=open(os.path.join(work, f"meshd{i}.log"), "w")))
+                                          stderr=open(os.path.join(work, f"meshd{i}.log"), "w"),
+                                          start_new_session=True))
             if i == 1:
                 traced = child_of(procs[0].pid)
         up = False
@@ -197,7 +200,10 @@ def strace_part(args, work, unit):
                 pass
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # meshd 2, or strace and meshd 1 under it
+                except OSError:
+                    p.kill()
                 p.wait()
     with open(trace) as f:
         lines = f.read().splitlines()
