@@ -196,13 +196,34 @@ fail:
 	return 1;
 }
 
+#define GAPS 3 /* the longest pauses between a channel's bytes, reported at its end */
+
 struct rx {
 	mesh_channel_t *c;
 	struct hdr h;
 	size_t hoff;
 	uint64_t got;
 	bool done, failed;
+	uint64_t last_ms;       /* when bytes last came (0: not yet) */
+	uint64_t gaps[GAPS];    /* the longest pauses between them, ms, longest first */
 };
+
+/* Bytes came now: the pause since the last ones joins the longest, if it is one of them. What an
+ * application sees of a restart of its meshd or an outage (restart_test prints it). */
+static void rx_note(struct rx *r)
+{
+	uint64_t t = now_ms(), gap = r->last_ms ? t - r->last_ms : 0;
+
+	r->last_ms = t;
+	for (int i = 0; i < GAPS; i++) {
+		if (gap > r->gaps[i]) {
+			uint64_t g = r->gaps[i];
+
+			r->gaps[i] = gap;
+			gap = g;
+		}
+	}
+}
 
 static int do_recv(mesh_session_t *s, int argc, char **argv)
 {
@@ -306,7 +327,9 @@ static int do_recv(mesh_session_t *s, int argc, char **argv)
 						printf("FAIL channel %d: EOF after %" PRIu64 " of %" PRIu64 " bytes\n", i, r->got,
 						       r->h.len);
 					else
-						printf("ok received %" PRIu64 " bytes (seed %" PRIu64 ")\n", r->got, r->h.seed);
+						printf("ok received %" PRIu64 " bytes (seed %" PRIu64 "; longest pauses %" PRIu64
+						       " %" PRIu64 " %" PRIu64 " ms)\n",
+						       r->got, r->h.seed, r->gaps[0], r->gaps[1], r->gaps[2]);
 					r->failed = n < 0 || r->hoff < sizeof(r->h) || r->got != r->h.len;
 					bad += r->failed;
 					r->done = true;
@@ -331,6 +354,7 @@ static int do_recv(mesh_session_t *s, int argc, char **argv)
 						}
 						r->got += (size_t)n - k;
 						total += (size_t)n - k;
+						rx_note(r);
 					}
 				}
 				if (zc && (ret = mesh_recv_release(r->c, (size_t)n))) {

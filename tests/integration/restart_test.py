@@ -316,9 +316,18 @@ def main():
         for name, p in (("node 1's sender", tx1), ("node 2's sender", tx2)):
             rc, out = finish(p, args.bytes / args.rate + 120)
             check(rc == 0, f"{name} finished: every byte acknowledged across both restarts", f"exit {rc}: {out[-800:]}")
+        pauses = []
         for name, p in (("node 2's receiver", rx2), ("node 1's receiver", rx1)):
             rc, out = finish(p, 30)
             check(rc == 0, f"{name} got every byte intact, none lost or written twice", f"exit {rc}: {out[-800:]}")
+            m = re.search(r"longest pauses (\d+) (\d+) (\d+) ms", out)
+            if m:
+                pauses.append([int(g) for g in m.groups()])
+        # What the applications saw: each receiver's three longest pauses between bytes (the
+        # three restarts; a paced stream at --rate brings bytes every few ms otherwise).
+        if pauses:
+            print(f"# the applications' pause: each receiver's three longest gaps between bytes {pauses} ms "
+                  f"(three restarts: node 2 planned twice, node 1 killed)", flush=True)
         procs = []
 
         # 5. a stop for good: the application on that node hears its meshd is gone
