@@ -81,6 +81,9 @@ static void stop_gracefully(struct daemon *d)
 	 * keep theirs waiting for it (whether one comes is the manager's to decide: a stop for good
 	 * empties the store, and the channels fail at both ends, at the peers after resume_timeout_ms). */
 	d->mesh.store.handover = d->mesh.store.n_kept > 0;
+	/* A listener kept alone (a server with no channel open yet) is handed over too. */
+	for (const struct listener *li = d->mesh.listeners; li && !d->mesh.store.handover; li = li->next)
+		d->mesh.store.handover = li->kept;
 	if (d->mesh.store.handover)
 		log_info("stopping: %u channel%s kept for the next meshd (peers wait up to %u ms)", d->mesh.store.n_kept,
 			 d->mesh.store.n_kept == 1 ? "" : "s", d->cfg.resume_timeout_ms);
