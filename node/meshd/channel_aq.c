@@ -176,6 +176,7 @@ void channel_aq_app(struct channel *ch)
 	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
 	ChannelAppQp a = CHANNEL_APP_QP__INIT;
 	uint8_t token[MESH_AQ_TOKEN_LEN];
+	bool own_accord;
 	uint32_t st;
 
 	/* Even once the application is gone: its last word (IDLE, before its shutdown) still counts. */
@@ -244,9 +245,17 @@ void channel_aq_app(struct channel *ch)
 		log_debug("channel %u: the application is done with its own QP (%s, peer's writes %s)", ch->id,
 			  !ch->aq_granted ? "not granted" : ch->resuming ? "resuming" : "granted",
 			  ch->aq_peer_sends ? "its own" : "ours");
+		/* Done of its own accord (a shutdown, its QP failed, a forked child that holds none of
+		 * its parent's QP), not answering a revocation: the peer's application, which has our
+		 * offer, may be granted and write to that QP at any time, even if it does not yet;
+		 * nobody might read what it writes there (a forked child does not read its parent's
+		 * connection). Revoked, it hands back and its meshd posts to us. After a resume or the
+		 * peer's own REVOKE its round is being ended already (and may be renewed: a late
+		 * REVOKE of ours would end the next one). */
+		own_accord = ch->aq_app != MESH_AQ_NONE && !ch->aq_revoked && !ch->resuming;
 		ch->aq_app = MESH_AQ_IDLE;
 		ch->aq_done = true;
-		if (ch->aq_peer_sends) {
+		if (ch->aq_peer_sends || own_accord) {
 			/* Its QP is done: the peer's application must stop writing to it and hand back too. */
 			channel_app_qp__init(&a);
 			a.state = AQ_MSG_REVOKE;
@@ -557,8 +566,13 @@ static void aq_on_revoke(struct channel *ch, const ChannelAppQp *a)
 {
 	if (ch->aq_pend.valid && a->round == ch->aq_pend.round)
 		ch->aq_pend.valid = false;
-	if (ch->aq_peer_next && a->round == ch->aq_peer_round)
+	if (ch->aq_peer_next && a->round == ch->aq_peer_round) {
+		/* A grant offered and not taken is withdrawn first (or found taken and counted): the
+		 * REVOKED stored next would otherwise be read as the application's word over the grant,
+		 * and the channel broken for what meshd wrote. */
+		channel_aq_take(ch, true);
 		channel_aq_stop_app(ch);
+	}
 }
 
 /* Where the peer placed our application's writes it handed back: meshd posts from there. */

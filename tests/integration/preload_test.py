@@ -462,15 +462,6 @@ def channels_held(a, m, e, port, n, request=b""):
     return seen, ("" if p.returncode == 0 else err[-400:])
 
 
-def takeover_env(case):
-    """A child that takes over a connection its parent accepted, where the parent's libmesh had made
-    its own sending path (cluster.app_send): the hand-over of that path stalls or resets the stream
-    in about 1 run of 3 (issue 43, open). Until it is fixed these servers post nothing themselves
-    (MESH_APP_SEND=off: meshd posts their half; their clients still offer theirs), so the checks here
-    are of the fork semantics; the path's hand-over is its own bug, not hidden in a flaky test."""
-    return {"MESH_APP_SEND": "off"} if case in ("perconn", "steal", "socat") else {}
-
-
 def part_fork(a, m, e, workdir):
     fork = os.path.join(a.build, "tests", "integration", "preload_fork")
     size = 1 << 20
@@ -488,7 +479,7 @@ def part_fork(a, m, e, workdir):
         port = a.app_port + 20 + k
         log = os.path.join(workdir, f"fork-{case}.log")
         before = m.link_bytes()
-        srv = e.spawn(2, [fork, case, str(port), *args], log=log, **takeover_env(case))
+        srv = e.spawn(2, [fork, case, str(port), *args], log=log)
         listening = wait_until(lambda: port in m.ports(2), 10, 0.05)
         bad = clients_run(a, m, e, port, n, size) if listening else ["no mesh listener"]
         status = finish(srv, 60)
@@ -628,7 +619,7 @@ def fork_socat(a, m, e, workdir):
         return
     port = a.app_port + 33
     log = os.path.join(workdir, "socat.log")
-    srv = e.spawn(2, ["socat", f"TCP-LISTEN:{port},fork,reuseaddr", "EXEC:cat"], log=log, **takeover_env("socat"))
+    srv = e.spawn(2, ["socat", f"TCP-LISTEN:{port},fork,reuseaddr", "EXEC:cat"], log=log)
     try:
         up = wait_until(lambda: port in m.ports(2), 15, 0.05)
         check(up, f"socat TCP-LISTEN:{port},fork EXEC:cat under the preload listens through the mesh too", tail(log))

@@ -278,7 +278,10 @@ static void channel_app_send__idle_before_taking_the_grant__withdrawn_no_hand_ba
 	app_write(h, 50);
 	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_MESHD);
-	assert_int_equal(sent_aq_state(c, from, 0, NULL), 0); /* neither SENDING nor HANDBACK */
+	/* The peer's application is revoked (it has our offer and may be granted), and nothing else
+	 * goes: neither SENDING nor HANDBACK. */
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 6);
+	assert_int_equal(sent_aq_state(c, from, 1, NULL), 0);
 	assert_int_equal(write_count(c, h, from, false), 1);
 	assert_false(chn(c, h)->aq_granted);
 	assert_false(ring_state(h) & MESH_STATE_ERROR);
@@ -426,7 +429,8 @@ static void channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there
 	/* The application's QP failed after 1000 of its 3000 bytes arrived: it says IDLE. */
 	from = c->t.fx->n_posts;
 	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
-	assert_int_equal(sent_aq_state(c, from, 0, NULL), 4); /* HANDBACK */
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 6); /* REVOKE: the peer's writes too */
+	assert_int_equal(sent_aq_state(c, from, 1, NULL), 4); /* HANDBACK */
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
 	assert_int_equal(write_count(c, h, from, false), 0); /* nothing before the peer says where */
 	complete_sends(c);
@@ -461,7 +465,7 @@ static void channel_app_send__hand_back_then_link_lost__resume_rewinds_meshd_pos
 	app_kick(c, h);
 	from = c->t.fx->n_posts;
 	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
-	assert_int_equal(sent_aq_state(c, from, 0, NULL), 4); /* HANDBACK, lost with the link */
+	assert_int_equal(sent_aq_state(c, from, 1, NULL), 4); /* HANDBACK (after REVOKE), lost with the link */
 	link_lost(c);
 	link_back(c, 5000);
 	mesh_peer_msg_free(sent_resume(c, h, from));
@@ -476,6 +480,71 @@ static void channel_app_send__hand_back_then_link_lost__resume_rewinds_meshd_pos
 	check_peer_ring(h, 1000, 3000);
 	/* A PLACED that comes late after all is stale: ignored. */
 	peer_app_qp(c, h, 5, 1000);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* Our application is done with its QP of its own accord before the peer's application sends (a
+ * forked child takes the channel over and hands back its parent's QP, which nobody reads any more):
+ * the peer's application, granted at any time, would write where no one looks and the stream would
+ * stall (issue 43: a forking server stalled 1 run in 3). meshd revokes it at once; its SENDING that
+ * crossed the REVOKE and its HANDBACK are answered. */
+static void channel_app_send__idle_of_its_own_accord_before_the_peer_sends__peer_revoked(void **state)
+{
+	struct ct *c = *state;
+	uint64_t pos = 99;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	assert_int_equal(sent_aq_state(c, from, 0, NULL), 6); /* REVOKE of the QP the peer has */
+	assert_false(chn(c, h)->aq_granted);
+	complete_sends(c);
+	/* The peer's meshd had granted its application before the REVOKE came: its SENDING crosses. */
+	peer_app_qp(c, h, 3, 0);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	assert_true(chn(c, h)->aq_peer_sends);
+	/* Its application stopped and handed back: nothing of it was read here, so 0 is placed. */
+	from = c->t.fx->n_posts;
+	peer_app_qp(c, h, 4, 0);
+	assert_int_equal(sent_aq_state(c, from, 0, &pos), 5);
+	assert_int_equal(pos, 0);
+	assert_false(chn(c, h)->aq_peer_sends);
+	assert_false(ring_state(h) & MESH_STATE_ERROR);
+	mt_finish(&c->t);
+}
+
+/* The same IDLE answering the peer's REVOKE (its application was done first, before it sent): the
+ * peer's round is ending already, and a REVOKE back could end its next one. None is sent back. */
+static void channel_app_send__idle_answering_the_peers_revoke__no_revoke_back(void **state)
+{
+	struct ct *c = *state;
+	struct mesh_ring_aq *q;
+	struct chan *h;
+	size_t from;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	q = mesh_ring_aq(h->app->ctrl);
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+	peer_app_qp(c, h, 6, 0);
+	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
+	from = c->t.fx->n_posts;
+	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
+	for (size_t i = 0; i < 4; i++)
+		assert_int_not_equal(sent_aq_state(c, from, i, NULL), 6);
 	assert_false(ring_state(h) & MESH_STATE_ERROR);
 	mt_finish(&c->t);
 }
@@ -924,6 +993,8 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__peer_sends_from_an_unfit_position__channel_broken),
 	T(channel_app_send__hand_back__peer_says_placed_meshd_posts_from_there),
 	T(channel_app_send__hand_back_then_link_lost__resume_rewinds_meshd_posts_the_rest),
+	T(channel_app_send__idle_of_its_own_accord_before_the_peer_sends__peer_revoked),
+	T(channel_app_send__idle_answering_the_peers_revoke__no_revoke_back),
 	T(channel_app_send__peer_application_writes__rx_follows_its_pair_within_the_credit),
 	T(channel_app_send__resume_revoked_the_qp__new_round_offered_and_granted_again),
 	T(channel_app_send__resume_before_the_grant__application_stopped_and_offered_anew),
