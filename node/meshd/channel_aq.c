@@ -90,6 +90,16 @@ static int channel_aq_send(struct channel *ch, ChannelAppQp *a)
 {
 	PeerMsg msg = PEER_MSG__INIT;
 
+	/* After our Close or CloseAck the peer may free the slot and give it to its next channel at
+	 * once: a word of ours for this one would land there (a SENDING after the ack once broke the
+	 * next channel as "posts from 0, which does not fit"). The channel is ending; nothing of its
+	 * writes needs the peer's meshd any more. Dropped as if sent. */
+	if (ch->close_sent || ch->ack_sent) {
+		log_debug("channel %u: ChannelAppQp state %u not sent: the channel's close is under way", ch->id,
+			  a->state);
+		return 0;
+	}
+
 	a->slot = ch->peer_slot;
 	a->round = ch->aq_round; /* what our application's QP it concerns (HANDBACK and PLACED: none) */
 	msg.body_case = PEER_MSG__BODY_CHANNEL_APP_QP;
@@ -536,8 +546,12 @@ static bool aq_on_sending(struct channel *ch, struct link *l, const ChannelAppQp
 	}
 	if (!ch->aq_peer_ready || a->round != ch->aq_peer_round || ch->aq_peer_sends || a->pos < ch->rx_bytes ||
 	    a->pos > ch->app_rx_cons + ch->size) {
-		channel_break(ch, -EPROTO, "node %u's application posts from %llu, which does not fit (%llu placed)",
-			      l->peer->id, (unsigned long long)a->pos, (unsigned long long)ch->rx_bytes);
+		channel_break(ch, -EPROTO,
+			      "node %u's application posts from %llu in round %u, which does not fit (%llu placed; "
+			      "its QP of round %u is %s%s)",
+			      l->peer->id, (unsigned long long)a->pos, a->round, (unsigned long long)ch->rx_bytes,
+			      ch->aq_peer_round, !ch->aq_peer_next ? "not installed" : ch->aq_peer_ready ? "ready" : "not ready",
+			      ch->aq_peer_sends ? " and posting already" : "");
 		return true;
 	}
 	ch->aq_peer_sends = true;

@@ -288,6 +288,34 @@ static void channel_app_send__idle_before_taking_the_grant__withdrawn_no_hand_ba
 	mt_finish(&c->t);
 }
 
+/* The peer closed and meshd acked: the peer frees the slot and may give it to its next channel at
+ * once. Whatever our application does after (it takes the grant offered before, answering a request
+ * that came before the close), nothing more goes for that slot: a SENDING after the ack reached the
+ * peer's next channel there and broke it ("node 2's application posts from 0, which does not fit":
+ * redis-benchmark closes its 50 clients with answers still coming and opens the next 50 at once). */
+static void channel_app_send__peer_closed_and_acked__nothing_more_for_its_slot(void **state)
+{
+	struct ct *c = *state;
+	struct chan *h;
+	size_t from;
+	PeerMsg *m;
+
+	ct_init(c, 2);
+	aq_on(c);
+	h = open_out(c, RING, 2, PEER_SLOT);
+	aq_grant_offered(c, h);
+	from = c->t.fx->n_posts;
+	peer_close(c, h, 0);
+	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_CLOSE_ACK, 0);
+	assert_non_null(m);
+	mesh_peer_msg_free(m);
+	from = c->t.fx->n_posts;
+	app_write(h, 40);
+	app_take(c, h);
+	assert_null(sent_msg(c, from, PEER_MSG__BODY_CHANNEL_APP_QP, 0));
+	mt_finish(&c->t);
+}
+
 /* An older libmesh (no MESH_AQ_CAP_TAKE) gets the grant as before: its own at once, the peer told
  * first. */
 static void channel_app_send__application_without_take__granted_at_once(void **state)
@@ -986,6 +1014,7 @@ static const struct CMUnitTest tests[] = {
 	T(channel_app_send__granted__tx_space_ends_at_the_readers_credit),
 	T(channel_app_send__published_before_the_grant_was_taken__meshd_withdraws_and_posts_them),
 	T(channel_app_send__idle_before_taking_the_grant__withdrawn_no_hand_back),
+	T(channel_app_send__peer_closed_and_acked__nothing_more_for_its_slot),
 	T(channel_app_send__application_without_take__granted_at_once),
 	T(channel_app_send__application_writes_over_the_grant__channel_broken_eproto),
 	T(channel_poll__granted_applications_writes__not_a_move),
