@@ -32,7 +32,7 @@
 #define KEEP_NAME_MAX 255      /* systemd's FDNAME length */
 #define KEEP_MSG_MAX 4096      /* one notification's text */
 #define KEEP_FDS_PER_MSG 253   /* SCM_MAX_FD */
-#define KEEP_BURST 5           /* restarts within KEEP_BURST_S, then it gives up (StartLimitBurst=) */
+#define KEEP_BURST 5           /* starts after failures within KEEP_BURST_S, then it gives up (StartLimitBurst=) */
 #define KEEP_BURST_S 60
 #define KEEP_RESTART_MS 100    /* RestartSec= after a failure; a planned restart starts at once */
 
@@ -178,21 +178,33 @@ static void on_socket(struct keeper *k)
 	on_message(k, text, fds, nfds);
 }
 
-/* The program, with the store from descriptor 3 on, as systemd passes it. */
-static int start(struct keeper *k)
+/* A start after a failure counts towards the burst limit, which ends a crash loop: false once
+ * KEEP_BURST of them came within KEEP_BURST_S. */
+static bool start_counted(struct keeper *k)
 {
 	time_t now = time(NULL);
-	pid_t pid;
 
 	if (k->n_starts == KEEP_BURST && now - k->starts[0] < KEEP_BURST_S) {
 		say("%d starts within %d s: giving up", KEEP_BURST, KEEP_BURST_S);
-		return -1;
+		return false;
 	}
 	if (k->n_starts == KEEP_BURST)
 		memmove(k->starts, k->starts + 1, sizeof(k->starts[0]) * (KEEP_BURST - 1));
 	else
 		k->n_starts++;
 	k->starts[k->n_starts - 1] = now;
+	return true;
+}
+
+/* The program, with the store from descriptor 3 on, as systemd passes it. A planned restart (asked
+ * for, the old one exited 0) is not counted: an operator upgrading, or a benchmark restarting it
+ * often, is no crash loop. */
+static int start(struct keeper *k, bool counted)
+{
+	pid_t pid;
+
+	if (counted && !start_counted(k))
+		return -1;
 	pid = fork();
 	if (pid < 0) {
 		say("fork: %s", strerror(errno));
@@ -313,7 +325,7 @@ int main(int argc, char **argv)
 		epoll_ctl(k.epfd, EPOLL_CTL_ADD, k.sfd, &a);
 		epoll_ctl(k.epfd, EPOLL_CTL_ADD, k.sock, &b);
 	}
-	if (start(&k))
+	if (start(&k, true))
 		return 1;
 	for (;;) {
 		struct epoll_event ev;
@@ -363,7 +375,7 @@ int main(int argc, char **argv)
 				if (failed)
 					usleep(KEEP_RESTART_MS * 1000);
 				k.restart = false;
-				if (start(&k))
+				if (start(&k, failed))
 					goto out;
 			}
 		}

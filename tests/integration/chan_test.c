@@ -196,7 +196,7 @@ fail:
 	return 1;
 }
 
-#define GAPS 3 /* the longest pauses between a channel's bytes, reported at its end */
+#define GAPS 8 /* the longest pauses between a channel's bytes, reported at its end */
 
 struct rx {
 	mesh_channel_t *c;
@@ -223,6 +223,15 @@ static void rx_note(struct rx *r)
 			gap = g;
 		}
 	}
+}
+
+/* A channel's stream arrived whole: its length, seed and longest pauses, longest first. */
+static void rx_ok(const struct rx *r)
+{
+	printf("ok received %" PRIu64 " bytes (seed %" PRIu64 "; longest pauses", r->got, r->h.seed);
+	for (int i = 0; i < GAPS; i++)
+		printf(" %" PRIu64, r->gaps[i]);
+	printf(" ms)\n");
 }
 
 static int do_recv(mesh_session_t *s, int argc, char **argv)
@@ -327,9 +336,7 @@ static int do_recv(mesh_session_t *s, int argc, char **argv)
 						printf("FAIL channel %d: EOF after %" PRIu64 " of %" PRIu64 " bytes\n", i, r->got,
 						       r->h.len);
 					else
-						printf("ok received %" PRIu64 " bytes (seed %" PRIu64 "; longest pauses %" PRIu64
-						       " %" PRIu64 " %" PRIu64 " ms)\n",
-						       r->got, r->h.seed, r->gaps[0], r->gaps[1], r->gaps[2]);
+						rx_ok(r);
 					r->failed = n < 0 || r->hoff < sizeof(r->h) || r->got != r->h.len;
 					bad += r->failed;
 					r->done = true;

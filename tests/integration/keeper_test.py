@@ -10,7 +10,11 @@ What it asserts:
   3. A notification from another process (here the test, with a descriptor) is dropped and said.
   4. SIGUSR2 is a planned restart: the program gets SIGTERM, exits 0 and is started again, the store
      passed on once more (still one descriptor: the stranger's was not kept).
-  5. SIGTERM stops the program and the keeper, which exits with the program's status (0).
+  5. Planned restarts do not count towards the burst limit: 6 more SIGUSR2 in a row each start the
+     program again (9 starts within a minute in all).
+  6. SIGTERM stops the program and the keeper, which exits with the program's status (0).
+  7. A crash loop (a program killed by SIGKILL at once, every time) is ended by the burst limit: the
+     keeper says it gives up after 5 starts within 60 s and exits on its own.
 Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
 """
 import argparse
@@ -98,12 +102,30 @@ def main():
         got = eval(open(run3).read()) if os.path.exists(run3) else {}  # noqa: S307
         check(got.get("n") == "1" and got.get("names") == "ring" and got.get("bytes") == "the ring's bytes",
               "after the planned restart the store is passed on again, without the stranger's descriptor", str(got))
+        runs = 3
+        for _ in range(6):
+            k.send_signal(signal.SIGUSR2)
+            if not wait_until(lambda: os.path.exists(os.path.join(work, f"run{runs + 1}")), 20, 0.05):
+                break
+            runs += 1
+        check(runs == 9, f"6 more planned restarts in a row each start it again (run {runs} of 9; planned restarts "
+                         f"do not count towards the burst limit)")
         k.send_signal(signal.SIGTERM)
         rc = k.wait(timeout=20)
         out = k.stdout.read()
         check(rc == 0, f"SIGTERM: the program and the keeper stop, exit {rc}", out[-500:])
         check("dropped" in out and f"pid {os.getpid()}" in out, "the stranger's notification was dropped and said",
               out[-500:])
+        crash = subprocess.Popen([keeper, "-s", os.path.join(work, "crash.sock"), "--", "sh", "-c", "kill -9 $$"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            rc = crash.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            crash.kill()
+            rc = crash.wait()
+        out = crash.stdout.read()
+        check("5 starts within 60 s: giving up" in out and out.count("starting it again") == 5,
+              f"a program killed at every start: the keeper gives up after 5 starts within 60 s (exit {rc})", out[-500:])
     except Exception as e:  # pylint: disable=broad-except
         check(False, "test aborted", repr(e))
     finally:

@@ -24,6 +24,8 @@ With --rolling N instead: N nodes under a ring of paced streams (node i to node 
 restarted in turn (an upgrade of the cluster); each new meshd restores its two channels, its peers
 resume them, all N streams end intact. The time from each signal to its channels OPEN again is
 printed (median, max), not asserted.
+With --bench K instead: K planned restarts of node 2 under two paced streams; the pause each
+application saw per restart is printed (median, range), beside the time to OPEN again.
 Prints one line per check and a closing 'N passed, M failed' line; exits non-zero on failure.
 """
 import argparse
@@ -153,6 +155,63 @@ def restart(c, args, node, how, ports):
     return took
 
 
+def longest_pauses(out):
+    """A chan_test receiver's longest pauses between bytes (ms, longest first), or []."""
+    m = re.search(r"longest pauses ([\d ]+) ms", out)
+    return [int(g) for g in m.group(1).split()] if m else []
+
+
+def bench(c, args):
+    """The pause an application sees per planned restart (issue 40's goal: median at most 250 ms on
+    the host over tcp): two paced streams, one each way, and --bench K planned restarts of node 2's
+    meshd a few seconds apart; each receiver's K longest pauses between bytes are the restarts'
+    (a stream at --rate brings bytes every few ms otherwise). Printed, not asserted beyond the
+    streams arriving intact."""
+    k = args.bench
+    c.start(1)
+    c.start(2)
+    if not check(wait_until(lambda: both_up(c), args.up_timeout, 0.1), "nodes 1 and 2 form their link"):
+        raise RuntimeError("no link")
+    ports = (7101, 7102)
+    total = int(args.rate * (k * 2.5 + 6))
+    rx2 = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], ports[0])
+    rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], ports[1])
+    tx1 = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, ports[0], total, "-R", args.rate)
+    tx2 = fixtures.chan_test(args.build, c.nodes[2]["sock"], "send", 1, ports[1], total, "-R", args.rate)
+    procs = [rx1, rx2, tx1, tx2]
+    try:
+        check(wait_until(lambda: all(chan_of(c, i, p).get("state") == "OPEN" for i in (1, 2) for p in ports), 20),
+              "two paced streams run, node 1 to node 2 and node 2 to node 1")
+        time.sleep(1)
+        back = []
+        for _ in range(k):
+            back.append(restart(c, args, 2, "planned", ports))
+            time.sleep(1.5)
+        pauses, bad = [], []
+        for name, p in (("node 1's sender", tx1), ("node 2's sender", tx2), ("node 2's receiver", rx2),
+                        ("node 1's receiver", rx1)):
+            rc, out = finish(p, total / args.rate + 120)
+            if rc != 0:
+                bad.append(f"{name}: exit {rc}: {out[-400:]}")
+            if "receiver" in name:
+                pauses += longest_pauses(out)[:k]
+        procs = []
+        check(not bad, f"both streams ({total} bytes each) intact across {k} planned restarts of node 2",
+              "; ".join(bad))
+        pauses.sort()
+        back.sort()
+        if len(pauses) == 2 * k:
+            print(f"# planned restart of meshd ({args.transport}): the application's pause, median "
+                  f"{pauses[k]} ms, range {pauses[0]}-{pauses[-1]} ms over {k} restarts x 2 streams (one each way; "
+                  f"goal: median at most 250 ms over tcp on the host); signal to both channels OPEN again at "
+                  f"both ends: median {back[k // 2]:.2f} s, max {back[-1]:.2f} s", flush=True)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def rolling(c, args):
     """A rolling restart of every node in turn (an upgrade of the whole cluster) under a ring of
     streams, node i to node i+1: each node's new meshd restores its two channels, its peers resume
@@ -237,6 +296,9 @@ def main():
     ap.add_argument("--rail-addrs", default="", help="a second rail: each node's address on it, in node order")
     ap.add_argument("--rolling", type=int, default=0, metavar="N",
                     help="instead: N nodes, a ring of streams, every node restarted in turn")
+    ap.add_argument("--bench", type=int, default=0, metavar="K",
+                    help="instead: K planned restarts of node 2 under two paced streams; prints the pause "
+                         "each application saw (median, range)")
     ap.add_argument("--from", dest="from_build", default="", metavar="BUILD",
                     help="with --rolling: an upgrade; the nodes start with BUILD's meshd-keeper and meshd, the "
                          "applications are BUILD's, and each node's next meshd is this build's")
@@ -249,6 +311,20 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="mesh-restart-")
     c = KeptCluster(args, workdir)
+    if args.bench:
+        print(f"# two meshd under meshd-keeper; transport {args.transport}; {args.bench} planned restarts of "
+              f"node 2 under two streams at {args.rate} B/s", flush=True)
+        try:
+            bench(c, args)
+        except Exception as e:  # pylint: disable=broad-except
+            check(False, "benchmark aborted", repr(e))
+        finally:
+            c.stop_all()
+            if fixtures.failed:
+                c.dump_logs()
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(f"{fixtures.passed} passed, {fixtures.failed} failed")
+        return 1 if fixtures.failed else 0
     if args.rolling:
         print(f"# {args.nodes} meshd under meshd-keeper; transport {args.transport}; a ring of streams at "
               f"{args.rate} B/s; every node {'upgraded from ' + args.from_build if args.from_build else 'restarted'} "
@@ -320,9 +396,9 @@ def main():
         for name, p in (("node 2's receiver", rx2), ("node 1's receiver", rx1)):
             rc, out = finish(p, 30)
             check(rc == 0, f"{name} got every byte intact, none lost or written twice", f"exit {rc}: {out[-800:]}")
-            m = re.search(r"longest pauses (\d+) (\d+) (\d+) ms", out)
-            if m:
-                pauses.append([int(g) for g in m.groups()])
+            gaps = longest_pauses(out)
+            if gaps:
+                pauses.append(gaps[:3])
         # What the applications saw: each receiver's three longest pauses between bytes (the
         # three restarts; a paced stream at --rate brings bytes every few ms otherwise).
         if pauses:
