@@ -195,7 +195,7 @@ struct listener {
 	bool kept;    /* its connection is in the service manager's store (channel_store.c) */
 };
 
-/* What admin.c provides: delivery of a channel to an application. */
+/* What admin_channel.c provides: delivery of a channel to an application. */
 struct channel_ops {
 	/* Sends a CtlReply (status, or a ChannelSetup with the four descriptors) on client fd. */
 	int (*deliver)(void *ctx, int fd, int status, const char *why, const struct channel *ch, const int fds[4]);

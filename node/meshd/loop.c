@@ -232,7 +232,7 @@ static bool slow_wanted(struct dp *dp)
 	return dp->n_deferred || m->rail_slow[dp->rail] || channel_local_pending(m);
 }
 
-/* `meshctl drain` (admin.c): meshd stops once no channel is left, or DRAIN_GRACE_MS after the
+/* `meshctl drain` (admin_ops.c): meshd stops once no channel is left, or DRAIN_GRACE_MS after the
  * deadline (channel_tick failed what was left with MESH_EDRAINING at the deadline: their Closes go
  * out meanwhile). */
 #define DRAIN_GRACE_MS 500

@@ -3,7 +3,7 @@
  * client asked (CTL_OP_PING). A probe is a Keepalive message tagged MESH_PING_TAG (wire.h), sent on
  * the first QP of its rail and answered by the peer's meshd on the same QP; its time is from our post
  * to the answer's arrival. The link layer runs the pings (mesh_tick, the answers); whoever owns the
- * clients (admin.c) is told each result through struct ping_ops.
+ * clients (admin_ops.c) is told each result through struct ping_ops.
  */
 #ifndef MESH_MESHD_PING_H
 #define MESH_MESHD_PING_H

@@ -88,10 +88,11 @@ def thread_kicks(c, i):
 def kicks_on_own_rail(c, li, r, nr, want=10, most=2000):
     """A channel on rail r whose application writes a message, waits 3 ms (meshd goes to sleep
     after poll_budget_us) and writes again: such a write kicks when meshd slept, and each kick is
-    taken by rail r's thread at both ends, none by another rail's (admin.c, channel_ops.watch;
-    main.c, run). How many of the writes find meshd asleep depends on the machine's speed and load
-    (a fresh machine's 100 made 22 kicks): messages go on until rail r's thread at both ends took
-    `want` kicks (or `most` messages, or 60 s), and the check is whose they were."""
+    taken by rail r's thread at both ends, none by another rail's (admin_channel.c,
+    channel_ops.watch; main.c, run). How many of the writes find meshd asleep depends on the
+    machine's speed and load (a fresh machine's 100 made 22 kicks): messages go on until rail r's
+    thread at both ends took `want` kicks (or `most` messages, or 60 s), and the check is whose they
+    were."""
     ok = True
     a = meshring.connect(c.nodes[1]["sock"], 2, PORT, ring_size=1 << 16, rail=r)
     b = li.accept()
