@@ -135,7 +135,67 @@ static int arg_uint(const char *opt, const char *s, unsigned long lo, unsigned l
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+struct args {
+	struct out o;
+	const char *sock;
+	struct ping_args pa;
+	bool ping_opts; /* -c, -i, -r or -W given */
+	uint32_t watch_ms;
+	bool live, wait;
+	long deadline_s;
+};
+
+/* An option of ping (-c, -W, -i, -r) into a->pa: 0, or 1 said. */
+static int ping_option(int c, const char *arg, struct args *a)
+{
+	double v;
+
+	switch (c) {
+	case 'c':
+		if (arg_uint("-c", arg, 1, MESH_PING_COUNT_MAX, &a->pa.count))
+			return 1;
+		break;
+	case 'W':
+		if (arg_number("-W", arg, 0.001, MESH_PING_TIMEOUT_MAX_MS / 1000.0, &v))
+			return 1;
+		a->pa.timeout_ms = (uint32_t)(v * 1000 + 0.5);
+		break;
+	case 'i':
+		if (arg_number("-i", arg, MESH_PING_INTERVAL_MIN_MS / 1000.0, MESH_PING_INTERVAL_MAX_MS / 1000.0, &v))
+			return 1;
+		a->pa.interval_ms = (uint32_t)(v * 1000 + 0.5);
+		break;
+	case 'r': {
+		uint32_t rail;
+
+		if (arg_uint("-r", arg, 0, MESH_RAILS_MAX - 1, &rail))
+			return 1;
+		a->pa.rail = (int)rail;
+		break;
+	}
+	}
+	a->ping_opts = true;
+	return 0;
+}
+
+/* --deadline SEC of drain into a->deadline_s: 0, or 1 said. */
+static int deadline_option(const char *arg, struct args *a)
+{
+	char *end;
+
+	errno = 0;
+	a->deadline_s = strtol(arg, &end, 10);
+	if (errno || *end || end == arg || a->deadline_s < 1 || a->deadline_s > MESH_DRAIN_MAX_MS / 1000) {
+		fprintf(stderr, "meshctl: --deadline %s: expected seconds, 1..%u\n", arg, MESH_DRAIN_MAX_MS / 1000);
+		return 1;
+	}
+	return 0;
+}
+
+/* The options into *a: -1 to go on with the words after them (argv + optind), else the exit status:
+ * 0 after -V or -h, 1 on a usage error (said). */
+static int parse_options(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
 		{"json", no_argument, NULL, 'j'},    {"pretty", no_argument, NULL, 'p'},
@@ -148,92 +208,48 @@ int main(int argc, char **argv)
 		{"timeout", required_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0},
 	};
-	static const struct object objects[] = {
-		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
-		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
-		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
-		{"ports", CTL_OBJECT__CTL_OBJECT_PORTS, print_ports},
-	};
-	struct out o = {.first = true, .peer = -1};
-	const char *sock = getenv(MESH_SOCKET_ENV);
-	struct ping_args pa = {.count = 5, .interval_ms = MESH_PING_INTERVAL_DEFAULT_MS,
-			       .timeout_ms = MESH_PING_TIMEOUT_DEFAULT_MS, .rail = -1};
-	bool ping_opts = false;
-	uint32_t watch_ms = 0;
-	size_t obj = 0;
-	bool live = false, wait = false;
-	long deadline_s = 0;
 	double v;
 	int c;
 
-	if (!sock || !*sock)
-		sock = MESH_SOCKET_DEFAULT;
 	while ((c = getopt_long(argc, argv, "jpLs:o:w:c:i:r:W:Vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'w':
 			if (optarg && arg_number("--watch", optarg, 0.1, 86400, &v))
 				return 1;
-			watch_ms = optarg ? (uint32_t)(v * 1000 + 0.5) : 2000;
+			a->watch_ms = optarg ? (uint32_t)(v * 1000 + 0.5) : 2000;
 			break;
 		case 'c':
-			if (arg_uint("-c", optarg, 1, MESH_PING_COUNT_MAX, &pa.count))
-				return 1;
-			ping_opts = true;
-			break;
 		case 'W':
-			if (arg_number("-W", optarg, 0.001, MESH_PING_TIMEOUT_MAX_MS / 1000.0, &v))
-				return 1;
-			pa.timeout_ms = (uint32_t)(v * 1000 + 0.5);
-			ping_opts = true;
-			break;
 		case 'i':
-			if (arg_number("-i", optarg, MESH_PING_INTERVAL_MIN_MS / 1000.0, MESH_PING_INTERVAL_MAX_MS / 1000.0, &v))
+		case 'r':
+			if (ping_option(c, optarg, a))
 				return 1;
-			pa.interval_ms = (uint32_t)(v * 1000 + 0.5);
-			ping_opts = true;
 			break;
-		case 'r': {
-			uint32_t rail;
-
-			if (arg_uint("-r", optarg, 0, MESH_RAILS_MAX - 1, &rail))
-				return 1;
-			pa.rail = (int)rail;
-			ping_opts = true;
-			break;
-		}
 		case 'o':
 			if (strcmp(optarg, "wide")) {
 				fprintf(stderr, "meshctl: -o %s: expected wide\n", optarg);
 				return 1;
 			}
-			o.wide = true;
+			a->o.wide = true;
 			break;
 		case 'L':
-			live = true;
+			a->live = true;
 			break;
-		case 'D': {
-			char *end;
-
-			errno = 0;
-			deadline_s = strtol(optarg, &end, 10);
-			if (errno || *end || end == optarg || deadline_s < 1 || deadline_s > MESH_DRAIN_MAX_MS / 1000) {
-				fprintf(stderr, "meshctl: --deadline %s: expected seconds, 1..%u\n", optarg,
-					MESH_DRAIN_MAX_MS / 1000);
+		case 'D':
+			if (deadline_option(optarg, a))
 				return 1;
-			}
 			break;
-		}
 		case 'A':
-			wait = true;
+			a->wait = true;
 			break;
 		case 'j':
-			o.json = true;
+			a->o.json = true;
 			break;
 		case 'p':
-			o.json = o.pretty = true;
+			a->o.json = a->o.pretty = true;
 			break;
 		case 's':
-			sock = optarg;
+			a->sock = optarg;
 			break;
 		case 'V':
 			printf("meshctl %d.%d\n", MESH_VERSION_MAJOR, MESH_VERSION_MINOR);
@@ -246,125 +262,168 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	/* Objects as `ip` takes them: any unambiguous beginning (meshctl l, meshctl ch). What changes
-	 * the node (reload, drain) and keygen are written out. */
-	if (optind < argc) {
-		static const char *const shown[] = {"links", "node", "channels", "ports", "metrics"};
-		const char *hit = NULL;
+	return -1;
+}
 
-		for (size_t i = 0; i < ARRAY_SIZE(shown); i++)
-			if (!strncmp(shown[i], argv[optind], strlen(argv[optind])) && argv[optind][0])
-				hit = hit ? "" : shown[i];
-		if (hit && *hit)
-			argv[optind] = (char *)hit;
-	}
-	if (ping_opts && !(optind < argc && !strcmp(argv[optind], "ping"))) {
-		fprintf(stderr, "meshctl: -c, -i, -r and -W are options of ping\n");
+/* Objects as `ip` takes them: any unambiguous beginning (meshctl l, meshctl ch). What changes
+ * the node (reload, drain) and keygen are written out. */
+static void expand_abbreviation(int n, char **w)
+{
+	static const char *const shown[] = {"links", "node", "channels", "ports", "metrics"};
+	const char *hit = NULL;
+
+	if (n < 1)
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(shown); i++)
+		if (!strncmp(shown[i], w[0], strlen(w[0])) && w[0][0])
+			hit = hit ? "" : shown[i];
+	if (hit && *hit)
+		w[0] = (char *)hit;
+}
+
+/* 1 said when there is a word w[i] where none is expected, else 0. */
+static int extra_word(int n, char **w, int i)
+{
+	if (i >= n)
+		return 0;
+	fprintf(stderr, "meshctl: unexpected argument '%s'\n", w[i]);
+	return 1;
+}
+
+/* `meshctl ping NODE` */
+static int run_ping(int n, char **w, struct args *a)
+{
+	if (n < 2 || arg_uint("ping", w[1], 0, MESH_NODE_ID_MAX, &a->pa.node)) {
+		if (n < 2)
+			fprintf(stderr, "meshctl: ping: which node? (meshctl ping NODE [-c COUNT] [-i SEC] [-W SEC] [-r RAIL])\n");
 		return 1;
 	}
-	if (watch_ms && optind < argc &&
-	    (!strcmp(argv[optind], "metrics") || !strcmp(argv[optind], "ping") || !strcmp(argv[optind], "reload") ||
-	     !strcmp(argv[optind], "drain") || !strcmp(argv[optind], "keygen"))) {
-		fprintf(stderr, "meshctl: --watch is for links, node, channels and ports, not %s\n", argv[optind]);
+	if (extra_word(n, w, 2))
+		return 1;
+	return cmd_ping(a->sock, &a->o, &a->pa);
+}
+
+/* `meshctl metrics [show]` */
+static int run_metrics(int n, char **w, struct args *a)
+{
+	/* Prometheus text, not a table: there is no JSON of it. */
+	if (a->o.json) {
+		fprintf(stderr, "meshctl: metrics is Prometheus text: -j does not apply (meshctl -j node has the counters)\n");
 		return 1;
 	}
-	if (optind < argc && !strcmp(argv[optind], "ping")) {
-		if (optind + 1 >= argc || arg_uint("ping", argv[optind + 1], 0, MESH_NODE_ID_MAX, &pa.node)) {
-			if (optind + 1 >= argc)
-				fprintf(stderr, "meshctl: ping: which node? (meshctl ping NODE [-c COUNT] [-i SEC] [-W SEC] [-r RAIL])\n");
-			return 1;
-		}
-		if (optind + 2 < argc) {
-			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 2]);
-			return 1;
-		}
-		return cmd_ping(sock, &o, &pa);
-	}
-	if (optind < argc && !strcmp(argv[optind], "metrics")) {
-		/* Prometheus text, not a table: there is no JSON of it. */
-		if (o.json) {
-			fprintf(stderr, "meshctl: metrics is Prometheus text: -j does not apply (meshctl -j node has the counters)\n");
-			return 1;
-		}
-		if (optind + 1 < argc && strcmp(argv[optind + 1], "show")) {
-			fprintf(stderr, "meshctl: unknown command '%s' for metrics (expected: show)\n", argv[optind + 1]);
-			return 1;
-		}
-		if (optind + 2 < argc) {
-			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 2]);
-			return 1;
-		}
-		return cmd_metrics(sock);
-	}
-	if ((deadline_s || wait) && !(optind < argc && !strcmp(argv[optind], "drain"))) {
-		fprintf(stderr, "meshctl: --deadline and --wait are options of drain\n");
+	if (n > 1 && strcmp(w[1], "show")) {
+		fprintf(stderr, "meshctl: unknown command '%s' for metrics (expected: show)\n", w[1]);
 		return 1;
 	}
-	if (optind < argc && !strcmp(argv[optind], "drain")) {
-		if (optind + 1 < argc) {
-			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
-			return 1;
-		}
-		return cmd_drain(sock, &o, (uint32_t)deadline_s * 1000, wait);
-	}
-	if (optind < argc && !strcmp(argv[optind], "reload")) {
-		if (optind + 1 < argc) {
-			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
-			return 1;
-		}
-		return cmd_reload(sock, &o);
-	}
-	if (optind < argc && !strcmp(argv[optind], "keygen")) {
-		if (optind + 1 < argc) {
-			fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind + 1]);
-			return 1;
-		}
-		return cmd_keygen(&o);
-	}
-	if (optind < argc) {
-		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, argv[optind]); obj++)
+	if (extra_word(n, w, 2))
+		return 1;
+	return cmd_metrics(a->sock);
+}
+
+/* `meshctl [OBJECT [show] [PEER]]`, links when no object is named: once, or every a->watch_ms. */
+static int run_object(int n, char **w, struct args *a)
+{
+	static const struct object objects[] = {
+		{"links", CTL_OBJECT__CTL_OBJECT_LINKS, print_links}, /* first = default */
+		{"node", CTL_OBJECT__CTL_OBJECT_NODE, print_node},
+		{"channels", CTL_OBJECT__CTL_OBJECT_CHANNELS, print_channels},
+		{"ports", CTL_OBJECT__CTL_OBJECT_PORTS, print_ports},
+	};
+	size_t obj = 0;
+	int i = 0;
+
+	if (i < n) {
+		for (obj = 0; obj < ARRAY_SIZE(objects) && strcmp(objects[obj].name, w[i]); obj++)
 			;
 		if (obj == ARRAY_SIZE(objects)) {
 			fprintf(stderr, "meshctl: unknown object '%s' (expected: links, node, channels, ports, metrics, ping, reload, drain, keygen)\n",
-				argv[optind]);
+				w[i]);
 			return 1;
 		}
-		optind++;
+		i++;
 	}
-	if (optind < argc && !strcmp(argv[optind], "show"))
-		optind++;
+	if (i < n && !strcmp(w[i], "show"))
+		i++;
 	/* links and channels: one peer's rows (meshctl links 2) */
-	if (optind < argc && (objects[obj].obj == CTL_OBJECT__CTL_OBJECT_LINKS ||
-			      objects[obj].obj == CTL_OBJECT__CTL_OBJECT_CHANNELS)) {
+	if (i < n && (objects[obj].obj == CTL_OBJECT__CTL_OBJECT_LINKS ||
+		      objects[obj].obj == CTL_OBJECT__CTL_OBJECT_CHANNELS)) {
 		char *end;
 
 		errno = 0;
-		o.peer = strtol(argv[optind], &end, 10);
-		if (!errno && *argv[optind] && !*end && o.peer >= 0 && o.peer <= 65535) {
-			optind++;
+		a->o.peer = strtol(w[i], &end, 10);
+		if (!errno && *w[i] && !*end && a->o.peer >= 0 && a->o.peer <= 65535) {
+			i++;
 		} else {
-			o.peer = -1;
+			a->o.peer = -1;
 			fprintf(stderr, "meshctl: unknown command '%s' for %s (expected: show, or a peer's node id)\n",
-				argv[optind], objects[obj].name);
+				w[i], objects[obj].name);
 			return 1;
 		}
-	} else if (optind < argc && strcmp(argv[optind], "show")) {
-		fprintf(stderr, "meshctl: unknown command '%s' for %s (expected: show)\n", argv[optind],
-			objects[obj].name);
+	} else if (i < n && strcmp(w[i], "show")) {
+		fprintf(stderr, "meshctl: unknown command '%s' for %s (expected: show)\n", w[i], objects[obj].name);
 		return 1;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "meshctl: unexpected argument '%s'\n", argv[optind]);
+	if (extra_word(n, w, i))
 		return 1;
-	}
-	if (watch_ms) {
+	if (a->watch_ms) {
 		char what[32];
 
-		if (o.peer >= 0)
-			snprintf(what, sizeof(what), "%s %ld", objects[obj].name, o.peer);
+		if (a->o.peer >= 0)
+			snprintf(what, sizeof(what), "%s %ld", objects[obj].name, a->o.peer);
 		else
 			snprintf(what, sizeof(what), "%s", objects[obj].name);
-		return cmd_watch(sock, &o, &objects[obj], live, watch_ms, what);
+		return cmd_watch(a->sock, &a->o, &objects[obj], a->live, a->watch_ms, what);
 	}
-	return cmd_show(sock, &o, &objects[obj], live);
+	return cmd_show(a->sock, &a->o, &objects[obj], a->live);
+}
+
+/* The command the words w[0..n) name, checked against the options given: its exit status. The
+ * checks go in this order, so that of two mistakes the same one is said as before. */
+static int run(int n, char **w, struct args *a)
+{
+	const char *cmd = n > 0 ? w[0] : ""; /* no word: links */
+
+	if (a->ping_opts && strcmp(cmd, "ping")) {
+		fprintf(stderr, "meshctl: -c, -i, -r and -W are options of ping\n");
+		return 1;
+	}
+	if (a->watch_ms && (!strcmp(cmd, "metrics") || !strcmp(cmd, "ping") || !strcmp(cmd, "reload") ||
+			    !strcmp(cmd, "drain") || !strcmp(cmd, "keygen"))) {
+		fprintf(stderr, "meshctl: --watch is for links, node, channels and ports, not %s\n", cmd);
+		return 1;
+	}
+	if (!strcmp(cmd, "ping"))
+		return run_ping(n, w, a);
+	if (!strcmp(cmd, "metrics"))
+		return run_metrics(n, w, a);
+	if ((a->deadline_s || a->wait) && strcmp(cmd, "drain")) {
+		fprintf(stderr, "meshctl: --deadline and --wait are options of drain\n");
+		return 1;
+	}
+	if (!strcmp(cmd, "drain"))
+		return extra_word(n, w, 1) ? 1 : cmd_drain(a->sock, &a->o, (uint32_t)a->deadline_s * 1000, a->wait);
+	if (!strcmp(cmd, "reload"))
+		return extra_word(n, w, 1) ? 1 : cmd_reload(a->sock, &a->o);
+	if (!strcmp(cmd, "keygen"))
+		return extra_word(n, w, 1) ? 1 : cmd_keygen(&a->o);
+	return run_object(n, w, a);
+}
+
+int main(int argc, char **argv)
+{
+	struct args a = {
+		.o = {.first = true, .peer = -1},
+		.sock = getenv(MESH_SOCKET_ENV),
+		.pa = {.count = 5, .interval_ms = MESH_PING_INTERVAL_DEFAULT_MS,
+		       .timeout_ms = MESH_PING_TIMEOUT_DEFAULT_MS, .rail = -1},
+	};
+	int ret;
+
+	if (!a.sock || !*a.sock)
+		a.sock = MESH_SOCKET_DEFAULT;
+	ret = parse_options(argc, argv, &a);
+	if (ret >= 0)
+		return ret;
+	expand_abbreviation(argc - optind, argv + optind);
+	return run(argc - optind, argv + optind, &a);
 }

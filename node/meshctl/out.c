@@ -77,6 +77,23 @@ static const char *state_name(int s)
 	}
 }
 
+/* A duration as a table shows it: 850ms, 12.3s, 4m05s, 2h03m, 3d04h. */
+static void duration_text(char *buf, size_t size, uint64_t ms)
+{
+	uint64_t secs = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, size, "%" PRIu64 "ms", ms);
+	else if (secs < 60)
+		snprintf(buf, size, "%" PRIu64 ".%" PRIu64 "s", secs, ms % 1000 / 100);
+	else if (secs < 3600)
+		snprintf(buf, size, "%" PRIu64 "m%02" PRIu64 "s", secs / 60, secs % 60);
+	else if (secs < 86400)
+		snprintf(buf, size, "%" PRIu64 "h%02" PRIu64 "m", secs / 3600, secs % 3600 / 60);
+	else
+		snprintf(buf, size, "%" PRIu64 "d%02" PRIu64 "h", secs / 86400, secs % 86400 / 3600);
+}
+
 /* Formats one field as table text (json = false) or as a JSON value. */
 void field_print(struct out *o, const struct field *f, const void *obj, bool table)
 {
@@ -98,23 +115,12 @@ void field_print(struct out *o, const struct field *f, const void *obj, bool tab
 	case F_BOOL:
 		snprintf(buf, sizeof(buf), "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
 		break;
-	case F_DURATION_MS: {
-		uint64_t ms = *(const uint64_t *)p, secs = ms / 1000;
-
-		if (!table)
-			snprintf(buf, sizeof(buf), "%" PRIu64, ms);
-		else if (ms < 1000)
-			snprintf(buf, sizeof(buf), "%" PRIu64 "ms", ms);
-		else if (secs < 60)
-			snprintf(buf, sizeof(buf), "%" PRIu64 ".%" PRIu64 "s", secs, ms % 1000 / 100);
-		else if (secs < 3600)
-			snprintf(buf, sizeof(buf), "%" PRIu64 "m%02" PRIu64 "s", secs / 60, secs % 60);
-		else if (secs < 86400)
-			snprintf(buf, sizeof(buf), "%" PRIu64 "h%02" PRIu64 "m", secs / 3600, secs % 3600 / 60);
+	case F_DURATION_MS:
+		if (table)
+			duration_text(buf, sizeof(buf), *(const uint64_t *)p);
 		else
-			snprintf(buf, sizeof(buf), "%" PRIu64 "d%02" PRIu64 "h", secs / 86400, secs % 86400 / 3600);
+			snprintf(buf, sizeof(buf), "%" PRIu64, *(const uint64_t *)p);
 		break;
-	}
 	case F_WALL_US: {
 		uint64_t us = *(const uint64_t *)p;
 		time_t t = (time_t)(us / 1000000);

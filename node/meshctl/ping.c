@@ -88,6 +88,101 @@ static void ping_line(struct out *o, uint32_t node, const PingReply *p)
 	fflush(stdout);
 }
 
+/* The head of the output, from meshd's first answer (which rails it pings): a line of text, or the
+ * JSON object opened up to its "replies" array. */
+static void ping_head(struct out *o, const struct ping_args *pa, const CtlReply *r, uint32_t rails)
+{
+	if (o->json) {
+		json_open(o, NULL, '{');
+		json_key(o, "node");
+		printf("%" PRIu32, r->node ? r->node->id : 0);
+		json_key(o, "peer");
+		printf("%" PRIu32, pa->node);
+		json_key(o, "peer_addr");
+		json_str(r->ping->peer_addr ? r->ping->peer_addr : "");
+		json_key(o, "transport");
+		json_str(r->ping->transport ? r->ping->transport : "");
+		json_open(o, "replies", '[');
+	} else {
+		uint32_t n = (uint32_t)__builtin_popcount(rails);
+
+		printf("PING node %" PRIu32 " (%s, %s): %s", pa->node, r->ping->peer_addr, r->ping->transport,
+		       n == 1 ? "rail" : "rails");
+		for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
+			if (rails & (1u << k))
+				printf(" %" PRIu32, k);
+		printf(", %" PRIu32 " probe%s each, every %.3f s\n", pa->count, pa->count == 1 ? "" : "s",
+		       pa->interval_ms / 1000.0);
+		fflush(stdout);
+	}
+}
+
+/* The answers as they come, each printed and counted in st[its rail], until meshd says done or an
+ * interrupt: 0 (interrupted too), or 2 when meshd broke off (said). *received counts the answered
+ * probes. */
+static int ping_stream(int fd, const char *path, struct out *o, const struct ping_args *pa, uint32_t rails,
+		       struct ping_stats *st, uint32_t *received)
+{
+	int status = 0, ret;
+	bool done = false;
+	CtlReply *r;
+
+	while (!done && !interrupted) {
+		const PingReply *p;
+
+		ret = ctl_recv(fd, path, &r);
+		if (ret) {
+			status = ret == -EINTR ? 0 : 2;
+			break;
+		}
+		p = r->ping;
+		if (r->status || !p) {
+			fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
+				r->error && *r->error ? r->error : "meshd answered without a ping");
+			status = 2;
+		} else if (p->done) {
+			done = true;
+		} else if (p->rail < MESH_RAILS_MAX && (rails & (1u << p->rail))) {
+			struct ping_stats *s = &st[p->rail];
+
+			s->sent++;
+			if (!p->status) {
+				if (!s->received++ || p->rtt_us < s->min_us)
+					s->min_us = p->rtt_us;
+				s->max_us = p->rtt_us > s->max_us ? p->rtt_us : s->max_us;
+				s->sum_us += (double)p->rtt_us;
+				s->sum2_us += (double)p->rtt_us * (double)p->rtt_us;
+				(*received)++;
+			}
+			ping_line(o, pa->node, p);
+		}
+		ctl_reply__free_unpacked(r, NULL);
+		if (status)
+			break;
+	}
+	return status;
+}
+
+/* The tail: per rail pinged, its summary; the JSON object closed. */
+static void ping_tail(struct out *o, const struct ping_args *pa, uint32_t rails, const struct ping_stats *st)
+{
+	if (o->json) {
+		json_close(o, ']');
+		json_open(o, "rails", '[');
+	} else {
+		printf("--- node %" PRIu32 " ping statistics ---\n", pa->node);
+	}
+	for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
+		if (rails & (1u << k))
+			ping_summary(o, k, &st[k]);
+	if (o->json) {
+		json_close(o, ']');
+		json_close(o, '}');
+		putchar('\n');
+	}
+	fflush(stdout);
+}
+
 /* `meshctl ping NODE`: meshd probes each rail of the link (CTL_OP_PING) and streams the answers.
  * Returns 0 when an answer came, 1 when none did (or meshd refused: the node is unknown, its link
  * DOWN), 2 when meshd cannot be reached or broke off. */
@@ -98,7 +193,6 @@ int cmd_ping(const char *path, struct out *o, const struct ping_args *pa)
 	uint32_t rails = 0, received = 0;
 	struct timeval tv;
 	int fd, status = 0, ret;
-	bool done = false;
 	CtlReply *r;
 
 	fd = ctl_connect(path);
@@ -134,78 +228,10 @@ int cmd_ping(const char *path, struct out *o, const struct ping_args *pa)
 		return 1;
 	}
 	rails = r->ping->rails;
-	if (o->json) {
-		json_open(o, NULL, '{');
-		json_key(o, "node");
-		printf("%" PRIu32, r->node ? r->node->id : 0);
-		json_key(o, "peer");
-		printf("%" PRIu32, pa->node);
-		json_key(o, "peer_addr");
-		json_str(r->ping->peer_addr ? r->ping->peer_addr : "");
-		json_key(o, "transport");
-		json_str(r->ping->transport ? r->ping->transport : "");
-		json_open(o, "replies", '[');
-	} else {
-		uint32_t n = (uint32_t)__builtin_popcount(rails);
-
-		printf("PING node %" PRIu32 " (%s, %s): %s", pa->node, r->ping->peer_addr, r->ping->transport,
-		       n == 1 ? "rail" : "rails");
-		for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
-			if (rails & (1u << k))
-				printf(" %" PRIu32, k);
-		printf(", %" PRIu32 " probe%s each, every %.3f s\n", pa->count, pa->count == 1 ? "" : "s",
-		       pa->interval_ms / 1000.0);
-		fflush(stdout);
-	}
+	ping_head(o, pa, r, rails);
 	ctl_reply__free_unpacked(r, NULL);
-	while (!done && !interrupted) {
-		const PingReply *p;
-
-		ret = ctl_recv(fd, path, &r);
-		if (ret) {
-			status = ret == -EINTR ? 0 : 2;
-			break;
-		}
-		p = r->ping;
-		if (r->status || !p) {
-			fprintf(stderr, "meshctl: ping node %" PRIu32 ": %s\n", pa->node,
-				r->error && *r->error ? r->error : "meshd answered without a ping");
-			status = 2;
-		} else if (p->done) {
-			done = true;
-		} else if (p->rail < MESH_RAILS_MAX && (rails & (1u << p->rail))) {
-			struct ping_stats *s = &st[p->rail];
-
-			s->sent++;
-			if (!p->status) {
-				if (!s->received++ || p->rtt_us < s->min_us)
-					s->min_us = p->rtt_us;
-				s->max_us = p->rtt_us > s->max_us ? p->rtt_us : s->max_us;
-				s->sum_us += (double)p->rtt_us;
-				s->sum2_us += (double)p->rtt_us * (double)p->rtt_us;
-				received++;
-			}
-			ping_line(o, pa->node, p);
-		}
-		ctl_reply__free_unpacked(r, NULL);
-		if (status)
-			break;
-	}
+	status = ping_stream(fd, path, o, pa, rails, st, &received);
 	close(fd); /* interrupted: meshd stops the ping */
-	if (o->json) {
-		json_close(o, ']');
-		json_open(o, "rails", '[');
-	} else {
-		printf("--- node %" PRIu32 " ping statistics ---\n", pa->node);
-	}
-	for (uint32_t k = 0; k < MESH_RAILS_MAX; k++)
-		if (rails & (1u << k))
-			ping_summary(o, k, &st[k]);
-	if (o->json) {
-		json_close(o, ']');
-		json_close(o, '}');
-		putchar('\n');
-	}
-	fflush(stdout);
+	ping_tail(o, pa, rails, st);
 	return status ? status : received ? 0 : 1;
 }
