@@ -94,13 +94,21 @@ def main():
             line = p.stderr.readline().decode(errors="replace")
             if not line:
                 break
-            if "control socket" in line:
+            # main.c's start-up line (not the warning about the socket's group, which comes
+            # before the socket listens)
+            if "listening on" in line and "control socket" in line:
                 started = True
                 break
         if not check(started, "meshd started (its stderr a pipe the test reads only so far)"):
             return 1
         fcntl.fcntl(p.stderr.fileno(), F_SETPIPE_SZ, 4096)
+        # That line comes just before the control thread listens (after its warm-up): until then
+        # meshctl finds nobody answering.
+        deadline = time.monotonic() + 10
         r, _ = ctl("node")
+        while r.returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            r, _ = ctl("node")
         check(r.returncode == 0 and not json.loads(r.stdout).get("from_snapshot"),
               "before the stall: meshctl node answers live", r.stderr.strip())
 
