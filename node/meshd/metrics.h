@@ -9,6 +9,9 @@
  * family has its HELP and TYPE lines. Labels: peer (node id), rail, transport,
  * reason, direction, state. The renderer reads the mesh and must run where the control socket
  * runs: on rail 0's thread, under the daemon's lock.
+ *
+ * The counting (the inlines below, metrics_count.c) calls nothing of meshd, so the link code
+ * stands on it; the renderer (metrics.c) stands on the link code.
  */
 #ifndef MESH_MESHD_METRICS_H
 #define MESH_MESHD_METRICS_H
