@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,7 +31,9 @@ static void *next_sym(const char *name)
 	if (!f) {
 		static const char msg[] = "libmesh_preload: a libc function is missing; cannot run\n";
 
-		if (write(2, msg, sizeof(msg) - 1) < 0)
+		/* Not write(): that name is preload.c's interposer, above this file, and it needs
+		 * pl_real.write, which may be the one not resolved yet. */
+		if (syscall(SYS_write, 2, msg, sizeof(msg) - 1) < 0)
 			_exit(127);
 		_exit(127);
 	}
