@@ -138,8 +138,8 @@ static inline void link_metrics_rtt(struct link_metrics *lm, uint32_t r, uint64_
 	lm->rtt[r].sum_us += us;
 }
 
-/* A growing text buffer. On allocation failure it stops growing and remembers it (oom): the
- * caller checks once at the end. */
+/* A growing text buffer (metrics_buf.c). On allocation failure it stops growing and remembers it
+ * (oom): the caller checks once at the end. */
 struct metrics_buf {
 	char *s;
 	size_t len, cap;
