@@ -24,6 +24,7 @@
 
 #include "admin.h"
 #include "admin_int.h"
+#include "channel.h"
 #include "log.h"
 #include "util.h"
 

@@ -16,6 +16,7 @@
 
 #include "admin.h"
 #include "admin_int.h"
+#include "channel.h"
 #include "log.h"
 #include "util.h"
 
@@ -181,11 +182,11 @@ void admin_bind_channels(struct admin *a, uint64_t tag_kick, uint64_t tag_life, 
 	a->n_kick_epfd = MIN(n_rails, (uint32_t)MESH_RAILS_MAX);
 	for (uint32_t r = 0; r < a->n_kick_epfd; r++)
 		a->kick_epfd[r] = rail_epfd[r];
-	a->mesh->ch_ops.deliver = admin_deliver;
-	a->mesh->ch_ops.watch = admin_watch;
-	a->mesh->ch_ops.moved = admin_moved;
-	a->mesh->ch_ops.adopt = admin_adopt;
-	a->mesh->ch_ops.ctx = a;
+	a->mesh->chans->ch_ops.deliver = admin_deliver;
+	a->mesh->chans->ch_ops.watch = admin_watch;
+	a->mesh->chans->ch_ops.moved = admin_moved;
+	a->mesh->chans->ch_ops.adopt = admin_adopt;
+	a->mesh->chans->ch_ops.ctx = a;
 }
 
 void admin_channel_request(struct admin *a, int slot, int fd, const CtlRequest *req)

@@ -11,6 +11,7 @@
 
 #include "admin.h"
 #include "admin_int.h"
+#include "channel.h"
 #include "log.h"
 #include "util.h"
 
@@ -49,9 +50,9 @@ int admin_drain(struct admin *a, int slot, int fd, const CtlRequest *req)
 	if (refused)
 		return ret;
 	log_info("local client pid %d uid %u: drain: no new channels; stopping once none of %u is left, at the latest in "
-		 "%u ms", a->client_pid[slot], a->client_uid[slot], m->n_channels, ms);
-	m->draining = true;
-	m->drain_deadline_ms = util_now_ms() + ms;
+		 "%u ms", a->client_pid[slot], a->client_uid[slot], m->chans->n_channels, ms);
+	m->chans->draining = true;
+	m->chans->drain_deadline_ms = util_now_ms() + ms;
 	admin_fill_node_show(m, &node, &numa);
 	admin_fill_ctl_counters(a, &node);
 	r.node = &node;

@@ -15,6 +15,7 @@
 
 #include "admin.h"
 #include "admin_int.h"
+#include "channel.h"
 #include "log.h"
 #include "util.h"
 
@@ -22,6 +23,8 @@
 
 static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 {
+	const struct mesh_chans *cs = m->chans;
+
 	n->id = m->self->id;
 	n->cluster = (char *)m->cfg->cluster_name;
 	n->cluster_hash = m->cluster_hash;
@@ -40,9 +43,10 @@ static void fill_node(struct mesh *m, NodeInfo *n, char *version)
 	n->config_refused = m->conf.refused;
 	n->config_error = (char *)m->conf.error;
 	n->log_level = (char *)log_level_name(log_current_level);
-	n->draining = m->draining;
-	n->drain_left_ms = m->draining && m->drain_deadline_ms > util_now_ms() ? m->drain_deadline_ms - util_now_ms() : 0;
-	n->channels = m->n_channels;
+	n->draining = cs->draining;
+	n->drain_left_ms =
+		cs->draining && cs->drain_deadline_ms > util_now_ms() ? cs->drain_deadline_ms - util_now_ms() : 0;
+	n->channels = cs->n_channels;
 	n->fd_store = m->store.keep != NULL;
 	n->channels_kept = m->store.n_kept;
 	n->predecessor_epoch = m->predecessor_epoch;
@@ -309,15 +313,16 @@ static int admin_page_links(struct admin *a, const CtlRequest *req, CtlReply *r,
 
 static int admin_page_channels(struct admin *a, const CtlRequest *req, CtlReply *r, struct admin_page *pg)
 {
+	const struct mesh_chans *cs = a->mesh->chans;
 	uint64_t skip = req->offset;
 	size_t bytes = 0;
 
-	r->total = a->mesh->n_channels;
-	pg->cis = calloc(a->mesh->n_channels, sizeof(*pg->cis));
-	pg->cptrs = calloc(a->mesh->n_channels, sizeof(*pg->cptrs));
+	r->total = cs->n_channels;
+	pg->cis = calloc(cs->n_channels, sizeof(*pg->cis));
+	pg->cptrs = calloc(cs->n_channels, sizeof(*pg->cptrs));
 	if (!pg->cis || !pg->cptrs)
 		return -ENOMEM;
-	for (struct channel *ch = a->mesh->channels; ch && r->n_channels < a->mesh->n_channels; ch = ch->next) {
+	for (struct channel *ch = cs->channels; ch && r->n_channels < cs->n_channels; ch = ch->next) {
 		ChannelInfo *ci = &pg->cis[r->n_channels];
 
 		if (skip) {
@@ -340,14 +345,14 @@ static int admin_page_ports(struct admin *a, const CtlRequest *req, CtlReply *r,
 	uint64_t skip = req->offset;
 	size_t np = 0, bytes = 0;
 
-	for (const struct listener *li = a->mesh->listeners; li; li = li->next)
+	for (const struct listener *li = a->mesh->chans->listeners; li; li = li->next)
 		np++;
 	r->total = (uint32_t)np;
 	pg->pis = calloc(np ? np : 1, sizeof(*pg->pis));
 	pg->pptrs = calloc(np ? np : 1, sizeof(*pg->pptrs));
 	if (!pg->pis || !pg->pptrs)
 		return -ENOMEM;
-	for (const struct listener *li = a->mesh->listeners; li; li = li->next) {
+	for (const struct listener *li = a->mesh->chans->listeners; li; li = li->next) {
 		PortInfo *pi = &pg->pis[r->n_ports];
 		int cs = admin_slot_of(a, li->fd); /* its own fd: only the pid, set at accept */
 
@@ -359,7 +364,7 @@ static int admin_page_ports(struct admin *a, const CtlRequest *req, CtlReply *r,
 		pi->port = li->port;
 		pi->owner_uid = li->uid;
 		pi->owner_pid = cs >= 0 ? a->client_pid[cs] : 0;
-		for (const struct channel *ch = a->mesh->channels; ch; ch = ch->next)
+		for (const struct channel *ch = a->mesh->chans->channels; ch; ch = ch->next)
 			pi->channels += !ch->opener && ch->local_port == li->port;
 		bytes += port_info__get_packed_size(pi) + 4;
 		if (r->n_ports && bytes > ADMIN_LIST_PAGE)
@@ -386,7 +391,7 @@ int admin_show(struct admin *a, int slot, int fd, const CtlRequest *req)
 	r.node = &node;
 	if (req->object == CTL_OBJECT__CTL_OBJECT_LINKS && a->mesh->n_links)
 		ret = admin_page_links(a, req, &r, &pg);
-	else if (req->object == CTL_OBJECT__CTL_OBJECT_CHANNELS && a->mesh->n_channels)
+	else if (req->object == CTL_OBJECT__CTL_OBJECT_CHANNELS && a->mesh->chans->n_channels)
 		ret = admin_page_channels(a, req, &r, &pg);
 	else if (req->object == CTL_OBJECT__CTL_OBJECT_PORTS)
 		ret = admin_page_ports(a, req, &r, &pg);

@@ -39,7 +39,7 @@ uint32_t channel_rx_window(uint32_t qps)
 
 struct channel *channel_find(struct mesh *m, uint32_t id)
 {
-	for (struct channel *ch = m->ch_by_id[id % MESH_CH_BUCKETS]; ch; ch = ch->id_next)
+	for (struct channel *ch = m->chans->ch_by_id[id % MESH_CH_BUCKETS]; ch; ch = ch->id_next)
 		if (ch->id == id)
 			return ch;
 	return NULL;
@@ -214,18 +214,18 @@ void channel_mrs_set(struct channel *ch, const struct channel_mrs *mr)
 
 /* ---- creation and destruction ---- */
 
-/* Its rail's list (mesh.rail_channels): a rail's thread walks its own channels only. */
+/* Its rail's list (struct mesh_chans, rail_channels): a rail's thread walks its own channels only. */
 void channel_rail_link(struct channel *ch)
 {
 	struct mesh *m = ch->mesh;
 
-	ch->rail_next = m->rail_channels[ch->rail];
-	m->rail_channels[ch->rail] = ch;
+	ch->rail_next = m->chans->rail_channels[ch->rail];
+	m->chans->rail_channels[ch->rail] = ch;
 }
 
 void channel_rail_unlink(struct channel *ch)
 {
-	for (struct channel **pp = &ch->mesh->rail_channels[ch->rail]; *pp; pp = &(*pp)->rail_next) {
+	for (struct channel **pp = &ch->mesh->chans->rail_channels[ch->rail]; *pp; pp = &(*pp)->rail_next) {
 		if (*pp == ch) {
 			*pp = ch->rail_next;
 			break;
@@ -239,13 +239,13 @@ void channel_free(struct channel *ch)
 	struct mesh *m = ch->mesh;
 	struct channel **pp;
 
-	for (pp = &m->channels; *pp; pp = &(*pp)->next) {
+	for (pp = &m->chans->channels; *pp; pp = &(*pp)->next) {
 		if (*pp == ch) {
 			*pp = ch->next;
 			break;
 		}
 	}
-	for (pp = &m->ch_by_id[ch->id % MESH_CH_BUCKETS]; *pp; pp = &(*pp)->id_next) {
+	for (pp = &m->chans->ch_by_id[ch->id % MESH_CH_BUCKETS]; *pp; pp = &(*pp)->id_next) {
 		if (*pp == ch) {
 			*pp = ch->id_next;
 			break;
@@ -253,15 +253,15 @@ void channel_free(struct channel *ch)
 	}
 	channel_rail_unlink(ch);
 	channel_store_drop(ch);
-	m->n_channels--;
+	m->chans->n_channels--;
 	if (ch->link && ch->link->ch_slots && link_channel(ch->link, ch->slot) == ch)
 		ch->link->ch_slots[ch->slot] = NULL;
-	if (m->ch_ops.watch)
-		m->ch_ops.watch(m->ch_ops.ctx, ch, false);
+	if (m->chans->ch_ops.watch)
+		m->chans->ch_ops.watch(m->chans->ch_ops.ctx, ch, false);
 	channel_mrs_bury(m, channel_mrs(ch));
-	if (ch->reply_fd >= 0 && m->ch_ops.deliver)
-		m->ch_ops.deliver(m->ch_ops.ctx, ch->reply_fd, ch->error ? ch->error : -ECONNRESET,
-				  ch->why[0] ? ch->why : "channel closed before it opened", NULL, NULL);
+	if (ch->reply_fd >= 0 && m->chans->ch_ops.deliver)
+		m->chans->ch_ops.deliver(m->chans->ch_ops.ctx, ch->reply_fd, ch->error ? ch->error : -ECONNRESET,
+					 ch->why[0] ? ch->why : "channel closed before it opened", NULL, NULL);
 	/* The rings may still be a DMA target until the QPs in the graveyard are gone. */
 	mesh_bury_map(m, ch->map, ch->map_len);
 	mesh_bury_map(m, ch->credit, CH_CREDIT_PAGE);
@@ -366,12 +366,12 @@ static struct channel *channel_alloc(struct link *l, uint64_t size, uint32_t qps
 	ch->peer_node = l->peer->id;
 	ch->local = link_is_local(l);
 	ch->id = id;
-	ch->next = m->channels;
-	m->channels = ch;
-	ch->id_next = m->ch_by_id[ch->id % MESH_CH_BUCKETS];
-	m->ch_by_id[ch->id % MESH_CH_BUCKETS] = ch;
+	ch->next = m->chans->channels;
+	m->chans->channels = ch;
+	ch->id_next = m->chans->ch_by_id[ch->id % MESH_CH_BUCKETS];
+	m->chans->ch_by_id[ch->id % MESH_CH_BUCKETS] = ch;
 	channel_rail_link(ch);
-	m->n_channels++;
+	m->chans->n_channels++;
 	ch->rx_len = calloc(ch->rx_window, sizeof(*ch->rx_len));
 	if (!ch->rx_len) {
 		ch->link = NULL;
@@ -385,14 +385,14 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 			    int *errp)
 {
 	struct mesh *m = l->mesh;
-	struct channel *ch = channel_alloc(l, size, qps, rail, m->next_channel_id + 1);
+	struct channel *ch = channel_alloc(l, size, qps, rail, m->chans->next_channel_id + 1);
 	int sv[2];
 
 	*why = "out of memory";
 	*errp = -ENOMEM;
 	if (!ch)
 		return NULL;
-	m->next_channel_id++;
+	m->chans->next_channel_id++;
 	if (link_slot_alloc(l, ch)) {
 		*why = "no free channel slot on this link";
 		*errp = -EMFILE;
@@ -426,8 +426,8 @@ struct channel *channel_new(struct link *l, uint64_t size, uint32_t qps, uint32_
 			goto err;
 		}
 	}
-	if (m->ch_ops.watch)
-		m->ch_ops.watch(m->ch_ops.ctx, ch, true);
+	if (m->chans->ch_ops.watch)
+		m->chans->ch_ops.watch(m->chans->ch_ops.ctx, ch, true);
 	return ch;
 err:
 	log_warn("channel to node %u: %s: %m", l->peer->id, *why);
@@ -538,7 +538,7 @@ struct channel *channel_restore(struct link *l, const struct channel_record *r, 
 	*errp = -ENOMEM;
 	if (!ch)
 		return NULL;
-	m->next_channel_id = MAX(m->next_channel_id, r->id);
+	m->chans->next_channel_id = MAX(m->chans->next_channel_id, r->id);
 	ch->peer_slot = r->peer_slot;
 	ch->local_port = r->local_port;
 	ch->peer_port = r->peer_port;
@@ -566,8 +566,8 @@ struct channel *channel_restore(struct link *l, const struct channel_record *r, 
 	ch->resume_deadline_ms = now_ms() + m->cfg->resume_timeout_ms;
 	ch->pairs_told = -1;
 	channel_kept_aq(ch);
-	if (m->ch_ops.watch)
-		m->ch_ops.watch(m->ch_ops.ctx, ch, true);
+	if (m->chans->ch_ops.watch)
+		m->chans->ch_ops.watch(m->chans->ch_ops.ctx, ch, true);
 	return ch;
 err:
 	channel_free(ch); /* closes the descriptors it was given */
@@ -1175,17 +1175,19 @@ static uint32_t channel_refused_wait_ms(const struct mesh *m)
 
 static void channel_tick(struct mesh *m, uint64_t t)
 {
+	const struct channel_ops *ops = &m->chans->ch_ops;
+
 	for (size_t i = 0; i < m->n_links; i++)
 		if (m->links[i]->n_rejects)
 			channel_flush_rejects(m->links[i]);
-	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+	for (struct channel *ch = m->chans->channels, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->state == CH_OPENING && ch->reply_fd >= 0 && t - ch->open_ms > m->cfg->handshake_timeout_ms) {
 			/* The client hears now; the channel waits for the peer's answer (its Accept would
 			 * be followed by writes into our registered ring), then closes. */
-			if (m->ch_ops.deliver)
-				m->ch_ops.deliver(m->ch_ops.ctx, ch->reply_fd, -ETIMEDOUT, "the peer did not answer in time",
-						  NULL, NULL);
+			if (ops->deliver)
+				ops->deliver(ops->ctx, ch->reply_fd, -ETIMEDOUT, "the peer did not answer in time", NULL,
+					     NULL);
 			ch->reply_fd = -1;
 			ch->app_gone = true;
 		}
@@ -1206,7 +1208,7 @@ static void channel_tick(struct mesh *m, uint64_t t)
 		}
 		/* A drain's deadline: what is left fails with the drain's own error at both ends (the
 		 * Close says it), before meshd stops (main.c). */
-		if (m->draining && t >= m->drain_deadline_ms)
+		if (m->chans->draining && t >= m->chans->drain_deadline_ms)
 			channel_break(ch, -MESH_EDRAINING, "this node's drain deadline passed");
 		channel_pump(ch);
 	}
@@ -1243,7 +1245,7 @@ int channel_poll_fast(struct mesh *m, uint32_t rail)
 {
 	int n = 0;
 
-	for (struct channel *ch = m->rail_channels[rail]; ch; ch = ch->rail_next) {
+	for (struct channel *ch = m->chans->rail_channels[rail]; ch; ch = ch->rail_next) {
 		if (ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
 			continue;
 		if (channel_fast_ok(ch, rail))
@@ -1258,7 +1260,7 @@ int channel_poll_fast(struct mesh *m, uint32_t rail)
 void channel_pump_wanted(struct mesh *m, uint32_t rail)
 {
 	m->rail_slow[rail] = false;
-	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+	for (struct channel *ch = m->chans->channels, *next; ch; ch = next) {
 		next = ch->next; /* the pump may free ch */
 		if (ch->slow_wanted) {
 			ch->slow_wanted = false;
@@ -1271,7 +1273,7 @@ int channel_poll(struct mesh *m, uint32_t rail)
 {
 	int n = 0;
 
-	for (struct channel *ch = m->rail_channels[rail], *next; ch; ch = next) {
+	for (struct channel *ch = m->chans->rail_channels[rail], *next; ch; ch = next) {
 		next = ch->rail_next; /* the pump may free ch */
 		if (ch->app_gone || ch->state == CH_OPENING || !channel_app_moved(ch))
 			continue;
@@ -1284,7 +1286,7 @@ int channel_poll(struct mesh *m, uint32_t rail)
 void channel_set_polling(struct mesh *m, uint32_t rail, bool on)
 {
 	m->polling[rail] = on;
-	for (struct channel *ch = m->rail_channels[rail]; ch; ch = ch->rail_next)
+	for (struct channel *ch = m->chans->rail_channels[rail]; ch; ch = ch->rail_next)
 		atomic_store_explicit(&ch->ctrl->daemon_flags, on ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 	/* Orders the clearing before the caller's last look at the rings (proto/ring.h, Dekker). */
 	atomic_thread_fence(memory_order_seq_cst);
@@ -1292,20 +1294,24 @@ void channel_set_polling(struct mesh *m, uint32_t rail, bool on)
 
 static void channel_cleanup(struct mesh *m)
 {
-	while (m->channels) {
-		struct channel *ch = m->channels;
+	if (!m->chans)
+		return;
+	while (m->chans->channels) {
+		struct channel *ch = m->chans->channels;
 
 		ch->error = ch->error ? ch->error : -ECONNRESET;
 		channel_free(ch);
 	}
 	channel_local_free(m);
 	channel_waits_free(m);
-	while (m->listeners) {
-		struct listener *li = m->listeners;
+	while (m->chans->listeners) {
+		struct listener *li = m->chans->listeners;
 
-		m->listeners = li->next;
+		m->chans->listeners = li->next;
 		free(li);
 	}
+	free(m->chans);
+	m->chans = NULL;
 }
 
 const struct mesh_upper channel_upper = {
@@ -1321,3 +1327,12 @@ const struct mesh_upper channel_upper = {
 	.fast_imm_ok = channel_fast_imm_ok,
 	.fast_imm = channel_fast_imm,
 };
+
+int channel_layer_init(struct mesh *m)
+{
+	m->chans = calloc(1, sizeof(*m->chans));
+	if (!m->chans)
+		return -ENOMEM;
+	m->upper = &channel_upper;
+	return 0;
+}

@@ -94,8 +94,8 @@ struct channel {
 	uint8_t tx_qp[CH_WINDOW]; /* the QP (of the channel's) each chunk went on: what a direct pair covers */
 	bool stalled;
 	bool slow_wanted; /* the fast path left it to the usual pump (channel_pump_wanted) */
-	struct channel *rail_next; /* its rail's list (mesh.rail_channels) */
-	struct channel *id_next;   /* its bucket (mesh.ch_by_id) */
+	struct channel *rail_next; /* its rail's list (struct mesh_chans) */
+	struct channel *id_next;   /* its bucket (struct mesh_chans) */
 	/* A QP refused a write of this resumable channel at refused_ms (0: none): nothing is posted
 	 * until its rail or link goes down and the channel resumes (channel_refused). */
 	uint64_t refused_ms;
@@ -210,6 +210,40 @@ struct channel_ops {
 	void *ctx;
 };
 
+/* Buckets of the channels by id (struct mesh_chans): ids are given in sequence, so they spread evenly. */
+#define MESH_CH_BUCKETS 1024u
+
+struct channel_local;
+
+/* The channel layer's state of one mesh (mesh->chans): allocated by channel_layer_init and freed by
+ * the layer's cleanup (mesh_cleanup, through struct mesh_upper). The link layer below only carries
+ * the pointer: it never looks inside. */
+struct mesh_chans {
+	struct channel *channels;
+	/* The same channels by rail (linked by rail_next): what a rail's thread polls and flags
+	 * under its rail's lock alone. Changed only under every lock (creation, free, a move). */
+	struct channel *rail_channels[MESH_RAILS_MAX];
+	/* The same channels by id (linked by id_next, bucket id % MESH_CH_BUCKETS): a kick or a
+	 * lifeline names its channel by id, and finding it must not cost a walk of every channel. */
+	struct channel *ch_by_id[MESH_CH_BUCKETS];
+	struct listener *listeners;
+	/* Connects waiting for their link to come UP (CtlRequest.link_wait_ms, channel_client.c): one
+	 * per control connection, so as many as the control socket has clients (admin.h) at most. */
+	struct link_wait *link_waits;
+	uint32_t next_channel_id, n_channels;
+	struct channel_ops ch_ops;
+	struct channel_local *local; /* channels to this node (channel_local.c), created on first use */
+	/* `meshctl drain`: no new channel (opened here, by a peer, or a new port) from now on; meshd
+	 * stops once no channel is left, or at drain_deadline_ms (main.c), failing what is left with
+	 * MESH_EDRAINING. */
+	bool draining;
+	uint64_t drain_deadline_ms;
+};
+
+/* Puts channels on the links of m (after mesh_init): allocates m->chans and sets m->upper to
+ * channel_upper, whose cleanup (called by mesh_cleanup) frees them again. 0 or -ENOMEM. */
+int channel_layer_init(struct mesh *m);
+
 /* The receiver's window of chunk sequence numbers for a channel over qps QPs. The sender keeps at
  * most CH_WINDOW chunks beyond its own completions, but a completion means the peer's NIC took the
  * chunk, not that the peer's meshd has seen it: each QP has its own CQ, drained one after the
@@ -260,7 +294,8 @@ void channel_client_gone(struct mesh *m, int client_fd);
  * lost (its open channels move to another rail and resume there: the opener picks it,
  * ChannelResume.rail; closing ones finish their close without it), the tick (connect and resume
  * timeouts, a pump of every channel: a lost wake-up never hangs anyone) and the exit. The one way
- * mesh.c reaches channel.c: whoever sets the mesh up sets mesh->upper = &channel_upper. */
+ * mesh.c reaches channel.c: whoever sets the mesh up calls channel_layer_init, which sets
+ * mesh->upper = &channel_upper. */
 struct mesh_upper;
 extern const struct mesh_upper channel_upper;
 
@@ -299,11 +334,5 @@ void channel_set_polling(struct mesh *m, uint32_t rail, bool on);
 struct channel *channel_find(struct mesh *m, uint32_t id);
 const char *channel_state_name(const struct channel *ch);
 bool channel_pairs_paused(const struct channel *ch);
-
-/* wr_id kinds of the data path (link_internal.h owns 1..4). */
-#define WR_CH_DATA 5u
-#define WR_CH_CREDIT 6u
-#define WR_CH_DIRECT 9u /* link_internal.h's 7 and 8 come between */
-#define WR_CH_HINT 10u
 
 #endif

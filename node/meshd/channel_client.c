@@ -33,11 +33,11 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
 		*why = "ports below 1024 are root's (as in TCP)";
 		return -EACCES;
 	}
-	if (m->draining) {
+	if (m->chans->draining) {
 		*why = "this node's meshd is draining for maintenance";
 		return -MESH_EDRAINING;
 	}
-	for (li = m->listeners; li; li = li->next) {
+	for (li = m->chans->listeners; li; li = li->next) {
 		if (li->port == port) {
 			*why = li->uid == uid ? "port already has a listener" : "port already has a listener of another user";
 			return -EADDRINUSE;
@@ -51,8 +51,8 @@ int channel_listen(struct mesh *m, uint16_t port, int client_fd, uint32_t uid, c
 	li->port = port;
 	li->fd = client_fd;
 	li->uid = uid;
-	li->next = m->listeners;
-	m->listeners = li;
+	li->next = m->chans->listeners;
+	m->chans->listeners = li;
 	channel_store_keep_listener(m, li);
 	log_debug("listening on port %u for client fd %d (uid %u)", port, client_fd, uid);
 	return 0;
@@ -97,7 +97,7 @@ int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uint64_t r
 {
 	uint64_t n = 0, bytes = 2 * ring_size, n_link = 0, bytes_link = 2 * ring_size;
 
-	for (const struct channel *ch = m->channels; ch; ch = ch->next)
+	for (const struct channel *ch = m->chans->channels; ch; ch = ch->next)
 		if (ch->owner_uid == uid) {
 			n++;
 			bytes += 2 * ch->size;
@@ -136,7 +136,7 @@ int channel_quota(struct mesh *m, const struct link *l, uint32_t uid, uint64_t r
 
 static uint16_t channel_ephemeral_port(struct mesh *m)
 {
-	uint16_t p = (uint16_t)(CH_EPHEMERAL_FIRST + (m->next_channel_id % (65536u - CH_EPHEMERAL_FIRST)));
+	uint16_t p = (uint16_t)(CH_EPHEMERAL_FIRST + (m->chans->next_channel_id % (65536u - CH_EPHEMERAL_FIRST)));
 
 	return p;
 }
@@ -164,7 +164,7 @@ int channel_connect(struct mesh *m, uint32_t node, uint16_t port, uint64_t ring_
 		*why = "node is not in the cluster configuration";
 		return -MESH_EUNKNOWNNODE;
 	}
-	if (m->draining) {
+	if (m->chans->draining) {
 		*why = "this node's meshd is draining for maintenance";
 		return -MESH_EDRAINING;
 	}
@@ -241,7 +241,7 @@ int channel_connect_wait(struct mesh *m, const struct channel_connect_args *a, u
 
 	if (ret != -ENETUNREACH || !wait_ms)
 		return ret;
-	for (w = m->link_waits; w; w = w->next) {
+	for (w = m->chans->link_waits; w; w = w->next) {
 		if (w->a.client_fd == a->client_fd) {
 			*why = "a connect already waits for its link on this control connection";
 			return -EALREADY;
@@ -255,8 +255,8 @@ int channel_connect_wait(struct mesh *m, const struct channel_connect_args *a, u
 	w->a = *a;
 	w->wait_ms = wait_ms;
 	w->deadline_ms = now_ms() + wait_ms;
-	w->next = m->link_waits;
-	m->link_waits = w;
+	w->next = m->chans->link_waits;
+	m->chans->link_waits = w;
 	log_debug("connect to node %u port %u (client fd %d, uid %u) waits up to %u ms for the link", a->node, a->port,
 		  a->client_fd, a->uid, wait_ms);
 	return 0;
@@ -273,7 +273,7 @@ static int wait_judge(struct mesh *m, const struct link_wait *w, uint64_t t, int
 	if (!l) {
 		*status = -MESH_EUNKNOWNNODE;
 		*why = "the node was removed from the cluster configuration while the connect waited for its link";
-	} else if (m->draining) {
+	} else if (m->chans->draining) {
 		*status = -MESH_EDRAINING;
 		*why = "this node's meshd is draining for maintenance";
 	} else if (l->phase == LINK_UP) {
@@ -293,7 +293,7 @@ static int wait_judge(struct mesh *m, const struct link_wait *w, uint64_t t, int
  * deadline (or whose node drains or was removed) are answered. */
 void channel_waits_run(struct mesh *m, uint64_t t)
 {
-	struct link_wait **pp = &m->link_waits;
+	struct link_wait **pp = &m->chans->link_waits;
 
 	while (*pp) {
 		struct link_wait *w = *pp;
@@ -306,8 +306,8 @@ void channel_waits_run(struct mesh *m, uint64_t t)
 			continue;
 		}
 		*pp = w->next;
-		if (status && m->ch_ops.deliver)
-			m->ch_ops.deliver(m->ch_ops.ctx, w->a.client_fd, status, why, NULL, NULL);
+		if (status && m->chans->ch_ops.deliver)
+			m->chans->ch_ops.deliver(m->chans->ch_ops.ctx, w->a.client_fd, status, why, NULL, NULL);
 		log_debug("connect to node %u port %u (client fd %d) no longer waits for the link: %s", w->a.node, w->a.port,
 			  w->a.client_fd, status ? mesh_strerror(status) : "opening");
 		free(w);
@@ -316,19 +316,19 @@ void channel_waits_run(struct mesh *m, uint64_t t)
 
 void channel_waits_free(struct mesh *m)
 {
-	while (m->link_waits) {
-		struct link_wait *w = m->link_waits;
+	while (m->chans->link_waits) {
+		struct link_wait *w = m->chans->link_waits;
 
-		m->link_waits = w->next;
+		m->chans->link_waits = w->next;
 		free(w);
 	}
 }
 
 void channel_client_gone(struct mesh *m, int client_fd)
 {
-	struct listener **pp = &m->listeners;
+	struct listener **pp = &m->chans->listeners;
 
-	for (struct link_wait **wp = &m->link_waits; *wp;) {
+	for (struct link_wait **wp = &m->chans->link_waits; *wp;) {
 		struct link_wait *w = *wp;
 
 		if (w->a.client_fd == client_fd) {
@@ -350,7 +350,7 @@ void channel_client_gone(struct mesh *m, int client_fd)
 			pp = &li->next;
 		}
 	}
-	for (struct channel *ch = m->channels, *next; ch; ch = next) {
+	for (struct channel *ch = m->chans->channels, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->reply_fd == client_fd) {
 			/* Nobody will take this channel: it closes like one whose application died. */
@@ -364,11 +364,12 @@ void channel_client_gone(struct mesh *m, int client_fd)
 int channel_hand_over(struct channel *ch, int fd)
 {
 	struct mesh *m = ch->mesh;
+	const struct channel_ops *ops = &m->chans->ch_ops;
 	int fds[4] = {ch->memfd, ch->app_life_fd, ch->kick_fd, ch->wake_fd};
 	int ret;
 
 	channel_aq_offer(ch);
-	ret = m->ch_ops.deliver ? m->ch_ops.deliver(m->ch_ops.ctx, fd, 0, NULL, ch, fds) : -ENOTCONN;
+	ret = ops->deliver ? ops->deliver(ops->ctx, fd, 0, NULL, ch, fds) : -ENOTCONN;
 
 	if (ret)
 		return ret;
@@ -417,8 +418,8 @@ void channel_on_lifeline(struct mesh *m, uint32_t id)
 	/* The application closed or died: a clean close if it shut its write side first. */
 	channel_read_app(ch);
 	ch->app_gone = true;
-	if (m->ch_ops.watch)
-		m->ch_ops.watch(m->ch_ops.ctx, ch, false);
+	if (m->chans->ch_ops.watch)
+		m->chans->ch_ops.watch(m->chans->ch_ops.ctx, ch, false);
 	log_debug("channel %u: application %s", ch->id, ch->app_shut ? "closed" : "gone without shutdown");
 	channel_pump(ch);
 }

@@ -36,12 +36,12 @@
 
 bool link_is_local(const struct link *l)
 {
-	return l->mesh->local && l == &l->mesh->local->link;
+	return l->mesh->chans->local && l == &l->mesh->chans->local->link;
 }
 
 struct link *local_link(struct mesh *m)
 {
-	struct channel_local *lo = m->local;
+	struct channel_local *lo = m->chans->local;
 
 	if (!lo) {
 		lo = calloc(1, sizeof(*lo));
@@ -53,14 +53,14 @@ struct link *local_link(struct mesh *m)
 		lo->link.features = MESH_FEAT_CHANNELS;
 		lo->link.rails_up = 1; /* its channels are on rail 0: that rail's thread pumps them */
 		lo->link.peer_boot_epoch = m->boot_epoch;
-		m->local = lo;
+		m->chans->local = lo;
 	}
 	return &lo->link;
 }
 
 int local_push(struct mesh *m, const struct local_ev *ev)
 {
-	struct channel_local *lo = m->local;
+	struct channel_local *lo = m->chans->local;
 
 	if (lo->head && lo->head == lo->n)
 		lo->head = lo->n = 0;
@@ -87,12 +87,12 @@ int local_push(struct mesh *m, const struct local_ev *ev)
 
 bool channel_local_pending(const struct mesh *m)
 {
-	return m->local && m->local->head < m->local->n;
+	return m->chans->local && m->chans->local->head < m->chans->local->n;
 }
 
 bool channel_local_run(struct mesh *m)
 {
-	struct channel_local *lo = m->local;
+	struct channel_local *lo = m->chans->local;
 	struct link *l;
 
 	if (!lo)
@@ -136,7 +136,7 @@ bool channel_local_run(struct mesh *m)
 
 void channel_local_free(struct mesh *m)
 {
-	struct channel_local *lo = m->local;
+	struct channel_local *lo = m->chans->local;
 
 	if (!lo)
 		return;
@@ -146,5 +146,5 @@ void channel_local_free(struct mesh *m)
 	free(lo->q);
 	free(lo->link.ch_slots);
 	free(lo);
-	m->local = NULL;
+	m->chans->local = NULL;
 }

@@ -72,12 +72,12 @@ static void channel_on_open(struct link *l, const ChannelOpen *o)
 	const char *why;
 	int ret;
 
-	if (m->draining) {
+	if (m->chans->draining) {
 		log_info("node %u opened a channel to port %u: refused, this node is draining", l->peer->id, o->dst_port);
 		channel_reject(l, o->slot, -MESH_EDRAINING);
 		return;
 	}
-	for (li = m->listeners; li && li->port != o->dst_port; li = li->next)
+	for (li = m->chans->listeners; li && li->port != o->dst_port; li = li->next)
 		;
 	if (!li) {
 		log_info("node %u opened a channel to port %u: nobody listens", l->peer->id, o->dst_port);

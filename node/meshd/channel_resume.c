@@ -229,8 +229,8 @@ void channel_move(struct channel *ch, uint32_t k)
 	ch->qp0 = k * m->cfg->qps_per_link;
 	ch->next_qp = 0;
 	ch->rail_moves++;
-	if (m->ch_ops.moved && !ch->app_gone)
-		m->ch_ops.moved(m->ch_ops.ctx, ch, from);
+	if (m->chans->ch_ops.moved && !ch->app_gone)
+		m->chans->ch_ops.moved(m->chans->ch_ops.ctx, ch, from);
 	atomic_store_explicit(&ch->ctrl->daemon_flags, m->polling[k] ? MESH_DAEMON_POLLING : 0, memory_order_relaxed);
 }
 
@@ -285,7 +285,7 @@ void channel_link_up(struct link *l)
 		channel_pump(ch); /* sends our ChannelResume */
 	}
 	/* And connects that waited for this link go on now (CtlRequest.link_wait_ms). */
-	if (l->mesh->link_waits)
+	if (l->mesh->chans->link_waits)
 		channel_waits_run(l->mesh, now_ms());
 }
 

@@ -289,8 +289,8 @@ static int restore_listener(struct mesh *m, int fd, const char *name, const char
 
 	errno = 0;
 	port = strtoul(port_s, &end, 10);
-	if (!errno && end != port_s && !*end && port <= UINT16_MAX && m->ch_ops.adopt)
-		ret = m->ch_ops.adopt(m->ch_ops.ctx, fd, (uint16_t)port);
+	if (!errno && end != port_s && !*end && port <= UINT16_MAX && m->chans->ch_ops.adopt)
+		ret = m->chans->ch_ops.adopt(m->chans->ch_ops.ctx, fd, (uint16_t)port);
 	else
 		close(fd);
 	if (ret)

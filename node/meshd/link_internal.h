@@ -30,11 +30,11 @@ static inline uint64_t doubled(uint64_t v, uint32_t n, uint64_t max)
 
 /* wr_id of our work requests: kind in the high half, slot or QP index in the low half. Every
  * connection has its own CQ, so a wr_id never outlives its attempt. */
-enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* channel.h: WR_CH_DATA, WR_CH_CREDIT */
-	       WR_RECV_DATA = 7, WR_KA_WRITE /* channel.h: WR_CH_DIRECT (9), WR_CH_HINT (10) */ };
+enum wr_kind { WR_RECV = 1, WR_SEND, WR_PROOF_WRITE, WR_PROOF_READ, /* mesh.h: WR_CH_DATA, WR_CH_CREDIT */
+	       WR_RECV_DATA = 7, WR_KA_WRITE /* mesh.h: WR_CH_DIRECT (9), WR_CH_HINT (10) */ };
 _Static_assert(WR_CH_DATA == WR_PROOF_READ + 1 && WR_CH_CREDIT + 1 == WR_RECV_DATA &&
 		       WR_CH_DIRECT == WR_KA_WRITE + 1 && WR_CH_HINT == WR_CH_DIRECT + 1,
-	       "wr_id kinds of link_internal.h and channel.h overlap");
+	       "wr_id kinds of link_internal.h and mesh.h overlap");
 #define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 #define WR_KIND(id) ((uint32_t)((id) >> 32))
 #define WR_IDX(id) ((uint32_t)(id))

@@ -26,6 +26,7 @@
 #include <mesh/mesh.h>
 
 #include "admin.h"
+#include "channel.h"
 #include "check.h"
 #include "daemon.h"
 #include "config.h"
@@ -82,7 +83,7 @@ static void stop_gracefully(struct daemon *d)
 	 * empties the store, and the channels fail at both ends, at the peers after resume_timeout_ms). */
 	d->mesh.store.handover = d->mesh.store.n_kept > 0;
 	/* A listener kept alone (a server with no channel open yet) is handed over too. */
-	for (const struct listener *li = d->mesh.listeners; li && !d->mesh.store.handover; li = li->next)
+	for (const struct listener *li = d->mesh.chans->listeners; li && !d->mesh.store.handover; li = li->next)
 		d->mesh.store.handover = li->kept;
 	if (d->mesh.store.handover)
 		log_info("stopping: %u channel%s kept for the next meshd (peers wait up to %u ms)", d->mesh.store.n_kept,
@@ -240,13 +241,13 @@ static void drain_check(struct daemon *d, uint64_t now, bool *running)
 {
 	struct mesh *m = &d->mesh;
 
-	if (!m->draining || !*running)
+	if (!m->chans->draining || !*running)
 		return;
-	if (!m->n_channels)
+	if (!m->chans->n_channels)
 		log_info("drained: no channel left, stopping");
-	else if (now >= m->drain_deadline_ms + DRAIN_GRACE_MS)
-		log_info("drain deadline passed with %u channel(s) left (failed with \"%s\"): stopping", m->n_channels,
-			 mesh_strerror(-MESH_EDRAINING));
+	else if (now >= m->chans->drain_deadline_ms + DRAIN_GRACE_MS)
+		log_info("drain deadline passed with %u channel(s) left (failed with \"%s\"): stopping",
+			 m->chans->n_channels, mesh_strerror(-MESH_EDRAINING));
 	else
 		return;
 	*running = false;

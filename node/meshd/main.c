@@ -29,6 +29,7 @@
 #include <mesh/mesh.h>
 
 #include "admin.h"
+#include "channel.h"
 #include "check.h"
 #include "daemon.h"
 #include "config.h"
@@ -554,7 +555,11 @@ int main(int argc, char **argv)
 		goto out_xport;
 	}
 	d.mesh.fd_limit = fd_limit;
-	d.mesh.upper = &channel_upper; /* channels ride the links */
+	ret = channel_layer_init(&d.mesh); /* channels ride the links */
+	if (ret) {
+		log_error("cannot set up the channels: %s", mesh_strerror(ret));
+		goto out_mesh;
+	}
 	d.locks.n_rails = d.mesh.n_rails;
 	d.mesh.keys = keys;
 	explicit_bzero(&keys, sizeof(keys));
@@ -597,6 +602,7 @@ out_dp:
 	dp_close(&d);
 out_events:
 	events_close(&d);
+out_mesh:
 	mesh_cleanup(&d.mesh);
 out_xport:
 	for (size_t i = 0; i < d.n_xports; i++)

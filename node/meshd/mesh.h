@@ -16,7 +16,6 @@
 #include <time.h>
 
 #include "auth.h"
-#include "channel.h"
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
@@ -69,6 +68,8 @@ _Static_assert(LINK_CONNS_MAX <= 64, "link->est_mask has a bit per QP");
 #define REJECT_LOG_INTERVAL_MS 10000u
 
 struct mesh;
+struct mesh_chans;
+struct channel;
 
 struct link {
 	struct mesh *mesh;
@@ -274,6 +275,13 @@ int mesh_lock_all_by(struct mesh_locks *k, const struct timespec *abs);
 int mesh_trylock_all(struct mesh_locks *k);
 void mesh_unlock_all(struct mesh_locks *k);
 
+/* wr_id kinds of the layer above (the channels' data path): the link layer hands the completions of
+ * these to mesh_upper.completion (link_internal.h owns 1..4, 7 and 8). */
+#define WR_CH_DATA 5u
+#define WR_CH_CREDIT 6u
+#define WR_CH_DIRECT 9u /* link_internal.h's 7 and 8 come between */
+#define WR_CH_HINT 10u
+
 /* The layer above the links (channels: channel_upper in channel.c) and everything the link layer
  * tells it: the link layer calls up only through this table, the layer above calls down through
  * the mesh_link_* functions below, so each file has one direction of calls. Set by whoever sets the
@@ -304,9 +312,6 @@ struct mesh_upper {
 	bool (*fast_imm_ok)(struct link *l, uint32_t rail, uint32_t imm);
 	void (*fast_imm)(struct link *l, uint32_t rail, uint32_t imm, uint32_t len);
 };
-
-/* Buckets of the channels by id (struct mesh): ids are given in sequence, so they spread evenly. */
-#define MESH_CH_BUCKETS 1024u
 
 struct mesh {
 	const struct mesh_config *cfg;
@@ -379,27 +384,11 @@ struct mesh {
 	} conf;
 	struct mesh_graveyard grave;
 
-	/* Channels (channel.c). */
-	struct channel *channels;
-	/* The same channels by rail (linked by rail_next): what a rail's thread polls and flags
-	 * under its rail's lock alone. Changed only under every lock (creation, free, a move). */
-	struct channel *rail_channels[MESH_RAILS_MAX];
-	/* The same channels by id (linked by id_next, bucket id % MESH_CH_BUCKETS): a kick or a
-	 * lifeline names its channel by id, and finding it must not cost a walk of every channel. */
-	struct channel *ch_by_id[MESH_CH_BUCKETS];
-	struct listener *listeners;
-	/* Connects waiting for their link to come UP (CtlRequest.link_wait_ms, channel_client.c): one
-	 * per control connection, so as many as the control socket has clients (admin.h) at most. */
-	struct link_wait *link_waits;
-	uint32_t next_channel_id, n_channels;
-	struct channel_ops ch_ops;
-	struct channel_local *local; /* channels to this node (channel.c), created on first use */
-	/* `meshctl drain`: no new channel (opened here, by a peer, or a new port) from now on; meshd
-	 * stops once no channel is left, or at drain_deadline_ms (main.c), failing what is left with
-	 * MESH_EDRAINING. */
-	bool draining;
-	uint64_t drain_deadline_ms;
-	bool polling[MESH_RAILS_MAX]; /* the rail's data-path thread polls its rings now (MESH_DAEMON_POLLING) */
+	/* The layer above's state (channel.h, channel_layer_init), opaque here: set and freed by it. */
+	struct mesh_chans *chans;
+	/* The rail's data-path thread polls its rings now (MESH_DAEMON_POLLING, channel_set_polling):
+	 * the rail thread's mode, which link_rail.c says when the rail fails, so it stays here. */
+	bool polling[MESH_RAILS_MAX];
 	/* Set by the loop around one mesh_tick: judge no link or rail by its keepalives this time (the
 	 * tick came after a stall, and what arrived meanwhile may not be read yet). */
 	bool tick_no_liveness;

@@ -11,6 +11,7 @@
 
 #include <mesh/mesh.h>
 
+#include "channel.h"
 #include "mesh.h"
 #include "metrics.h"
 #include "util.h"
@@ -110,7 +111,7 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 		    "Times the HTTP endpoint rendered this text (what a flood of scrapes costs meshd).",
 		    x ? x->http_renders : 0);
 
-	for (const struct channel *ch = m->channels; ch; ch = ch->next) {
+	for (const struct channel *ch = m->chans->channels; ch; ch = ch->next) {
 		const char *s = channel_state_name(ch);
 
 		for (size_t i = 0; i < ARRAY_SIZE(ch_states); i++)
@@ -127,7 +128,7 @@ static void render_node(const struct mesh *m, const struct metrics_extra *x, str
 	{
 		uint64_t ports = 0;
 
-		for (const struct listener *li = m->listeners; li; li = li->next)
+		for (const struct listener *li = m->chans->listeners; li; li = li->next)
 			ports++;
 		node_sample(b, "rdmamesh_listening_ports", "gauge", "Ports local applications listen on.", ports);
 	}
@@ -181,7 +182,7 @@ static void render_links(const struct mesh *m, struct metrics_buf *b)
 		b->oom = true;
 		return;
 	}
-	for (const struct channel *ch = m->channels; ch; ch = ch->next)
+	for (const struct channel *ch = m->chans->channels; ch; ch = ch->next)
 		if (ch->link && ch->state == CH_OPEN) {
 			size_t k = mesh_link_index(m, ch->link); /* the local node's is not one of them */
 

@@ -25,6 +25,7 @@
 #include <mesh/mesh.h>
 
 #include "admin.h"
+#include "channel.h"
 #include "check.h"
 #include "daemon.h"
 #include "config.h"

@@ -253,7 +253,7 @@ static void peer_app_qp(struct mt *t, struct in *in, uint8_t flags, ChannelAppQp
 {
 	uint8_t b;
 
-	aq->slot = (flags & 1) && t->m.channels ? t->m.channels->slot : U16(in);
+	aq->slot = (flags & 1) && t->m.chans->channels ? t->m.chans->channels->slot : U16(in);
 	b = U8(in);
 	aq->state = b % 8;
 	aq->round = (b >> 3) & 3; /* the byte's upper bits: the corpus reads the same bytes as before */
@@ -513,7 +513,7 @@ static void ev_completion(struct mt *t, struct in *in, bool imm)
  * state, any of them hostile; then meshd looks at its rings, as a kick or its poll would make it. */
 static void ev_app_aq(struct mt *t, struct in *in, uint8_t sel)
 {
-	struct channel *ch = t->m.channels;
+	struct channel *ch = t->m.chans->channels;
 	struct mesh_ring_aq *q;
 
 	for (uint8_t n = U8(in) % 8; ch && n; n--)
@@ -569,19 +569,19 @@ static void check_invariants(struct mt *t)
 	}
 	/* Every channel is on its rail's list, and the rails' lists hold nothing else. */
 	for (uint32_t r = 0; r < MESH_RAILS_MAX; r++)
-		for (const struct channel *ch = t->m.rail_channels[r]; ch; ch = ch->rail_next) {
+		for (const struct channel *ch = t->m.chans->rail_channels[r]; ch; ch = ch->rail_next) {
 			FUZZ_CHECK(ch->rail == r);
-			FUZZ_CHECK(++on_rails <= t->m.n_channels);
+			FUZZ_CHECK(++on_rails <= t->m.chans->n_channels);
 		}
-	FUZZ_CHECK(on_rails == t->m.n_channels);
+	FUZZ_CHECK(on_rails == t->m.chans->n_channels);
 	/* Every channel is found by its id, in its bucket, and the buckets hold nothing else. */
 	for (uint32_t b = 0; b < MESH_CH_BUCKETS; b++)
-		for (const struct channel *ch = t->m.ch_by_id[b]; ch; ch = ch->id_next) {
+		for (const struct channel *ch = t->m.chans->ch_by_id[b]; ch; ch = ch->id_next) {
 			FUZZ_CHECK(ch->id % MESH_CH_BUCKETS == b);
-			FUZZ_CHECK(++by_id <= t->m.n_channels);
+			FUZZ_CHECK(++by_id <= t->m.chans->n_channels);
 		}
-	FUZZ_CHECK(by_id == t->m.n_channels);
-	for (struct channel *ch = t->m.channels; ch; ch = ch->next)
+	FUZZ_CHECK(by_id == t->m.chans->n_channels);
+	for (struct channel *ch = t->m.chans->channels; ch; ch = ch->next)
 		FUZZ_CHECK(channel_find(&t->m, ch->id) == ch);
 }
 
@@ -601,7 +601,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(t.cfg.app_send, sizeof(t.cfg.app_send), "on");
 	mt_init(&t, 2, ids, 3);
 	t.fx->path_ok = (setup & 16) != 0;
-	t.m.ch_ops = (struct channel_ops){.deliver = fuzz_deliver, .watch = fuzz_watch, .ctx = &t};
+	t.m.chans->ch_ops = (struct channel_ops){.deliver = fuzz_deliver, .watch = fuzz_watch, .ctx = &t};
 	if (setup & 1) {
 		memset(t.m.keys.key, 0x5a, sizeof(t.m.keys.key));
 		t.m.keys.n = 1;

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "channel.h"
 #include "config.h"
 #include "log.h"
 #include "mesh.h"
@@ -58,7 +59,7 @@ static void node_start(struct world *w, int i)
 	assert_int_equal(xport_create(ops, &xa, &n->x), 0);
 	assert_int_equal(xport_listen(n->x, addr, w->nodes[i].port), 0);
 	assert_int_equal(mesh_init(&n->m, &w->cfg, &w->nodes[i], &n->x, 1), 0);
-	n->m.upper = &channel_upper;
+	assert_int_equal(channel_layer_init(&n->m), 0);
 	n->live = true;
 	n->frozen = false;
 }

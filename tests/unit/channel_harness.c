@@ -270,7 +270,8 @@ void ct_init_dialled(struct ct *c, uint32_t qps)
 	/* No keepalive timeout inside a test, however slow (valgrind): ticks serve channel timeouts. */
 	t->cfg.keepalive_interval_ms = 3600u * 1000u;
 	t->cfg.keepalive_timeout_ms = 7200u * 1000u;
-	t->m.ch_ops = (struct channel_ops){.deliver = app_deliver, .watch = app_watch, .moved = app_moved, .ctx = c};
+	t->m.chans->ch_ops =
+		(struct channel_ops){.deliver = app_deliver, .watch = app_watch, .moved = app_moved, .ctx = c};
 	tick(t);
 	c->l = lk(t, PEER);
 }

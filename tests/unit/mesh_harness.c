@@ -13,6 +13,7 @@
 
 #include <mesh/mesh.h>
 
+#include "channel.h"
 #include "mesh_harness.h"
 #include "util.h"
 
@@ -110,7 +111,7 @@ void mt_init(struct mt *t, uint16_t self_id, const uint16_t *ids, size_t n)
 		xport_t *x[MESH_RAILS_MAX] = {&t->fx->base, o, o, o};
 
 		assert_int_equal(mesh_init(&t->m, c, self, x, t->two_providers ? 2 : self->n_rails), 0);
-		t->m.upper = &channel_upper;
+		assert_int_equal(channel_layer_init(&t->m), 0);
 	}
 	t->inited = true;
 	assert_int_equal(t->m.n_links, n - 1);

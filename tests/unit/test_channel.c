@@ -93,7 +93,7 @@ static void channel_connect__up_link__open_carries_slot_ports_ring_and_keys(void
 	mesh_peer_msg_free(m);
 	/* The client hears once the peer answers. */
 	assert_int_equal(c->n_apps, 0);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	assert_string_equal(channel_state_name(ch), "OPENING");
 	assert_int_equal(c->watch_add[ch->id], 1);
 	mt_finish(&c->t);
@@ -125,7 +125,7 @@ static void channel_connect__qps_and_ring_unset__link_qps_and_default_ring(void 
 		}
 		mesh_peer_msg_free(m);
 	}
-	assert_int_equal(c->t.m.n_channels, 4);
+	assert_int_equal(c->t.m.chans->n_channels, 4);
 	mt_finish(&c->t);
 }
 
@@ -194,7 +194,7 @@ static void channel_find__ids_sharing_a_bucket__each_found_freed_one_gone(void *
 	ct_init(c, 2);
 	h = connect_out(c, 80, RING, 2, PEER_SLOT);
 	ch = channel_find(&c->t.m, h->id);
-	c->t.m.next_channel_id = h->id + MESH_CH_BUCKETS - 1;
+	c->t.m.chans->next_channel_id = h->id + MESH_CH_BUCKETS - 1;
 	h2 = connect_out(c, 81, RING, 2, PEER_SLOT + 1);
 	assert_int_equal(h2->id, h->id + MESH_CH_BUCKETS);
 	assert_non_null(ch);
@@ -208,7 +208,7 @@ static void channel_find__ids_sharing_a_bucket__each_found_freed_one_gone(void *
 	assert_non_null(channel_find(&c->t.m, h2->id));
 	peer_reject(c, h2->slot, -ECONNREFUSED);
 	assert_null(channel_find(&c->t.m, h2->id));
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	mt_finish(&c->t);
 }
 
@@ -235,7 +235,7 @@ static void channel_on_message__reject__reason_delivered_and_everything_freed(vo
 		fail_msg("reply text \"%s\" is not \"nobody listens on that port\"", c->apps[0].why);
 	/* Freed, and its registrations deregistered by the reap after the batch. */
 	assert_null(channel_find(&c->t.m, id));
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_null(c->l->ch_slots[slot]);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	assert_int_equal(c->t.fx->n_deregs, 6);
@@ -267,7 +267,7 @@ static void channel_connect__registration_fails__refused_nothing_left(void **sta
 	if (!strstr(why, "registration"))
 		fail_msg("why \"%s\" does not name the registration", why);
 	mesh_reap(&c->t.m);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	assert_int_equal(c->t.fx->n_posts, posts);
 	assert_int_equal(c->n_apps, 0);
@@ -294,7 +294,7 @@ static void channel_tick__no_answer__etimedout_then_closed_after_late_accept(voi
 	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
 	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
 	/* The peer may still accept and then write into our ring: the channel and its memory stay. */
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	assert_int_equal(c->t.fx->live_mrs, 2 + 6);
 	assert_string_equal(channel_state_name(chn(c, h)), "OPENING");
 	complete_sends(c);
@@ -303,10 +303,10 @@ static void channel_tick__no_answer__etimedout_then_closed_after_late_accept(voi
 	assert_int_equal(c->n_apps, 1); /* nobody hears twice */
 	assert_int_equal(sent_close_reason(c, h, from), -ECONNRESET);
 	assert_int_equal(fake_post_count(c->t.fx, from, XPORT_OP_WRITE_IMM, 0), 0);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	complete_sends(c);
 	peer_close_ack(c, h);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
 	mt_finish(&c->t);
@@ -324,7 +324,7 @@ static void channel_tick__timeout_then_reject__freed_without_second_reply(void *
 	assert_int_equal(c->apps[0].status, -ETIMEDOUT);
 	peer_reject(c, h->slot, -ECONNREFUSED);
 	assert_int_equal(c->n_apps, 1);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	mt_finish(&c->t);
 }
@@ -469,12 +469,12 @@ static void channel_on_lifeline__after_shut_wr__close_0_when_idle_freed_on_ack(v
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 1);
 	check_peer_ring(h, 0, 2 * CHUNK);
 	/* The peer may still write until it acknowledges: everything stays registered. */
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	assert_int_equal(c->t.fx->live_mrs, 2 + 6);
 	complete_sends(c);
 	peer_close_ack(c, h);
 	assert_null(channel_find(&c->t.m, id));
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	assert_int_equal(c->t.fx->n_deregs, c->t.fx->n_regs - regs);
 	assert_int_equal(c->t.fx->live_conns, (int)c->t.cfg.qps_per_link);
@@ -495,10 +495,10 @@ static void channel_on_lifeline__without_shut_wr__close_econnreset(void **state)
 	app_hangup(c, h);
 	assert_int_equal(sent_close_reason(c, h, from), -ECONNRESET);
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_EOF), 0);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	complete_sends(c);
 	peer_close_ack(c, h);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	mt_finish(&c->t);
 }
@@ -532,7 +532,7 @@ static void channel_on_lifeline__send_buffers_busy__close_sent_once_one_frees(vo
 	assert_int_equal(sent_close_reason(c, h, from), -ECONNRESET);
 	complete_sends(c);
 	peer_close_ack(c, h);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	mt_finish(&c->t);
 }
 

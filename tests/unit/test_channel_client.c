@@ -34,7 +34,7 @@ static void expect_connect_refused(struct ct *c, uint32_t node, int err)
 	assert_non_null(why);
 	assert_int_equal(c->t.fx->n_regs, regs);
 	assert_int_equal(c->t.fx->n_posts, posts);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->n_apps, 0);
 }
 
@@ -71,7 +71,7 @@ static size_t n_waits(const struct mesh *m)
 {
 	size_t n = 0;
 
-	for (const struct link_wait *w = m->link_waits; w; w = w->next)
+	for (const struct link_wait *w = m->chans->link_waits; w; w = w->next)
 		n++;
 	return n;
 }
@@ -92,7 +92,7 @@ static void channel_connect_wait__link_down__held_then_opened_when_up(void **sta
 	assert_int_not_equal(link_state(l), LINK_STATE_UP_);
 	assert_int_equal(channel_connect_wait(&c->t.m, &a, 60000, &why), 0);
 	assert_int_equal(n_waits(&c->t.m), 1);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	/* One per control connection: a second is refused, the first still waits. */
 	assert_int_equal(channel_connect_wait(&c->t.m, &a, 60000, &why), -EALREADY);
 	assert_non_null(why);
@@ -104,9 +104,9 @@ static void channel_connect_wait__link_down__held_then_opened_when_up(void **sta
 	drive_to_up(&c->t, l);
 	assert_int_equal(n_waits(&c->t.m), 0);
 	assert_int_equal(c->n_apps, 0); /* answered when the peer answers, as any connect */
-	assert_int_equal(c->t.m.n_channels, 1);
-	assert_int_equal(c->t.m.channels->state, CH_OPENING);
-	assert_ptr_equal(c->t.m.channels->link, l);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
+	assert_int_equal(c->t.m.chans->channels->state, CH_OPENING);
+	assert_ptr_equal(c->t.m.chans->channels->link, l);
 	m = sent_msg(c, from, PEER_MSG__BODY_CHANNEL_OPEN, 0);
 	assert_non_null(m);
 	assert_int_equal(m->channel_open->dst_port, 80);
@@ -133,7 +133,7 @@ static void channel_connect_wait__deadline_passes__etimedout_names_the_link(void
 	if (!strstr(c->apps[0].why, "the link to node 3 did not come UP within 1000 ms"))
 		fail_msg("reply text \"%s\" does not name the link", c->apps[0].why);
 	assert_int_equal(n_waits(&c->t.m), 0);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	mt_finish(&c->t);
 }
 
@@ -157,14 +157,14 @@ static void channel_connect_wait__client_gone_no_wait_or_drain__answered_or_free
 	assert_int_equal(channel_connect_wait(&c->t.m, &a, 0, &why), -ENETUNREACH);
 	assert_int_equal(channel_connect_wait(&c->t.m, &u, 60000, &why), -MESH_EUNKNOWNNODE);
 	assert_int_equal(n_waits(&c->t.m), 1);
-	c->t.m.draining = true;
-	c->t.m.drain_deadline_ms = util_now_ms() + 3600u * 1000u;
+	c->t.m.chans->draining = true;
+	c->t.m.chans->drain_deadline_ms = util_now_ms() + 3600u * 1000u;
 	tick(&c->t);
 	assert_int_equal(c->n_apps, 1);
 	assert_int_equal(c->apps[0].client_fd, CLIENT_FD + 1);
 	assert_int_equal(c->apps[0].status, -MESH_EDRAINING);
 	assert_int_equal(n_waits(&c->t.m), 0);
-	c->t.m.draining = false;
+	c->t.m.chans->draining = false;
 	mt_finish(&c->t);
 }
 
@@ -190,7 +190,7 @@ static void channel_client_gone__listener__no_longer_accepts(void **state)
 	assert_int_equal(m->channel_reject->reason, -ECONNREFUSED);
 	mesh_peer_msg_free(m);
 	assert_int_equal(c->n_apps, 0);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	/* The port is free for another client. */
 	assert_int_equal(channel_listen(&c->t.m, 7000, LISTEN_FD + 1, ROOT, &why), 0);
 	mt_finish(&c->t);
@@ -238,11 +238,11 @@ static void channel_connect__beyond_the_users_quota__edquot(void **state)
 	c->t.cfg.max_channels_per_uid = 2;
 	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
 	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), 0);
-	for (ch = c->t.m.channels; ch; ch = ch->next)
+	for (ch = c->t.m.chans->channels; ch; ch = ch->next)
 		assert_int_equal(ch->owner_uid, ALICE);
 	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, ALICE, &why), -EDQUOT);
 	assert_non_null(strstr(why, "max_channels_per_uid"));
-	assert_int_equal(c->t.m.n_channels, 2);
+	assert_int_equal(c->t.m.chans->n_channels, 2);
 	assert_int_equal(channel_connect(&c->t.m, PEER, 7000, RING, 2, -1, -1, -1, CLIENT_FD, BOB, &why), 0);
 
 	/* Bytes: both directions count; 2 x 64 KiB fits 128 KiB, a third ring of 4 KiB does not. */
@@ -325,7 +325,7 @@ static void channel_on_message__open_beyond_the_listeners_quota__rejected_edquot
 	peer_open(c, h, 50001, 7000, 2);
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
 	assert_int_equal(sent_reject_reason(c, from), -EDQUOT);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	mt_finish(&c->t);
 }
 

@@ -41,7 +41,7 @@ static void channel_connect__self_nobody_listens__refused_without_the_transport(
 	assert_int_equal(c->n_apps, 1);
 	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
 	assert_int_equal(c->apps[0].status, -ECONNREFUSED);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	/* Nothing of it touched a link or a device. */
 	assert_int_equal(c->t.fx->n_regs, regs);
 	assert_int_equal(c->t.fx->n_posts, posts);
@@ -73,7 +73,7 @@ static void channel_connect__self_listener__ring_to_ring_then_closed(void **stat
 	assert_int_equal(op->peer_port, 80);
 	assert_int_equal(ac->local_port, 80);
 	assert_int_equal(ac->peer_port, op->local_port);
-	assert_int_equal(c->t.m.n_channels, 2);
+	assert_int_equal(c->t.m.chans->n_channels, 2);
 	app_map(op);
 	app_map(ac);
 	assert_int_equal(channel_find(&c->t.m, op->channel_id)->peer_node, SELF);
@@ -113,7 +113,7 @@ static void channel_connect__self_listener__ring_to_ring_then_closed(void **stat
 	channel_on_lifeline(&c->t.m, ac->channel_id);
 	local_settle(c);
 	/* The close handshake ran through the queue alone, with no tick and nothing on the link. */
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->n_regs, regs);
 	assert_int_equal(c->t.fx->n_posts, posts);
 	mt_finish(&c->t);

@@ -104,7 +104,7 @@ static void expect_open_refused(struct ct *c, struct refused_open o)
 	if (!o.registers)
 		assert_int_equal(c->t.fx->n_regs, regs);
 	assert_int_equal(c->t.fx->live_mrs, 2);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->n_apps, 0);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);
 	mt_finish(&c->t);
@@ -147,7 +147,7 @@ static void channel_on_message__open_beyond_the_peers_share__rejected_ebusy(void
 	peer_open(c, h, 50002, 7000, 2);
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_ACCEPT), 0);
 	assert_int_equal(sent_reject_reason(c, from), -EBUSY);
-	assert_int_equal(c->t.m.n_channels, 2);
+	assert_int_equal(c->t.m.chans->n_channels, 2);
 
 	/* The memory share, 1 MiB: the two small channels take 16 KiB (both directions), one with
 	 * 256 KiB rings 512 KiB more; a second such one would pass the share. */
@@ -158,7 +158,7 @@ static void channel_on_message__open_beyond_the_peers_share__rejected_ebusy(void
 	from = c->t.fx->n_posts;
 	peer_open(c, h, 50004, 7000, 2);
 	assert_int_equal(sent_reject_reason(c, from), -EBUSY);
-	assert_int_equal(c->t.m.n_channels, 3);
+	assert_int_equal(c->t.m.chans->n_channels, 3);
 	mt_finish(&c->t);
 }
 
@@ -239,10 +239,10 @@ static void channel_on_message__peer_close__ack_once_our_writes_completed(void *
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 0);
 	assert_true(ring_tx_cons(h) == 2 * CHUNK);
 	assert_true(ring_state(h) & MESH_STATE_PEER_EOF);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	app_hangup(c, h);
 	assert_int_equal(sent_count(c, from, PEER_MSG__BODY_CHANNEL_CLOSE), 0);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 2);
 	mt_finish(&c->t);
 }
@@ -264,13 +264,13 @@ static void channel_on_message__close_overtakes_data__slot_kept_until_counted_ch
 	complete_sends(c);
 	app_hangup(c, h);
 	assert_non_null(channel_find(&c->t.m, id));
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	/* A new channel cannot take the slot meanwhile. */
 	h2 = open_out(c, RING, 2, PEER_SLOT + 1);
 	assert_int_not_equal(h2->slot, h->slot);
 	peer_data(c, h, 1, 0, 0, CHUNK);
 	assert_null(channel_find(&c->t.m, id));
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	assert_true(ring_rx_prod(h2) == 0);
 	assert_int_equal(ring_state(h2), MESH_STATE_OPEN);
 	assert_int_equal(link_state(c->l), LINK_STATE_UP_);

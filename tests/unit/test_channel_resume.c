@@ -98,7 +98,7 @@ static void channel_link_down__open_channel__resumes_and_rewrites_what_was_not_p
 	link_lost(c);
 	assert_string_equal(channel_state_name(chn(c, h)), "RESUMING");
 	assert_int_equal(ring_state(h), MESH_STATE_OPEN); /* the application sees a pause, no error */
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	from = c->t.fx->n_posts;
 	app_write(h, 500);
 	app_kick(c, h);
@@ -234,8 +234,8 @@ static void channel_rail_down__opener__moves_to_other_rail_and_rewrites_what_was
 	 * alone: rail 1's thread polls and flags it, rail 0's no longer. */
 	assert_int_equal(c->moved[ch->id], 1);
 	assert_int_equal(c->moved_from[ch->id], 0);
-	assert_null(c->t.m.rail_channels[0]);
-	assert_ptr_equal(c->t.m.rail_channels[1], ch);
+	assert_null(c->t.m.chans->rail_channels[0]);
+	assert_ptr_equal(c->t.m.chans->rail_channels[1], ch);
 	assert_null(ch->rail_next);
 	channel_set_polling(&c->t.m, 0, true);
 	assert_int_equal(atomic_load(&h->app->ctrl->daemon_flags), 0);
@@ -362,13 +362,13 @@ static void channel_rail_down__close_under_way__freed_on_the_ack(void **state)
 	app_hangup(c, h);
 	assert_true(chn(c, h)->close_sent);
 	rail_lost(c, 1);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	complete_sends(c);
 	/* The peer counted 3 chunks and a credit it never saw (they died with rail 0). */
 	c->peer_imms[h->slot][0] = 3;
 	c->peer_imms[h->slot][1] = 1;
 	peer_close_ack(c, h);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	mt_finish(&c->t);
 }
 
@@ -730,11 +730,11 @@ static void channel_link_down__open_channel__econnreset_freed_when_app_closes(vo
 	app_write(h, 100);
 	app_kick(c, h);
 	tick(&c->t);
-	assert_int_equal(c->t.m.n_channels, 1);
+	assert_int_equal(c->t.m.chans->n_channels, 1);
 	assert_int_equal(ring_error(h), -ECONNRESET);
 	app_hangup(c, h);
 	assert_null(channel_find(&c->t.m, id));
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 0);
 	assert_int_equal(c->t.fx->live_conns, 0);
 	assert_true(c->watch_del[id] >= 1);
@@ -754,7 +754,7 @@ static void channel_link_down__opening_channel__client_told_econnreset(void **st
 	assert_int_equal(c->n_apps, 1);
 	assert_int_equal(c->apps[0].client_fd, CLIENT_FD);
 	assert_int_equal(c->apps[0].status, -ECONNRESET);
-	assert_int_equal(c->t.m.n_channels, 0);
+	assert_int_equal(c->t.m.chans->n_channels, 0);
 	assert_int_equal(c->t.fx->live_mrs, 0);
 	mt_finish(&c->t);
 }

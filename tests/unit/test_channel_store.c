@@ -96,8 +96,8 @@ static int restart_kept(struct ct *c, const char *const *extra, const int *extra
 
 	m->store.handover = true;
 	link_lost(c);
-	while (m->channels)
-		channel_free(m->channels);
+	while (m->chans->channels)
+		channel_free(m->chans->channels);
 	m->store.handover = false;
 	m->store.n_kept = 0;
 	for (size_t i = 0; i < fstore.n; i++) {
