@@ -116,6 +116,8 @@ def main():
         check(wait_until(lambda: c.all_up(), 30), "node 2 back: the link is UP again")
         with open(os.devnull, "wb") as nul:
             lst = cat(s2, "-l", 7002, stdout=nul)
+            # Its listener registered first (a connect before that is refused, rightly).
+            wait_until(lambda: any(p["port"] == 7002 for p in (c.ctl(2, "ports") or {}).get("ports", [])), 20)
             rc_s, _, err_s = finish(cat(s1, 2, 7002, stdin=subprocess.PIPE), 60, b"after\n")
             rc_l, _, _ = finish(lst, 60)
         check(rc_s == 0 and rc_l == 0, "a new connect after the killed waiter works", err_s.strip())
