@@ -72,6 +72,7 @@ static bool drain_xport_n(struct daemon *d, xport_t *x, bool all, int *got)
 static void stop_gracefully(struct daemon *d)
 {
 	uint64_t until = util_now_ms() + STOP_GRACE_MS;
+	unsigned listeners = 0;
 	struct epoll_event ev;
 
 	/* From here the loop sleeps on the transports: their notifications must be armed again, and
@@ -81,13 +82,14 @@ static void stop_gracefully(struct daemon *d)
 	/* Channels kept in the service manager's store are handed over to the next meshd: the peers
 	 * keep theirs waiting for it (whether one comes is the manager's to decide: a stop for good
 	 * empties the store, and the channels fail at both ends, at the peers after resume_timeout_ms). */
-	d->mesh.store.handover = d->mesh.store.n_kept > 0;
 	/* A listener kept alone (a server with no channel open yet) is handed over too. */
-	for (const struct listener *li = d->mesh.chans->listeners; li && !d->mesh.store.handover; li = li->next)
-		d->mesh.store.handover = li->kept;
+	for (const struct listener *li = d->mesh.chans->listeners; li; li = li->next)
+		listeners += li->kept;
+	d->mesh.store.handover = d->mesh.store.n_kept > 0 || listeners > 0;
 	if (d->mesh.store.handover)
-		log_info("stopping: %u channel%s kept for the next meshd (peers wait up to %u ms)", d->mesh.store.n_kept,
-			 d->mesh.store.n_kept == 1 ? "" : "s", d->cfg.resume_timeout_ms);
+		log_info("stopping: %u channel%s and %u listener%s kept for the next meshd (peers wait up to %u ms)",
+			 d->mesh.store.n_kept, d->mesh.store.n_kept == 1 ? "" : "s", listeners, listeners == 1 ? "" : "s",
+			 d->cfg.resume_timeout_ms);
 	mesh_stop(&d->mesh, d->mesh.store.handover ? MESH_ERESTARTING : MESH_ESHUTDOWN);
 	while (util_now_ms() < until) {
 		bool busy = false;
