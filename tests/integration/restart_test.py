@@ -311,28 +311,18 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="mesh-restart-")
     c = KeptCluster(args, workdir)
-    if args.bench:
-        print(f"# two meshd under meshd-keeper; transport {args.transport}; {args.bench} planned restarts of "
-              f"node 2 under two streams at {args.rate} B/s", flush=True)
+    if args.bench or args.rolling:
+        if args.bench:
+            print(f"# two meshd under meshd-keeper; transport {args.transport}; {args.bench} planned restarts of "
+                  f"node 2 under two streams at {args.rate} B/s", flush=True)
+        else:
+            print(f"# {args.nodes} meshd under meshd-keeper; transport {args.transport}; a ring of streams at "
+                  f"{args.rate} B/s; every node "
+                  f"{'upgraded from ' + args.from_build if args.from_build else 'restarted'} in turn", flush=True)
         try:
-            bench(c, args)
+            (bench if args.bench else rolling)(c, args)
         except Exception as e:  # pylint: disable=broad-except
-            check(False, "benchmark aborted", repr(e))
-        finally:
-            c.stop_all()
-            if fixtures.failed:
-                c.dump_logs()
-            shutil.rmtree(workdir, ignore_errors=True)
-        print(f"{fixtures.passed} passed, {fixtures.failed} failed")
-        return 1 if fixtures.failed else 0
-    if args.rolling:
-        print(f"# {args.nodes} meshd under meshd-keeper; transport {args.transport}; a ring of streams at "
-              f"{args.rate} B/s; every node {'upgraded from ' + args.from_build if args.from_build else 'restarted'} "
-              f"in turn", flush=True)
-        try:
-            rolling(c, args)
-        except Exception as e:  # pylint: disable=broad-except
-            check(False, "test aborted", repr(e))
+            check(False, "aborted", repr(e))
         finally:
             c.stop_all()
             if fixtures.failed:

@@ -100,6 +100,15 @@ static uint32_t sent_aq_state(struct ct *c, size_t from, size_t nth, uint64_t *p
 	return st;
 }
 
+/* Both applications offered and connected their QPs (OFFER and READY each way, ours first). */
+static void aq_both_ready(struct ct *c, struct chan *h)
+{
+	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
+	peer_app_qp(c, h, 1, 0);
+	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
+	peer_app_qp(c, h, 2, 0);
+}
+
 /* Both applications offered and connected their QPs: meshd grants ours the sending half. */
 static void aq_granted(struct ct *c, struct chan *h)
 {
@@ -128,10 +137,7 @@ static void aq_granted(struct ct *c, struct chan *h)
 /* Both applications offered and connected their QPs; the peer's posts its half from 0. */
 static void aq_peer_sending(struct ct *c, struct chan *h)
 {
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
+	aq_both_ready(c, h);
 	peer_app_qp(c, h, 3, 0);
 	assert_true(chn(c, h)->aq_peer_sends);
 }
@@ -201,10 +207,7 @@ static void aq_grant_offered(struct ct *c, struct chan *h)
 {
 	struct mesh_ring_aq *q = mesh_ring_aq(h->app->ctrl);
 
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
+	aq_both_ready(c, h);
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_APP);
 	assert_int_equal(atomic_load(&q->grant_pos), h->app->tx_prod);
 	complete_sends(c);
@@ -527,10 +530,7 @@ static void channel_app_send__idle_of_its_own_accord_before_the_peer_sends__peer
 	ct_init(c, 2);
 	aq_on(c);
 	h = open_out(c, RING, 2, PEER_SLOT);
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
+	aq_both_ready(c, h);
 	from = c->t.fx->n_posts;
 	app_aq_say(c, h, MESH_AQ_IDLE, AQ_QPN);
 	assert_int_equal(sent_aq_state(c, from, 0, NULL), 6); /* REVOKE of the QP the peer has */
@@ -563,10 +563,7 @@ static void channel_app_send__idle_answering_the_peers_revoke__no_revoke_back(vo
 	aq_on(c);
 	h = open_out(c, RING, 2, PEER_SLOT);
 	q = mesh_ring_aq(h->app->ctrl);
-	app_aq_say(c, h, MESH_AQ_OFFER, AQ_QPN);
-	peer_app_qp(c, h, 1, 0);
-	app_aq_say(c, h, MESH_AQ_READY, AQ_QPN);
-	peer_app_qp(c, h, 2, 0);
+	aq_both_ready(c, h);
 	peer_app_qp(c, h, 6, 0);
 	assert_int_equal(atomic_load(&q->grant), MESH_AQ_REVOKED);
 	from = c->t.fx->n_posts;
