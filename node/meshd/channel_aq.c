@@ -181,12 +181,101 @@ static bool aq_token_zero(const uint8_t t[MESH_AQ_TOKEN_LEN])
 
 /* Relays what our application did with its QP. Its words are hostile: a state that goes back or
  * a QP number beyond 24 bits breaks its own channel, as any other breach of the ring contract. */
-void channel_aq_app(struct channel *ch)
+/* Relays our application's offer of its QP (or tcp port and token), checked: 0 once sent, else
+ * the channel is broken or the next pump retries. */
+static int channel_aq_relay_offer(struct channel *ch)
 {
 	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
 	ChannelAppQp a = CHANNEL_APP_QP__INIT;
 	uint8_t token[MESH_AQ_TOKEN_LEN];
+
+	a.state = AQ_MSG_OFFER;
+	a.qpn = q->qpn;
+	a.psn = q->psn;
+	a.rx_addr = q->rx_addr;
+	a.rx_rkey = q->rx_rkey;
+	a.dir_addr = q->dir_addr;
+	a.dir_rkey = q->dir_rkey;
+	a.caps = q->caps & ~MESH_AQ_CAP_TAKE; /* the peer's application checks what it uses */
+	ch->aq_take = q->caps & MESH_AQ_CAP_TAKE; /* as offered: the words may change later */
+	if (channel_aq_tcp(ch)) {
+		uint32_t port = q->tcp_port;
+
+		/* A port and a token in place of a QP: the rest goes as zero. */
+		channel_app_qp__init(&a);
+		a.state = AQ_MSG_OFFER;
+		a.tcp_port = port;
+		a.tcp_token.data = token;
+		a.tcp_token.len = sizeof(token);
+		memcpy(token, q->tcp_token, sizeof(token));
+		if (!port || port > 65535 || aq_token_zero(token)) {
+			channel_break(ch, -EPROTO, "application offered TCP port %u with %s token", port,
+				      aq_token_zero(token) ? "a zero" : "a");
+			return -EPROTO;
+		}
+	} else if (a.qpn > 0xffffff || a.psn > 0xffffff || !a.rx_rkey || !a.dir_rkey) {
+		channel_break(ch, -EPROTO, "application offered QP %u PSN %u with keys %u/%u", a.qpn, a.psn, a.rx_rkey,
+			      a.dir_rkey);
+		return -EPROTO;
+	}
+	return channel_aq_send(ch, &a);
+}
+
+/* Our application said IDLE: it is done with its QP. A grant it never took goes back to us
+ * (nothing of it went); one it took, the peer hears of before the hand-back. */
+static void channel_aq_on_idle(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
 	bool own_accord;
+
+	channel_aq_take(ch, false);
+	ch->aq_tell = false; /* could not go: the peer answers the hand-back from what it placed */
+	if (ch->aq_app == MESH_AQ_NONE && ch->aq_revoked && (ch->link->features & MESH_FEAT_APPQP_RENEW))
+		/* Its answer to a revocation that came before its offer (two resumes close together,
+		 * or the link lost while it made its first QP): channel_aq_revoke could not know it
+		 * would answer, and asks for a new round only now. */
+		ch->aq_renew = true;
+	log_debug("channel %u: the application is done with its own QP (%s, peer's writes %s)", ch->id,
+		  !ch->aq_granted ? "not granted" : ch->resuming ? "resuming" : "granted",
+		  ch->aq_peer_sends ? "its own" : "ours");
+	/* Done of its own accord (a shutdown, its QP failed, a forked child that holds none of its
+	 * parent's QP), not answering a revocation: the peer's application, which has our offer, may
+	 * be granted and write to that QP at any time, even if it does not yet; nobody might read
+	 * what it writes there (a forked child does not read its parent's connection). Revoked, it
+	 * hands back and its meshd posts to us. After a resume or the peer's own REVOKE its round is
+	 * being ended already (and may be renewed: a late REVOKE of ours would end the next one). */
+	own_accord = ch->aq_app != MESH_AQ_NONE && !ch->aq_revoked && !ch->resuming;
+	ch->aq_app = MESH_AQ_IDLE;
+	ch->aq_done = true;
+	if (ch->aq_peer_sends || own_accord) {
+		/* Its QP is done: the peer's application must stop writing to it and hand back too. */
+		a.state = AQ_MSG_REVOKE;
+		if (channel_aq_send(ch, &a))
+			log_debug("channel %u: cannot revoke the peer's writes now; its link's resume will", ch->id);
+	}
+	if (!ch->aq_granted || ch->aq_wait_pos)
+		return;
+	channel_aq_account(ch); /* its last publication, read by this pump */
+	if (ch->resuming) {
+		/* The resume rewinds our sending half to what the peer has. */
+		channel_aq_ungrant(ch);
+		return;
+	}
+	/* It gave the half back: the peer says where its reader's bytes end, and we post from there. */
+	channel_app_qp__init(&a);
+	a.state = AQ_MSG_HANDBACK;
+	ch->aq_revoked = true;
+	ch->aq_wait_pos = true;
+	atomic_store_explicit(&q->grant, MESH_AQ_REVOKED, memory_order_release);
+	if (channel_aq_send(ch, &a))
+		ch->aq_wait_pos = false; /* the link is going: its resume rewinds instead */
+}
+
+void channel_aq_app(struct channel *ch)
+{
+	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
+	ChannelAppQp a = CHANNEL_APP_QP__INIT;
 	uint32_t st;
 
 	/* Even once the application is gone: its last word (IDLE, before its shutdown) still counts. */
@@ -202,94 +291,18 @@ void channel_aq_app(struct channel *ch)
 	/* An offer made after the round was revoked (the link went while the application made its
 	 * QP) is not relayed: the QP stops at once, and the peer's application would connect to it. */
 	if (ch->aq_app == MESH_AQ_NONE && st != MESH_AQ_IDLE && !ch->aq_done) {
-		a.state = AQ_MSG_OFFER;
-		a.qpn = q->qpn;
-		a.psn = q->psn;
-		a.rx_addr = q->rx_addr;
-		a.rx_rkey = q->rx_rkey;
-		a.dir_addr = q->dir_addr;
-		a.dir_rkey = q->dir_rkey;
-		a.caps = q->caps & ~MESH_AQ_CAP_TAKE; /* the peer's application checks what it uses */
-		ch->aq_take = q->caps & MESH_AQ_CAP_TAKE; /* as offered: the words may change later */
-		if (channel_aq_tcp(ch)) {
-			uint32_t port = q->tcp_port;
-
-			/* A port and a token in place of a QP: the rest goes as zero. */
-			channel_app_qp__init(&a);
-			a.state = AQ_MSG_OFFER;
-			a.tcp_port = port;
-			a.tcp_token.data = token;
-			a.tcp_token.len = sizeof(token);
-			memcpy(token, q->tcp_token, sizeof(token));
-			if (!port || port > 65535 || aq_token_zero(token)) {
-				channel_break(ch, -EPROTO, "application offered TCP port %u with %s token", port,
-					      aq_token_zero(token) ? "a zero" : "a");
-				return;
-			}
-		} else if (a.qpn > 0xffffff || a.psn > 0xffffff || !a.rx_rkey || !a.dir_rkey) {
-			channel_break(ch, -EPROTO, "application offered QP %u PSN %u with keys %u/%u", a.qpn, a.psn,
-				      a.rx_rkey, a.dir_rkey);
-			return;
-		}
-		if (channel_aq_send(ch, &a))
-			return; /* the next pump retries */
+		if (channel_aq_relay_offer(ch))
+			return; /* broken, or the next pump retries */
 		ch->aq_app = MESH_AQ_OFFER;
 	}
 	if (ch->aq_app == MESH_AQ_OFFER && st >= MESH_AQ_READY) {
-		channel_app_qp__init(&a);
 		a.state = AQ_MSG_READY;
 		if (st == MESH_AQ_READY && channel_aq_send(ch, &a))
 			return;
 		ch->aq_app = MESH_AQ_READY;
 	}
-	if (st == MESH_AQ_IDLE) {
-		/* A grant it never took goes back to us (nothing of it went); one it took, the peer
-		 * hears of before the hand-back. */
-		channel_aq_take(ch, false);
-		ch->aq_tell = false; /* could not go: the peer answers the hand-back from what it placed */
-		if (ch->aq_app == MESH_AQ_NONE && ch->aq_revoked && (ch->link->features & MESH_FEAT_APPQP_RENEW))
-			/* Its answer to a revocation that came before its offer (two resumes close
-			 * together, or the link lost while it made its first QP): channel_aq_revoke
-			 * could not know it would answer, and asks for a new round only now. */
-			ch->aq_renew = true;
-		log_debug("channel %u: the application is done with its own QP (%s, peer's writes %s)", ch->id,
-			  !ch->aq_granted ? "not granted" : ch->resuming ? "resuming" : "granted",
-			  ch->aq_peer_sends ? "its own" : "ours");
-		/* Done of its own accord (a shutdown, its QP failed, a forked child that holds none of
-		 * its parent's QP), not answering a revocation: the peer's application, which has our
-		 * offer, may be granted and write to that QP at any time, even if it does not yet;
-		 * nobody might read what it writes there (a forked child does not read its parent's
-		 * connection). Revoked, it hands back and its meshd posts to us. After a resume or the
-		 * peer's own REVOKE its round is being ended already (and may be renewed: a late
-		 * REVOKE of ours would end the next one). */
-		own_accord = ch->aq_app != MESH_AQ_NONE && !ch->aq_revoked && !ch->resuming;
-		ch->aq_app = MESH_AQ_IDLE;
-		ch->aq_done = true;
-		if (ch->aq_peer_sends || own_accord) {
-			/* Its QP is done: the peer's application must stop writing to it and hand back too. */
-			channel_app_qp__init(&a);
-			a.state = AQ_MSG_REVOKE;
-			if (channel_aq_send(ch, &a))
-				log_debug("channel %u: cannot revoke the peer's writes now; its link's resume will", ch->id);
-		}
-		if (ch->aq_granted && !ch->aq_wait_pos) {
-			channel_aq_account(ch); /* its last publication, read by this pump */
-			if (ch->resuming) {
-				/* The resume rewinds our sending half to what the peer has. */
-				channel_aq_ungrant(ch);
-			} else {
-				/* It gave the half back: the peer says where its reader's bytes end, and we
-				 * post from there. */
-				channel_app_qp__init(&a);
-				a.state = AQ_MSG_HANDBACK;
-				ch->aq_revoked = true;
-				ch->aq_wait_pos = true;
-				atomic_store_explicit(&q->grant, MESH_AQ_REVOKED, memory_order_release);
-				if (channel_aq_send(ch, &a))
-					ch->aq_wait_pos = false; /* the link is going: its resume rewinds instead */
-			}
-		}
-	}
+	if (st == MESH_AQ_IDLE)
+		channel_aq_on_idle(ch);
 }
 
 /* Not granted (any more): nothing of a grant offered and not taken is left either. */
