@@ -1,7 +1,8 @@
 /*
- * What the control socket's files share (admin.c, admin_show.c, admin_channel.c, admin_ops.c),
- * never seen outside them: struct admin itself is in admin.h. Locks as admin.h says; a request
- * handler runs with the mesh's lock held, in the control thread or the data path (admin_work).
+ * What the control socket's files share (admin.c, admin_client.c, admin_show.c, admin_channel.c,
+ * admin_ops.c), never seen outside them: struct admin itself is in admin.h. Locks as admin.h says;
+ * a request handler runs with the mesh's lock held, in the control thread or the data path
+ * (admin_work).
  */
 #ifndef MESH_MESHD_ADMIN_INT_H
 #define MESH_MESHD_ADMIN_INT_H
@@ -25,16 +26,20 @@ struct numa_show {
 	char tcpus[MESH_RAILS_MAX][512];
 };
 
-/* ---- admin.c: the socket and its clients ---- */
+/* ---- admin_client.c: the clients (calls none of the other admin files) ---- */
 
 /* fd into epoll set epfd for reading, tagged tag | fd: 0 or a negative errno. */
 int admin_watch_fd(int epfd, int fd, uint64_t tag);
+/* Frees the metrics text a client was paging through. */
+void admin_metrics_forget(struct admin *a, int slot);
 /* Closes a client's connection and frees its slot, with the mesh's lock. */
 void admin_drop(struct admin *a, int slot);
 /* Whether a line a local client caused may be logged (ADMIN_LOG_BURST per interval). */
 bool admin_client_log_ok(struct admin *a);
 /* A free client slot for uid, or -1 with why not; under a->lock. */
 int admin_slot_for(struct admin *a, uint32_t uid, char *why, size_t len);
+/* The slot of a client's descriptor, gone or not, or -1; under a->lock. */
+int admin_slot_locked(const struct admin *a, int fd);
 /* The slot of a client that is still there, or -1. */
 int admin_slot_of(struct admin *a, int fd);
 /* One reply on a client's connection: 0, or a negative errno (the caller drops the client). */
@@ -48,8 +53,6 @@ int admin_reply_error(struct admin *a, int slot, int fd, int status, const char 
 void admin_fill_node_show(struct mesh *m, NodeInfo *n, struct numa_show *b);
 /* What the control socket itself counts, into n at the moment of the reply. */
 void admin_fill_ctl_counters(struct admin *a, NodeInfo *n);
-/* Frees the metrics text a client was paging through. */
-void admin_metrics_forget(struct admin *a, int slot);
 /* CTL_OP_SHOW answered with the mesh's lock: the node and one page of its object. */
 int admin_show(struct admin *a, int slot, int fd, const CtlRequest *req);
 /* Control thread: NODE or LINKS from the snapshot; 1 when there is none yet. */

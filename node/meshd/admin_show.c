@@ -228,13 +228,6 @@ static void fill_channel(struct mesh *m, const struct channel *ch, ChannelInfo *
 
 /* ---- the metrics text, in pages ---- */
 
-void admin_metrics_forget(struct admin *a, int slot)
-{
-	free(a->metrics_text[slot]);
-	a->metrics_text[slot] = NULL;
-	a->metrics_len[slot] = 0;
-}
-
 int admin_metrics_render(struct admin *a, struct metrics_buf *b)
 {
 	struct metrics_extra x = {
