@@ -84,12 +84,12 @@ struct daemon {
 	struct log_ratelimit late_rl; /* a loaded machine's late ticks: a few lines a minute */
 };
 
-/* main.c */
+/* daemon.c (below main.c, loop.c and reload.c) */
 const char **node_addrs_list(const struct daemon *d, const struct config_node *self, uint32_t *n);
 int timer_set(int fd, uint32_t period_ms);
+int add_fd(int epfd, int fd, uint64_t tag);
 
 /* loop.c */
-int add_fd(int epfd, int fd, uint64_t tag);
 int run(struct dp *dp);
 int run_data_path(struct daemon *d);
 int dp_open(struct daemon *d);

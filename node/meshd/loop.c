@@ -36,13 +36,6 @@
 #include "transport.h"
 #include "util.h"
 
-int add_fd(int epfd, int fd, uint64_t tag)
-{
-	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = tag | (uint32_t)fd};
-
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee) ? -errno : 0;
-}
-
 /* Handles at most DRAIN_ROUNDS batches, so that a stream of completions never starves the timer
  * (keepalives) or the control socket; returns true when events may be left (come back at once:
  * completions already in a CQ raise no new readiness). all: look into every completion queue

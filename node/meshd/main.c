@@ -74,28 +74,6 @@ static void usage(FILE *out)
 		MESH_SOCKET_ENV, MESH_SOCKET_DEFAULT);
 }
 
-struct daemon;
-
-/* Every address of every other node, for the providers (xport_attr.node_addrs): pointers into
- * d->cfg; *n set. NULL when out of memory. */
-const char **node_addrs_list(const struct daemon *d, const struct config_node *self, uint32_t *n)
-{
-	const char **a = calloc(d->cfg.n_nodes * CONFIG_RAILS_MAX, sizeof(*a));
-
-	*n = 0;
-	if (!a)
-		return NULL;
-	for (size_t i = 0; i < d->cfg.n_nodes; i++) {
-		const struct config_node *nd = &d->cfg.nodes[i];
-
-		if (nd == self)
-			continue;
-		for (uint32_t r = 0; r < MAX(1u, nd->n_rails); r++)
-			a[(*n)++] = mesh_node_addr(nd, r);
-	}
-	return a;
-}
-
 /* One provider instance, told the other nodes' addresses (they are copied by create). */
 static int xports_create_one(struct daemon *d, const struct config_node *self, const struct xport_ops *ops,
 			     struct xport_attr *xa)
@@ -225,17 +203,6 @@ static void numa_setup(struct daemon *d)
 		snprintf(why, sizeof(why), "unplaced: %s", nu->why);
 	log_info("NUMA: %d node(s), device %s on node %d; %s", nu->topo.n_online, nu->n_devs ? nu->devs[0].name : "?",
 		 dev_node, why);
-}
-
-/* The tick every period_ms, the first in a millisecond: 0 or -errno. */
-int timer_set(int fd, uint32_t period_ms)
-{
-	struct itimerspec its = {
-		.it_interval = {.tv_sec = period_ms / 1000, .tv_nsec = (long)(period_ms % 1000) * 1000000L},
-		.it_value = {.tv_sec = 0, .tv_nsec = 1000000L},
-	};
-
-	return timerfd_settime(fd, 0, &its, NULL) ? -errno : 0;
 }
 
 static int timer_start(uint32_t period_ms)
