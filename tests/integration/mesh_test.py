@@ -186,13 +186,16 @@ def ping_checks(c, args):
     check(ok and c.all_up([1, 2]), "the clients gone, their pings end: meshd pings again, every link still UP")
 
     # meshctl --watch: redraws until interrupted, each look under a header with the time (not a tty).
-    w = subprocess.run(["timeout", "--preserve-status", "-s", "INT", "4", ctl, "-s", sock1, "-w", "0.2", "links"],
-                       capture_output=True, text=True, timeout=60)
+    # One SIGINT to meshctl alone (--foreground), as a terminal's ^C: timeout(1) otherwise sends it
+    # to the process group too, and a second one that came while ASan's leak check stopped the
+    # exiting meshctl left it spinning for good under load (meshctl now ignores any after the first).
+    stop_in_4s = ["timeout", "--foreground", "--preserve-status", "-s", "INT", "4", ctl]
+    w = subprocess.run(stop_in_4s + ["-s", sock1, "-w", "0.2", "links"], capture_output=True, text=True, timeout=60)
     looks = w.stdout.count("Every 0.2s: meshctl links")
     check(w.returncode == 0 and looks >= 2 and w.stdout.count("links: ") >= 2,
           f"meshctl -w 0.2 links redraws until interrupted ({looks} looks, exit {w.returncode})", w.stderr[-300:])
-    w = subprocess.run(["timeout", "--preserve-status", "-s", "INT", "4", ctl, "-j", "-s", sock1, "--watch=0.2",
-                        "node"], capture_output=True, text=True, timeout=60)
+    w = subprocess.run(stop_in_4s + ["-j", "-s", sock1, "--watch=0.2", "node"], capture_output=True, text=True,
+                       timeout=60)
     docs = [json.loads(x) for x in w.stdout.splitlines() if x.startswith("{")]
     check(w.returncode == 0 and len(docs) >= 2 and all(d.get("id") == 1 for d in docs),
           f"meshctl -j --watch=0.2 node: one JSON document per look ({len(docs)})", w.stdout[-300:])
