@@ -27,7 +27,7 @@ volatile sig_atomic_t interrupted;
  * sees the flag) and the process exits at once; later ones are ignored from here: timeout(1) sends
  * its signal twice (to the process, then to its group), and under load the second came while
  * LeakSanitizer stopped the process at exit to look for leaks, which then spun for good (1 run in
- * 12 of `meshctl -w` under ASan beside two busy cores). */
+ * 7 to 33 of `meshctl -w` under ASan beside busy cores). */
 static void on_interrupt(int sig)
 {
 	struct sigaction ign = {.sa_handler = SIG_IGN};

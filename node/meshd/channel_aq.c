@@ -179,8 +179,6 @@ static bool aq_token_zero(const uint8_t t[MESH_AQ_TOKEN_LEN])
 	return !acc;
 }
 
-/* Relays what our application did with its QP. Its words are hostile: a state that goes back or
- * a QP number beyond 24 bits breaks its own channel, as any other breach of the ring contract. */
 /* Relays our application's offer of its QP (or tcp port and token), checked: 0 once sent, else
  * the channel is broken or the next pump retries. */
 static int channel_aq_relay_offer(struct channel *ch)
@@ -272,6 +270,8 @@ static void channel_aq_on_idle(struct channel *ch)
 		ch->aq_wait_pos = false; /* the link is going: its resume rewinds instead */
 }
 
+/* Relays what our application did with its QP. Its words are hostile: a state that goes back or
+ * a QP number beyond 24 bits breaks its own channel, as any other breach of the ring contract. */
 void channel_aq_app(struct channel *ch)
 {
 	struct mesh_ring_aq *q = mesh_ring_aq(ch->ctrl);
@@ -463,6 +463,10 @@ void channel_aq_rx(struct channel *ch)
  * this round (a resume that revoked it starts another: channel_aq_renew). */
 static void channel_aq_stop_app(struct channel *ch)
 {
+	/* A grant offered and not taken is withdrawn first (or found taken and counted): the REVOKED
+	 * stored below would otherwise be read as the application's word over the grant, and the
+	 * channel broken for what meshd wrote (the peer's REVOKE did so). */
+	channel_aq_take(ch, true);
 	ch->aq_done = true;
 	/* Granted or not: an application whose QP is offered or connected stops it too, and says IDLE,
 	 * which a new round waits for. */
@@ -593,13 +597,8 @@ static void aq_on_revoke(struct channel *ch, const ChannelAppQp *a)
 {
 	if (ch->aq_pend.valid && a->round == ch->aq_pend.round)
 		ch->aq_pend.valid = false;
-	if (ch->aq_peer_next && a->round == ch->aq_peer_round) {
-		/* A grant offered and not taken is withdrawn first (or found taken and counted): the
-		 * REVOKED stored next would otherwise be read as the application's word over the grant,
-		 * and the channel broken for what meshd wrote. */
-		channel_aq_take(ch, true);
+	if (ch->aq_peer_next && a->round == ch->aq_peer_round)
 		channel_aq_stop_app(ch);
-	}
 }
 
 /* Where the peer placed our application's writes it handed back: meshd posts from there. */

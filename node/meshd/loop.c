@@ -74,8 +74,8 @@ static void stop_gracefully(struct daemon *d)
 		xport_arm(d->xports[i]);
 	/* Channels kept in the service manager's store are handed over to the next meshd: the peers
 	 * keep theirs waiting for it (whether one comes is the manager's to decide: a stop for good
-	 * empties the store, and the channels fail at both ends, at the peers after resume_timeout_ms). */
-	/* A listener kept alone (a server with no channel open yet) is handed over too. */
+	 * empties the store, and the channels fail at both ends, at the peers after resume_timeout_ms).
+	 * A listener kept alone (a server with no channel open yet) is handed over too. */
 	for (const struct listener *li = d->mesh.chans->listeners; li; li = li->next)
 		listeners += li->kept;
 	d->mesh.store.handover = d->mesh.store.n_kept > 0 || listeners > 0;

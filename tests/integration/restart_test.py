@@ -155,6 +155,21 @@ def restart(c, args, node, how, ports):
     return took
 
 
+STREAM_PORTS = (7101, 7102)  # node 1 to node 2's receiver, node 2 to node 1's
+
+
+def two_streams(c, args, total):
+    """Two paced streams of total bytes at --rate, node 1 to node 2 and node 2 to node 1, each checked
+    byte by byte by its receiver; checks both channels OPEN. Returns (rx1, rx2, tx1, tx2)."""
+    rx2 = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], STREAM_PORTS[0])
+    rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], STREAM_PORTS[1])
+    tx1 = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, STREAM_PORTS[0], total, "-R", args.rate)
+    tx2 = fixtures.chan_test(args.build, c.nodes[2]["sock"], "send", 1, STREAM_PORTS[1], total, "-R", args.rate)
+    check(wait_until(lambda: all(chan_of(c, i, p).get("state") == "OPEN" for i in (1, 2) for p in STREAM_PORTS),
+                     20), "two paced streams run, node 1 to node 2 and node 2 to node 1")
+    return rx1, rx2, tx1, tx2
+
+
 def longest_pauses(out):
     """A chan_test receiver's longest pauses between bytes (ms, longest first), or []."""
     m = re.search(r"longest pauses ([\d ]+) ms", out)
@@ -172,20 +187,13 @@ def bench(c, args):
     c.start(2)
     if not check(wait_until(lambda: both_up(c), args.up_timeout, 0.1), "nodes 1 and 2 form their link"):
         raise RuntimeError("no link")
-    ports = (7101, 7102)
     total = int(args.rate * (k * 2.5 + 6))
-    rx2 = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], ports[0])
-    rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], ports[1])
-    tx1 = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, ports[0], total, "-R", args.rate)
-    tx2 = fixtures.chan_test(args.build, c.nodes[2]["sock"], "send", 1, ports[1], total, "-R", args.rate)
-    procs = [rx1, rx2, tx1, tx2]
+    rx1, rx2, tx1, tx2 = procs = two_streams(c, args, total)
     try:
-        check(wait_until(lambda: all(chan_of(c, i, p).get("state") == "OPEN" for i in (1, 2) for p in ports), 20),
-              "two paced streams run, node 1 to node 2 and node 2 to node 1")
         time.sleep(1)
         back = []
         for _ in range(k):
-            back.append(restart(c, args, 2, "planned", ports))
+            back.append(restart(c, args, 2, "planned", STREAM_PORTS))
             time.sleep(1.5)
         pauses, bad = [], []
         for name, p in (("node 1's sender", tx1), ("node 2's sender", tx2), ("node 2's receiver", rx2),
@@ -303,6 +311,8 @@ def main():
                     help="with --rolling: an upgrade; the nodes start with BUILD's meshd-keeper and meshd, the "
                          "applications are BUILD's, and each node's next meshd is this build's")
     args = ap.parse_args()
+    if args.bench > 8:
+        ap.error("--bench: at most 8 restarts (chan_test reports its 8 longest pauses, one per restart)")
     args.build = os.path.abspath(args.build)
     args.from_build = os.path.abspath(args.from_build) if args.from_build else ""
     args.nodes = args.rolling or 2
@@ -341,16 +351,11 @@ def main():
         if not check(wait_until(lambda: both_up(c), args.up_timeout, 0.1), "nodes 1 and 2 form their link",
                      str({i: c.links(i) for i in (1, 2)})):
             raise RuntimeError("no link")
-        rx2 = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], 7101)
-        rx1 = fixtures.chan_receiver(args.build, c.nodes[1]["sock"], 7102)
-        tx1 = fixtures.chan_test(args.build, c.nodes[1]["sock"], "send", 2, 7101, args.bytes, "-R", args.rate)
-        tx2 = fixtures.chan_test(args.build, c.nodes[2]["sock"], "send", 1, 7102, args.bytes, "-R", args.rate)
+        rx1, rx2, tx1, tx2 = procs = list(two_streams(c, args, args.bytes))
         # A listener with nothing accepted yet: it must outlive its meshd's restart too.
         rx_late = fixtures.chan_receiver(args.build, c.nodes[2]["sock"], 7104)
-        procs = [rx1, rx2, tx1, tx2, rx_late]
-        ports = (7101, 7102)
-        check(wait_until(lambda: all(chan_of(c, i, p).get("state") == "OPEN" for i in (1, 2) for p in ports), 20),
-              "two paced streams run, node 1 to node 2 and node 2 to node 1")
+        procs.append(rx_late)
+        ports = STREAM_PORTS
         time.sleep(2)
 
         # 2. planned restart of node 2 (the dialler)
