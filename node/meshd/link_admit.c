@@ -1,8 +1,9 @@
 /*
  * Admission of our dials, as TCP's congestion window paces segments: how many attempts of ours may
- * be in flight (mesh_dial_window), which peer is dialled next (mesh_admit), and the window's growth
- * as our attempts come UP and its halving when they time out or a peer has no room. Not admin.c,
- * the control socket: this admits our own dials, never a client.
+ * be in flight (mesh_dial_window; link_connect.c's mesh_admit dials within it), and the window's
+ * growth as our attempts come UP and its halving when they time out or a peer has no room. Not
+ * admin.c, the control socket: this admits our own dials, never a client. It calls nothing of the
+ * link layer, the bottom of it: every other link file may call it.
  */
 #include <stdint.h>
 
@@ -69,23 +70,3 @@ uint32_t mesh_dial_window(const struct mesh *m)
 {
 	return (uint32_t)MIN(m->adm.window, (double)m->cfg->max_handshakes);
 }
-
-/* Dials the peers that are due, round the links from where the last look stopped, while the window
- * and cluster.max_handshakes leave room. */
-void mesh_admit(struct mesh *m, uint64_t t)
-{
-	size_t n = m->n_links, i = m->adm.next;
-
-	for (size_t k = 0; k < n && !m->stopping; k++, i = (i + 1) % n) {
-		struct link *l = m->links[i];
-
-		if (m->adm.dials >= mesh_dial_window(m) || m->handshakes >= m->cfg->max_handshakes)
-			break;
-		if (!l->dialer || l->phase != LINK_IDLE || t < l->next_dial_ms || l->failed_tick == m->adm.ticks)
-			continue;
-		link_dial(l);
-		m->adm.next = (i + 1) % n;
-	}
-	m->adm.ended = false; /* what ended before or failed at once above: looked at now, or backing off */
-}
-

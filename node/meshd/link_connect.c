@@ -3,7 +3,8 @@
  * protection scope), the dialler connects every QP of every rail, and the acceptor judges each
  * connection request: private data, cluster, dial rule, the node's own address, epochs (stale,
  * ahead of our clock, an unproven attempt's), rail joins, admission. A refusal names no detail on
- * the wire (the log has it). Established QPs go on to the handshake (link_handshake.c).
+ * the wire (the log has it). Established QPs go on to the handshake (link_handshake.c). Which
+ * peers are dialled, while admission's window (link_admit.c) has room, is mesh_admit's here.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -71,6 +72,25 @@ void link_dial(struct link *l)
 			l->conns[i]->scope = l->scope; /* before its QP exists (route resolved) */
 		}
 	}
+}
+
+/* Dials the peers that are due, round the links from where the last look stopped, while the window
+ * and cluster.max_handshakes leave room. */
+void mesh_admit(struct mesh *m, uint64_t t)
+{
+	size_t n = m->n_links, i = m->adm.next;
+
+	for (size_t k = 0; k < n && !m->stopping; k++, i = (i + 1) % n) {
+		struct link *l = m->links[i];
+
+		if (m->adm.dials >= mesh_dial_window(m) || m->handshakes >= m->cfg->max_handshakes)
+			break;
+		if (!l->dialer || l->phase != LINK_IDLE || t < l->next_dial_ms || l->failed_tick == m->adm.ticks)
+			continue;
+		link_dial(l);
+		m->adm.next = (i + 1) % n;
+	}
+	m->adm.ended = false; /* what ended before or failed at once above: looked at now, or backing off */
 }
 
 /* Refuses connection c for `reason`, with the detail (fmt) in our log only. Strangers choose how

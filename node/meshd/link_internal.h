@@ -62,7 +62,6 @@ void mesh_adm_init(struct mesh *m);
 void mesh_adm_on_up(struct mesh *m, uint64_t sample_ms);
 void mesh_adm_on_congestion(struct mesh *m, uint64_t t);
 uint64_t mesh_adm_no_answer_ms(const struct mesh *m);
-void mesh_admit(struct mesh *m, uint64_t t);
 
 /* link_reconf.c: links of removed nodes, closed once their Goodbye had its time (all: now). */
 #define LINK_LEAVE_GRACE_MS 300
@@ -98,6 +97,7 @@ void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl);
 
 /* link_connect.c */
 void link_dial(struct link *l);
+void mesh_admit(struct mesh *m, uint64_t t);
 void mesh_reject(struct mesh *m, xport_conn_t *c, int reason, enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void mesh_on_request(struct mesh *m, const struct xport_event *ev);
 void mesh_on_established(struct link *l, const struct xport_event *ev);

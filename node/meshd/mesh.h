@@ -351,12 +351,13 @@ struct mesh {
 	struct link **leaving;
 	size_t n_leaving, leaving_cap;
 	uint32_t handshakes; /* attempts in flight (phases QPS..READY_WAIT) */
-	/* Admission of our own dials (link_admit.c, mesh_admit), as TCP's congestion window: at most
-	 * `window` of our attempts in flight, grown by every attempt of ours that comes UP (by one while
-	 * below ssthresh, then by 1/window) and halved when an attempt times out or a peer answers busy,
-	 * at most once per smoothed attempt time; never above cluster.max_handshakes. A fixed window
-	 * as large as the mesh stormed: 64 meshd in one VM dialled 63 peers each at once, attempts
-	 * timed out and were re-dialled while the old ones were still being set up, and no link formed. */
+	/* Admission of our own dials (link_admit.c; mesh_admit in link_connect.c), as TCP's congestion
+	 * window: at most `window` of our attempts in flight, grown by every attempt of ours that comes
+	 * UP (by one while below ssthresh, then by 1/window) and halved when an attempt times out or a
+	 * peer answers busy, at most once per smoothed attempt time; never above
+	 * cluster.max_handshakes. A fixed window as large as the mesh stormed: 64 meshd in one VM
+	 * dialled 63 peers each at once, attempts timed out and were re-dialled while the old ones were
+	 * still being set up, and no link formed. */
 	struct mesh_admission {
 		double window, ssthresh;
 		uint32_t dials;      /* our attempts in flight (dialler links in phases QPS..READY_WAIT) */
