@@ -60,8 +60,8 @@ int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, co
 	return link_send_on(l, qp, &msg);
 }
 
-static bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, const uint8_t *ours,
-			     const uint8_t *theirs, const uint8_t *mac, size_t mac_len)
+bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, const uint8_t *ours, const uint8_t *theirs,
+		      const uint8_t *mac, size_t mac_len)
 {
 	struct auth_transcript t = link_transcript(l, !l->dialer, rail, gen, ours, theirs);
 
@@ -330,32 +330,16 @@ void link_on_hello(struct link *l, const Hello *h)
 	link_progress(l);
 }
 
-/* AuthProof: the dialler's, of the link's attempt on QP 0 before Hello, or of a rail's join on its
- * first QP before RailUp (the acceptor proved itself in its accept). Without a key of ours, a peer
- * that proves one is refused with a clear word: the two nodes' configurations differ. */
+/* AuthProof: the dialler's, of the link's attempt on QP 0 before Hello (the acceptor proved itself in
+ * its accept); one of a rail's join is link_rail_on_auth's (link_rail.c), which mesh.c asks first.
+ * Without a key of ours, a peer that proves one is refused with a clear word: the two nodes'
+ * configurations differ. */
 void link_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
 {
-	uint32_t r = link_qp_rail(l, qp), bit = 1u << r;
-	bool joining = l->phase == LINK_UP && (l->rails_joining & bit) && link_qp_first(l, qp);
 	const AuthProof *p = msg->auth_proof;
 
 	if (!l->mesh->keys.n) {
 		link_fail(l, -MESH_EAUTH, "node %u proves a cluster key; this node has none (cluster.key_file)", l->peer->id);
-		return;
-	}
-	if (joining) {
-		if (!(l->rails_proof_sent & bit) || (l->rails_peer_proved & bit) || l->dialer) {
-			link_rail_fail(l, r, -MESH_EPEERMSG, "unexpected AuthProof on rail %u's join", r);
-			return;
-		}
-		if (!link_check_proof(l, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r], p->mac.data,
-				      p->mac.len)) {
-			link_rail_fail(l, r, -MESH_EAUTH, "node %u's proof of the cluster key for rail %u does not verify",
-				       l->peer->id, r);
-			return;
-		}
-		l->rails_peer_proved |= bit;
-		link_rail_progress(l, r);
 		return;
 	}
 	if (qp || (l->phase != LINK_QPS && l->phase != LINK_AUTH)) {

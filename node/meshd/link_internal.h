@@ -51,6 +51,8 @@ _Static_assert(WR_CH_DATA == WR_PROOF_READ + 1 && WR_CH_CREDIT + 1 == WR_RECV_DA
 /* link_handshake.c: the handshake of an attempt and the proofs of the cluster key. */
 int link_send_proof(struct link *l, uint32_t qp, uint32_t rail, uint32_t gen, const uint8_t *ours,
 		    const uint8_t *theirs);
+bool link_check_proof(const struct link *l, uint32_t rail, uint32_t gen, const uint8_t *ours, const uint8_t *theirs,
+		      const uint8_t *mac, size_t mac_len);
 int link_accept_auth(struct link *l, const struct mesh_cm_pdata *req, struct mesh_cm_pdata *rep);
 int link_take_accept_auth(struct link *l, const struct mesh_cm_pdata *pd, const char **why);
 void link_progress(struct link *l);
@@ -94,6 +96,7 @@ uint64_t rail_join_timeout_ms(const struct link *l, uint32_t r);
 void link_conn_fail(struct link *l, xport_conn_t *c, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void link_rail_dial(struct link *l, uint32_t r);
 void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl);
+bool link_rail_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg);
 
 /* link_connect.c */
 void link_dial(struct link *l);

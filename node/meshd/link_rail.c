@@ -2,8 +2,8 @@
  * Rails of an UP link (MESH_FEAT_RAILS; link_internal.h): a rail that fails while others carry the
  * link is buried (its QPs, its send slots), said to the peer (RailDown), dialled again by the
  * dialler with a join timeout that grows with its failures, and UP again once its QPs connected,
- * proved the key and both sides sent RailUp; and the rails' state said when a link or rail goes
- * DOWN (link_rails_diag).
+ * proved the key (the dialler's proof: link_rail_on_auth) and both sides sent RailUp; and the
+ * rails' state said when a link or rail goes DOWN (link_rails_diag).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -290,6 +290,32 @@ void link_rail_progress(struct link *l, uint32_t r)
 	l->rail_rx_ms[r] = now_ms();
 	log_info("link to node %u: rail %u (%s) UP again (gen %u), %llu ms after it was dialled", l->peer->id, r,
 		 mesh_node_addr(l->peer, r), l->rail_gen[r], (unsigned long long)(now_ms() - l->rail_attempt_ms[r]));
+}
+
+/* AuthProof on the first QP of a rail joining the UP link: the dialler's proof for the join, before
+ * its RailUp (the acceptor proved itself in its accept). false when it is no join's, or when we have
+ * no key: link_on_auth judges it then (mesh.c asks here first). */
+bool link_rail_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
+{
+	uint32_t r = link_qp_rail(l, qp), bit = 1u << r;
+	bool joining = l->phase == LINK_UP && (l->rails_joining & bit) && link_qp_first(l, qp);
+	const AuthProof *p = msg->auth_proof;
+
+	if (!l->mesh->keys.n || !joining)
+		return false;
+	if (!(l->rails_proof_sent & bit) || (l->rails_peer_proved & bit) || l->dialer) {
+		link_rail_fail(l, r, -MESH_EPEERMSG, "unexpected AuthProof on rail %u's join", r);
+		return true;
+	}
+	if (!link_check_proof(l, r, l->rail_gen[r], l->rail_nonce_ours[r], l->rail_nonce_peer[r], p->mac.data,
+			      p->mac.len)) {
+		link_rail_fail(l, r, -MESH_EAUTH, "node %u's proof of the cluster key for rail %u does not verify",
+			       l->peer->id, r);
+		return true;
+	}
+	l->rails_peer_proved |= bit;
+	link_rail_progress(l, r);
+	return true;
 }
 
 /* Said when an UP link or one of its rails goes DOWN, before their state is released: each rail's

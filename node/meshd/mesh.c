@@ -718,7 +718,8 @@ static void link_on_message(struct link *l, uint32_t qp, const uint8_t *buf, uin
 	case PEER_MSG__BODY_LINK_ACK:
 		break; /* its ack is all it says */
 	case PEER_MSG__BODY_AUTH_PROOF:
-		link_on_auth(l, qp, msg);
+		if (!link_rail_on_auth(l, qp, msg))
+			link_on_auth(l, qp, msg);
 		break;
 	case PEER_MSG__BODY_RAIL_DOWN:
 		link_on_rail_down(l, msg->rail_down);
