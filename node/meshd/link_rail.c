@@ -2,8 +2,8 @@
  * Rails of an UP link (MESH_FEAT_RAILS; link_internal.h): a rail that fails while others carry the
  * link is buried (its QPs, its send slots), said to the peer (RailDown), dialled again by the
  * dialler with a join timeout that grows with its failures, and UP again once its QPs connected,
- * proved the key (the dialler's proof: link_rail_on_auth) and both sides sent RailUp; and the
- * rails' state said when a link or rail goes DOWN (link_rails_diag).
+ * proved the key (the dialler's proof: link_rail_on_auth) and both sides sent RailUp. The rails'
+ * state said when a link or rail goes DOWN (link_rails_diag) is link_core.c's, below link_fail.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -24,17 +24,6 @@ static uint64_t link_rail_mask(const struct link *l, uint32_t r)
 	uint32_t q = l->mesh->cfg->qps_per_link;
 
 	return ((q == 64 ? 0 : (1ull << q)) - 1) << (r * q);
-}
-
-/* The send slots in flight on rail r's QPs (bitmap of send_busy). */
-static uint32_t link_rail_slots_busy(const struct link *l, uint32_t r)
-{
-	uint32_t mask = 0;
-
-	for (uint32_t slot = 0; slot < LINK_SEND_BUFS; slot++)
-		if ((l->send_busy & (1u << slot)) && link_qp_rail(l, l->send_qp[slot]) == r)
-			mask |= 1u << slot;
-	return mask;
 }
 
 /* Releases everything of rail r's current incarnation: its QPs (with whatever their CQs still
@@ -316,46 +305,4 @@ bool link_rail_on_auth(struct link *l, uint32_t qp, const PeerMsg *msg)
 	l->rails_peer_proved |= bit;
 	link_rail_progress(l, r);
 	return true;
-}
-
-/* Said when an UP link or one of its rails goes DOWN, before their state is released: each rail's
- * state, how long since it last received and since our last keepalive on it went out (how many
- * found no free send slot or queue entry, how many the peer answered), what it has in flight, when
- * its data-path thread last woke. Tells a peer gone quiet from our own sends stuck behind a dead
- * rail, or from a thread of ours that slept through its work. At lvl: a warning after an
- * unexpected DOWN, debug after a goodbye or our own stop. */
-void link_rails_diag(const struct link *l, uint64_t t, enum log_level lvl)
-{
-	char buf[160 * MESH_RAILS_MAX + 64];
-	size_t n = 0;
-
-	if (lvl > log_current_level)
-		return;
-	buf[0] = '\0';
-	for (uint32_t r = 0; r < l->mesh->n_rails && n < sizeof(buf); r++) {
-		uint32_t qp = r * l->mesh->cfg->qps_per_link;
-
-		n += (size_t)snprintf(buf + n, sizeof(buf) - n,
-				      "%srail %u %s (gen %u): received %lld ms ago, keepalive out %lld ms ago (%llu skipped; "
-				      "%llu acked of %llu), %u send slots and %u queue entries in flight",
-				      r ? "; " : "", r,
-				      (l->rails_up & (1u << r)) ? "UP" : (l->rails_joining & (1u << r)) ? "joining" : "down",
-				      l->rail_gen[r], (long long)(t - l->rail_rx_ms[r]),
-				      l->ka_tx_ms[r] ? (long long)(t - l->ka_tx_ms[r]) : -1LL,
-				      (unsigned long long)l->ka_skipped[r], (unsigned long long)l->metrics.ka_acked[r],
-				      (unsigned long long)l->metrics.ka_sent[r],
-				      (unsigned)__builtin_popcount(link_rail_slots_busy(l, r)), l->sq_used[qp]);
-		if (n < sizeof(buf))
-			n += (size_t)snprintf(buf + n, sizeof(buf) - n, ", its thread last woke %lld ms ago (%s)",
-					      (long long)(t - l->mesh->numa.threads[r].wake_seen_ms),
-					      l->mesh->polling[r] ? "polling" : "sleeps between events");
-	}
-	/* Rail 0's keepalive words: our last number out, and the peer's as last seen and as now in
-	 * the mailbox (one that moved since the last look was read too late; one that did not, the
-	 * peer's writes did not land). */
-	log_at(lvl, "link to node %u, its rails: %s; control on rail %u, %u slots held unacked (seq %llu, "
-		 "acked %llu); keepalive words: ours %llu, the peer's %llu when last seen, %llu now", l->peer->id, buf,
-		 l->ctl_rail, (unsigned)__builtin_popcount(l->send_unacked), (unsigned long long)l->ctl_seq,
-		 (unsigned long long)l->ctl_acked, (unsigned long long)l->ka_write_seq,
-		 (unsigned long long)l->ka_word_seen, l->mailbox ? (unsigned long long)link_ka_word(l) : 0ull);
 }
