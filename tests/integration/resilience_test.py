@@ -265,6 +265,26 @@ def kernel_story():
         r = subprocess.run(["rdma", "resource", "show", "qp"], capture_output=True, text=True, check=False)
         out.append("--- rdma resource show qp (management QPs)")
         out += [l for l in r.stdout.splitlines() if "GSI" in l or "SMI" in l]
+    # Where the rails' packets went: the NICs' own counters (traffic between two addresses of one
+    # device stays inside rxe; a frame on the wire of an uncabled rail reaches no one), the
+    # neighbours, each device's RoCE GIDs and their netdevs.
+    for cmd in (["ip", "-s", "link", "show"], ["ip", "neigh", "show"], ["ip", "route", "show", "table", "all"]):
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        out.append("--- " + " ".join(cmd))
+        out += [l for l in r.stdout.splitlines() if "local 127." not in l and "::" not in l][:60]
+    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        gdir = os.path.join(base, dev, "ports", "1")
+        gids = []
+        for i in range(8):
+            try:
+                with open(os.path.join(gdir, "gids", str(i))) as f:
+                    g = f.read().strip()
+                with open(os.path.join(gdir, "gid_attrs", "ndevs", str(i))) as f:
+                    nd = f.read().strip()
+            except OSError:  # an empty slot's ndev cannot be read
+                continue
+            gids.append(f"{i} {g} {nd}")
+        out.append(f"--- {dev} GIDs: " + "; ".join(gids))
     return "\n".join(out)
 
 
