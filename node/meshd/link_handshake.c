@@ -3,7 +3,7 @@
  * in the CM private data and AuthProof, on the attempt's first QP and on a rail's join; then Hello
  * (the mailbox key, sent only once the peer proved the key), the proof of the peer's mailbox key by
  * a WRITE and a READ back on every QP, and Ready. link_progress() steps an attempt through these
- * phases; mesh.c calls it as QPs connect and messages arrive.
+ * phases; link_connect.c calls it as QPs connect, and mesh.c as messages arrive.
  */
 #include <stdbool.h>
 #include <stdint.h>
