@@ -141,7 +141,7 @@ class LocalHosts:
         """The uncabled rails whose Soft-RoCE device, since the rail was last set up, sent packets
         and received none. Both nodes' addresses are on that one device, so every packet it sends
         (the CM's datagrams of a rail's re-dial first) comes back to it inside rxe: none received
-        means the device stopped receiving, whatever meshd asked of it. Seen in 3 runs of 10 on a
+        means the device stopped receiving, whatever meshd asked of it. Seen in 3 runs of 9 on a
         busy machine (kernel 6.1): from the first `ip link set down` on, the device received
         nothing while its management QP stayed RTS and kept sending (the CM's REQs); no re-dial,
         later flap or fresh meshd reached anything over that device again."""
