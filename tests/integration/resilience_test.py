@@ -108,6 +108,10 @@ class Hosts:
         """Host A's end of rail r: down is a cable pulled (host B sees only the carrier go)."""
         ip("-n", self.ns[1], "link", "set", f"r{r}", "up" if up else "down")
 
+    def deaf_rails(self):
+        """None here: veth pairs, no emulated RDMA device (LocalHosts.deaf_rails)."""
+        return []
+
     # Kills what runs in self.created's namespaces, deletes them, returns the leftovers.
     cleanup = netns_test.Net.cleanup
 
@@ -162,21 +166,38 @@ class LocalHosts:
         return []
 
 
-def rxe_packets(netdev):
-    """(rcvd_pkts, sent_pkts, device) of the Soft-RoCE device on netdev, None without one."""
-    base = "/sys/class/infiniband"
-    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        port = os.path.join(base, dev, "ports", "1")
+RDMA_SYSFS = "/sys/class/infiniband"
+
+
+def rdma_devices():
+    return sorted(os.listdir(RDMA_SYSFS)) if os.path.isdir(RDMA_SYSFS) else []
+
+
+def hw_counters(dev):
+    """{counter: value} of port 1 of RDMA device dev (rdma_rxe's hw_counters); unreadable ones left out."""
+    cdir = os.path.join(RDMA_SYSFS, dev, "ports", "1", "hw_counters")
+    out = {}
+    for name in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
         try:
-            with open(os.path.join(port, "gid_attrs", "ndevs", "0")) as f:
-                if f.read().strip() != netdev:
-                    continue
-            with open(os.path.join(port, "hw_counters", "rcvd_pkts")) as f:
-                rcvd = int(f.read())
-            with open(os.path.join(port, "hw_counters", "sent_pkts")) as f:
-                return rcvd, int(f.read()), dev
+            with open(os.path.join(cdir, name)) as f:
+                out[name] = int(f.read().strip() or 0)
         except (OSError, ValueError):
             continue
+    return out
+
+
+def rxe_packets(netdev):
+    """(rcvd_pkts, sent_pkts, device) of the Soft-RoCE device on netdev, None without one."""
+    for dev in rdma_devices():
+        try:
+            with open(os.path.join(RDMA_SYSFS, dev, "ports", "1", "gid_attrs", "ndevs", "0")) as f:
+                if f.read().strip() != netdev:
+                    continue
+        except OSError:
+            continue
+        c = hw_counters(dev)
+        if "rcvd_pkts" in c and "sent_pkts" in c:
+            return c["rcvd_pkts"], c["sent_pkts"], dev
     return None
 
 
@@ -278,26 +299,15 @@ def stacks(pid):
 
 def kernel_story():
     """The kernel's side of a failure over Soft-RoCE (the VM): what it logged about its RDMA devices
-    and netdevs, and every counter of every device that is not 0 (a management QP gone to the error
-    state shows as a device whose rail no connection reaches again)."""
+    and netdevs, every counter of every device that is not 0 (a device that sends and no longer
+    receives: LocalHosts.deaf_rails), its management QPs, and where the rails' packets went."""
     out = ["--- kernel (dmesg: rxe, infiniband, rdma, link lines)"]
     r = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
     out += [l for l in r.stdout.splitlines() if re.search(r"rxe|infiniband|rdma|link (is )?(up|down)|Link", l)][-80:]
-    base = "/sys/class/infiniband"
-    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        cdir = os.path.join(base, dev, "ports", "1", "hw_counters")
-        vals = []
-        for name in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
-            try:
-                with open(os.path.join(cdir, name)) as f:
-                    v = f.read().strip()
-            except OSError:
-                continue
-            if v not in ("", "0"):
-                vals.append(f"{name} {v}")
+    for dev in rdma_devices():
+        vals = [f"{name} {v}" for name, v in hw_counters(dev).items() if v]
         out.append(f"--- {dev} counters: " + (", ".join(vals) or "all 0"))
-    # Each device's management QP (GSI, QP 1) among the QPs: in the state ERR no CM message leaves
-    # the device again.
+    # Each device's management QP (GSI, QP 1) among the QPs: its state, and how far it has sent.
     if shutil.which("rdma"):
         r = subprocess.run(["rdma", "resource", "show", "qp"], capture_output=True, text=True, check=False)
         out.append("--- rdma resource show qp (management QPs)")
@@ -309,8 +319,8 @@ def kernel_story():
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         out.append("--- " + " ".join(cmd))
         out += [l for l in r.stdout.splitlines() if "local 127." not in l and "::" not in l][:60]
-    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        gdir = os.path.join(base, dev, "ports", "1")
+    for dev in rdma_devices():
+        gdir = os.path.join(RDMA_SYSFS, dev, "ports", "1")
         gids = []
         for i in range(8):
             try:
@@ -328,18 +338,8 @@ def kernel_story():
 def rdma_counters():
     """{(device, counter): value} of the RNR and retry counters of every RDMA device here (rdma_rxe's
     hw_counters): what a stall of a queue pair's sends (receiver not ready, retransmissions) leaves."""
-    out = {}
-    base = "/sys/class/infiniband"
-    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        cdir = os.path.join(base, dev, "ports", "1", "hw_counters")
-        for name in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
-            if "rnr" in name or "retry" in name or "seq" in name:
-                try:
-                    with open(os.path.join(cdir, name)) as f:
-                        out[(dev, name)] = int(f.read().strip() or 0)
-                except (OSError, ValueError):
-                    continue
-    return out
+    return {(dev, name): v for dev in rdma_devices() for name, v in hw_counters(dev).items()
+            if "rnr" in name or "retry" in name or "seq" in name}
 
 
 def counters_delta(before, after):
@@ -748,7 +748,7 @@ def main():
     # A rail's emulated device that stopped receiving fails every check after it, and no program
     # could have passed them: said as what the run could not test, with the evidence, not as
     # meshd's failure (a device that still receives leaves every failure a failure).
-    deaf = fixtures.failed and hosts and hasattr(hosts, "deaf_rails") and hosts.deaf_rails()
+    deaf = fixtures.failed and hosts.deaf_rails()
     if deaf:
         print(f"skip: the failures above came after Soft-RoCE stopped receiving: {'; '.join(deaf)} (its "
               "management QP in RTS: rdma resource show qp above). A defect of the kernel's rxe after "
